@@ -1,0 +1,2 @@
+//! Frame benches.
+fn main() {}

@@ -1,0 +1,2 @@
+//! Segment inspector.
+fn main() {}

@@ -1,0 +1,2 @@
+//! Queen server.
+fn main() {}

@@ -1,0 +1,1 @@
+//! Managed PostgreSQL cluster. (Being written.)

@@ -1,0 +1,1 @@
+//! Connection settings and pool. (Being written.)

@@ -1,0 +1,83 @@
+//! The one error type of `queen-sql`.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong talking to, or managing, PostgreSQL.
+#[derive(Debug, thiserror::Error)]
+pub enum SqlError {
+    /// A statement or connection failed inside PostgreSQL or the driver.
+    #[error("database error")]
+    Db(#[from] tokio_postgres::Error),
+
+    /// The connection pool could not hand out a connection.
+    #[error("connection pool error")]
+    Pool(#[from] deadpool_postgres::PoolError),
+
+    /// The pool itself could not be built from the configuration.
+    #[error("invalid pool configuration")]
+    PoolConfig(#[from] deadpool_postgres::CreatePoolError),
+
+    /// The PostgreSQL server binaries (`initdb`, `pg_ctl`) were not found.
+    #[error(
+        "PostgreSQL server binaries not found (looked for {program} on PATH and under {searched}); \
+         install PostgreSQL (e.g. `apt-get install postgresql`) or point Queen at a server \
+         with QUEEN_DATABASE_URL"
+    )]
+    BinariesNotFound {
+        program: &'static str,
+        searched: String,
+    },
+
+    /// A PostgreSQL management command exited unsuccessfully.
+    #[error("`{program}` failed with {status}: {stderr}")]
+    Command {
+        program: String,
+        status: String,
+        stderr: String,
+    },
+
+    /// Filesystem trouble around a managed cluster's directory.
+    #[error("i/o error on {}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The managed data directory cannot be used by the account PostgreSQL runs as.
+    #[error("data directory {} is unusable: {reason}", path.display())]
+    DataDir { path: PathBuf, reason: String },
+
+    /// A segment lookup found nothing at that address.
+    #[error("no segment of partition {partition_id} covers offset {offset}")]
+    SegmentNotFound {
+        partition_id: uuid::Uuid,
+        offset: i64,
+    },
+}
+
+impl SqlError {
+    /// True when retrying later may succeed: serialisation failures, deadlocks,
+    /// and the database being unreachable.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            SqlError::Db(e) => {
+                e.is_closed()
+                    || e.code().is_some_and(|c| {
+                        *c == tokio_postgres::error::SqlState::T_R_SERIALIZATION_FAILURE
+                            || *c == tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED
+                            || *c == tokio_postgres::error::SqlState::ADMIN_SHUTDOWN
+                            || *c == tokio_postgres::error::SqlState::CANNOT_CONNECT_NOW
+                    })
+                    || e.code().is_none()
+            }
+            SqlError::Pool(_) => true,
+            SqlError::PoolConfig(_)
+            | SqlError::BinariesNotFound { .. }
+            | SqlError::Command { .. }
+            | SqlError::Io { .. }
+            | SqlError::DataDir { .. }
+            | SqlError::SegmentNotFound { .. } => false,
+        }
+    }
+}

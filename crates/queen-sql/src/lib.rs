@@ -1,0 +1,23 @@
+//! Queen's PostgreSQL layer.
+//!
+//! Everything that speaks SQL lives here and in `sql/` at the workspace root:
+//!
+//! - `registry`: the `.sql` files, embedded with `include_str!`, in apply order.
+//! - `schema`: [`apply_schema`], run at every boot, idempotent, serialised by an
+//!   advisory lock so two brokers booting at once are safe.
+//! - `cluster`: a PostgreSQL cluster the broker (or a test) manages itself:
+//!   locating binaries, `initdb`, `pg_ctl start/stop`, running as `postgres` when root.
+//! - `connect`: connection settings and the pool.
+//! - `segments`: typed functions over segment rows (one per statement).
+//!
+//! Nothing above this crate builds SQL text.
+
+pub mod cluster;
+pub mod connect;
+mod error;
+pub mod registry;
+mod schema;
+pub mod segments;
+
+pub use error::SqlError;
+pub use schema::apply_schema;

@@ -1,0 +1,1 @@
+//! The embedded `.sql` files, in apply order. (Being written.)

@@ -1,0 +1,1 @@
+//! Typed reads of segment rows. (Being written.)
