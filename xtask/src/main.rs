@@ -1,2 +1,125 @@
-//! xtask.
-fn main() {}
+//! Project automation, run as `cargo xtask <command>`.
+//!
+//! - `ci`: everything CI checks, in order: PostgreSQL present (installed with
+//!   apt-get when missing and running as root), `cargo fmt --check`,
+//!   `cargo clippy --all-targets -- -D warnings`, `cargo test --workspace`.
+//!   This is the README's test command and what `.ci/run` runs.
+//! - `tidy`: the hygiene checks of `tidy.rs` (they also run as a `#[test]`).
+//!
+//! Dependencies are kept to the standard library on purpose: xtask builds first
+//! on a clean machine and must build fast.
+
+mod tidy;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+const USAGE: &str = "usage: cargo xtask <command>
+
+commands:
+  ci      install missing PostgreSQL (as root), then fmt check, clippy -D warnings, all tests
+  tidy    hygiene checks (module docs, whitespace, banned attributes, SQL registry)
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("ci") => ci(),
+        Some("tidy") => tidy::check(&workspace_root()).map_err(|problems| problems.join("\n")),
+        Some("-h" | "--help" | "help") | None => {
+            print!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Some(other) => Err(format!("unknown command `{other}`\n\n{USAGE}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("xtask: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root: the parent of this crate's directory.
+pub(crate) fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
+fn ci() -> Result<(), String> {
+    let started = Instant::now();
+    ensure_postgres()?;
+    cargo(&["fmt", "--all", "--check"])?;
+    cargo(&[
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ])?;
+    cargo(&["test", "--workspace"])?;
+    eprintln!("xtask ci: all green in {:.0?}", started.elapsed());
+    Ok(())
+}
+
+/// The tests run a throwaway PostgreSQL; make sure its server binaries exist.
+fn ensure_postgres() -> Result<(), String> {
+    if postgres_present() {
+        return Ok(());
+    }
+    let is_root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0");
+    if !is_root {
+        return Err(
+            "PostgreSQL server binaries (initdb, pg_ctl) not found on PATH or under \
+             /usr/lib/postgresql/*/bin; install PostgreSQL (apt-get install postgresql)"
+                .to_owned(),
+        );
+    }
+    eprintln!("xtask ci: PostgreSQL missing, installing it with apt-get");
+    run(Command::new("apt-get").arg("update"))?;
+    run(Command::new("apt-get")
+        .args(["install", "-y", "--no-install-recommends", "postgresql"])
+        .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    if postgres_present() {
+        Ok(())
+    } else {
+        Err("PostgreSQL still missing after apt-get install".to_owned())
+    }
+}
+
+fn postgres_present() -> bool {
+    let on_path = std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("initdb").is_file()));
+    let versioned = std::fs::read_dir("/usr/lib/postgresql").is_ok_and(|entries| {
+        entries
+            .filter_map(Result::ok)
+            .any(|entry| entry.path().join("bin/initdb").is_file())
+    });
+    on_path || versioned
+}
+
+fn cargo(args: &[&str]) -> Result<(), String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let mut cmd = Command::new(cargo);
+    cmd.args(args).current_dir(workspace_root());
+    run(&mut cmd)
+}
+
+fn run(cmd: &mut Command) -> Result<(), String> {
+    eprintln!("xtask: running {cmd:?}");
+    let status = cmd
+        .status()
+        .map_err(|error| format!("cannot run {cmd:?}: {error}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{cmd:?} failed with {status}"))
+    }
+}

@@ -1,1 +1,19 @@
-//! queen-http
+//! Queen's HTTP API over hyper 1.x.
+//!
+//! - `routes`: the one route table, a single `match` on method and path segments.
+//! - `handlers`: one module per endpoint: parse the request, call the engine,
+//!   encode the reply (mini-redis's parse / apply / encode).
+//! - `error`: the only place an error becomes a status code.
+//! - `server`: the accept loop and graceful connection shutdown.
+//!
+//! **Invariant:** this crate never sees `tokio_postgres` types; it talks to
+//! `queen_engine::Engine` only.
+
+mod error;
+mod handlers;
+mod response;
+mod routes;
+mod server;
+
+pub use error::HttpError;
+pub use server::{serve, ServeOptions};

@@ -1,2 +1,225 @@
-//! Queen server.
-fn main() {}
+//! The Queen broker binary: configuration, wiring, managed PostgreSQL, shutdown.
+//!
+//! Boot order:
+//! 1. read the configuration (flags and environment, see `config`);
+//! 2. find the database: an external server, or a managed cluster that is
+//!    initialised on first start and started now;
+//! 3. apply the schema (idempotent, under an advisory lock);
+//! 4. build the pool and the engine, bind the listener, serve.
+//!
+//! Shutdown order, on SIGINT or SIGTERM:
+//! 1. stop accepting connections;
+//! 2. ask every connection to finish its in-flight request and close
+//!    (bounded by `QUEEN_SHUTDOWN_TIMEOUT_SECONDS`);
+//! 3. close the pool;
+//! 4. stop the managed PostgreSQL, if this process started it.
+
+mod config;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use config::{Config, DatabaseSource, MANAGED_DATABASE};
+use queen_sql::cluster::{Cluster, ClusterOptions};
+use queen_sql::SqlError;
+use tokio::net::TcpListener;
+
+/// Boot failures: each one ends the process with a one-line reason.
+#[derive(Debug, thiserror::Error)]
+enum ServerError {
+    #[error(transparent)]
+    Sql(#[from] SqlError),
+    #[error("cannot listen on {addr}")]
+    Bind {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot install signal handlers")]
+    Signals(#[source] std::io::Error),
+    #[error("managed PostgreSQL task failed")]
+    Join(#[from] tokio::task::JoinError),
+}
+
+fn main() -> ExitCode {
+    let config = Config::parse();
+    init_tracing(&config.log);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("queen-server: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!("{}", queen_sql::error_chain(&error));
+            eprintln!("queen-server: {}", queen_sql::error_chain(&error));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(config: Config) -> Result<(), ServerError> {
+    let mut signals = Signals::install()?;
+
+    let (db_config, mut cluster) = match config.database_source()? {
+        DatabaseSource::External(db_config) => {
+            tracing::info!("using the configured PostgreSQL server");
+            (*db_config, None)
+        }
+        DatabaseSource::Managed { data_dir } => {
+            let bin_dir = config.pg_bin_dir.clone();
+            let cluster =
+                tokio::task::spawn_blocking(move || start_managed(data_dir, bin_dir)).await??;
+            tracing::info!(
+                data_dir = %cluster.data_dir().display(),
+                "managed PostgreSQL is running"
+            );
+            let db_config = cluster.connect_config(MANAGED_DATABASE);
+            create_managed_database(&cluster).await?;
+            (db_config, Some(cluster))
+        }
+    };
+
+    let served = serve(&config, db_config, &mut signals).await;
+
+    if let Some(cluster) = cluster.as_mut() {
+        tracing::info!("stopping managed PostgreSQL");
+        let stopped = tokio::task::block_in_place(|| cluster.stop());
+        if let Err(error) = stopped {
+            tracing::error!(error = %queen_sql::error_chain(&error), "could not stop managed PostgreSQL");
+        }
+    }
+    served
+}
+
+/// Apply the schema, build the engine, and serve until a signal arrives.
+async fn serve(
+    config: &Config,
+    db_config: tokio_postgres::Config,
+    signals: &mut Signals,
+) -> Result<(), ServerError> {
+    let Some(()) = apply_schema_with_retry(&db_config, signals).await? else {
+        tracing::info!("shutdown requested before the database was reachable");
+        return Ok(());
+    };
+    let pool = queen_sql::connect::pool(db_config, config.db_pool_size)?;
+    let engine = queen_engine::Engine::new(
+        pool,
+        queen_engine::EngineConfig {
+            server_name: format!("queen-{}", hostname()),
+        },
+    );
+
+    let addr = std::net::SocketAddr::new(config.host, config.port);
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServerError::Bind { addr, source })?;
+    tracing::info!(%addr, "queen is listening");
+
+    let options = queen_http::ServeOptions {
+        drain_timeout: Duration::from_secs(config.shutdown_timeout_seconds),
+    };
+    queen_http::serve(listener, Arc::clone(&engine), options, signals.recv()).await;
+    tracing::info!("closing the connection pool");
+    engine.close();
+    Ok(())
+}
+
+/// Apply the schema, retrying while the database is unreachable (it may still be
+/// starting). Returns `None` if a shutdown signal arrives first.
+async fn apply_schema_with_retry(
+    db_config: &tokio_postgres::Config,
+    signals: &mut Signals,
+) -> Result<Option<()>, ServerError> {
+    let mut delay = Duration::from_millis(500);
+    loop {
+        let attempt = async {
+            let client = queen_sql::connect::connect_one(db_config).await?;
+            queen_sql::apply_schema(&client).await
+        };
+        match attempt.await {
+            Ok(()) => {
+                tracing::info!("schema applied");
+                return Ok(Some(()));
+            }
+            Err(error) if error.is_transient() => {
+                tracing::warn!(
+                    error = %queen_sql::error_chain(&error),
+                    retry_in_ms = delay.as_millis(),
+                    "database not reachable yet"
+                );
+            }
+            Err(error) => return Err(error.into()),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = signals.recv() => return Ok(None),
+        }
+        delay = (delay * 2).min(Duration::from_secs(10));
+    }
+}
+
+/// Initialise (first start) and start the managed cluster. Blocking.
+fn start_managed(
+    data_dir: std::path::PathBuf,
+    bin_dir: Option<std::path::PathBuf>,
+) -> Result<Cluster, SqlError> {
+    let mut options = ClusterOptions::durable(data_dir);
+    options.bin_dir = bin_dir;
+    let mut cluster = Cluster::init_or_reuse(options)?;
+    cluster.start()?;
+    Ok(cluster)
+}
+
+/// Create the broker's database in a managed cluster unless it exists.
+async fn create_managed_database(cluster: &Cluster) -> Result<(), SqlError> {
+    let admin = queen_sql::connect::connect_one(&cluster.connect_config("postgres")).await?;
+    queen_sql::connect::create_database_if_missing(&admin, MANAGED_DATABASE).await
+}
+
+/// SIGINT and SIGTERM, as one stream of shutdown requests.
+struct Signals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Signals, ServerError> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            interrupt: signal(SignalKind::interrupt()).map_err(ServerError::Signals)?,
+            terminate: signal(SignalKind::terminate()).map_err(ServerError::Signals)?,
+        })
+    }
+
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.interrupt.recv() => tracing::info!("SIGINT: shutting down"),
+            _ = self.terminate.recv() => tracing::info!("SIGTERM: shutting down"),
+        }
+    }
+}
+
+fn init_tracing(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_owned())
+        .unwrap_or_else(|_| "localhost".to_owned())
+}

@@ -15,11 +15,11 @@ pub enum SqlError {
 
     /// The pool itself could not be built from the configuration.
     #[error("invalid pool configuration")]
-    PoolConfig(#[from] deadpool_postgres::CreatePoolError),
+    PoolBuild(#[from] deadpool_postgres::BuildError),
 
     /// The PostgreSQL server binaries (`initdb`, `pg_ctl`) were not found.
     #[error(
-        "PostgreSQL server binaries not found (looked for {program} on PATH and under {searched}); \
+        "PostgreSQL server binaries not found (looked for {program} in {searched}); \
          install PostgreSQL (e.g. `apt-get install postgresql`) or point Queen at a server \
          with QUEEN_DATABASE_URL"
     )]
@@ -54,6 +54,14 @@ pub enum SqlError {
         partition_id: uuid::Uuid,
         offset: i64,
     },
+
+    /// An embedded `sql/` file breaks the rules its apply mode depends on
+    /// (a bug in the build, caught by the crate's tests).
+    #[error("embedded schema file {file} is malformed: {reason}")]
+    SchemaFile {
+        file: &'static str,
+        reason: &'static str,
+    },
 }
 
 impl SqlError {
@@ -72,12 +80,27 @@ impl SqlError {
                     || e.code().is_none()
             }
             SqlError::Pool(_) => true,
-            SqlError::PoolConfig(_)
+            SqlError::PoolBuild(_)
             | SqlError::BinariesNotFound { .. }
             | SqlError::Command { .. }
             | SqlError::Io { .. }
             | SqlError::DataDir { .. }
-            | SqlError::SegmentNotFound { .. } => false,
+            | SqlError::SegmentNotFound { .. }
+            | SqlError::SchemaFile { .. } => false,
         }
     }
+}
+
+/// Render an error with all its sources, `outer: inner: innermost`, for logs.
+/// Messages never repeat their source (style.md convention 4), so this is
+/// where the chain is spelled out.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }

@@ -19,5 +19,5 @@ pub mod registry;
 mod schema;
 pub mod segments;
 
-pub use error::SqlError;
+pub use error::{error_chain, SqlError};
 pub use schema::apply_schema;

@@ -1,1 +1,205 @@
-//! queen-testkit
+//! Throwaway PostgreSQL for tests.
+//!
+//! One cluster per test binary (process), started on first use and torn down by a
+//! watchdog process when the test binary exits; one fresh database per test.
+//!
+//! - [`TestDb::new`] clones `queen_template`, a database with the schema applied
+//!   once per binary, so a test starts from a clean, fully migrated database in a
+//!   few tens of milliseconds.
+//! - [`TestDb::empty`] clones `template0` instead, for tests of the schema applier.
+//!
+//! The cluster runs with `fsync=off` and friends: it is thrown away after the run.
+//! PostgreSQL binaries are required; without them every test fails with the
+//! one clear error of `queen_sql::cluster::PgBinaries::locate`.
+
+pub mod http;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use queen_sql::cluster::{Cluster, ClusterOptions};
+use tokio::sync::OnceCell;
+
+/// The database that holds the applied schema and is cloned for every test.
+const TEMPLATE: &str = "queen_template";
+
+/// Process-wide cluster state.
+struct Shared {
+    /// Kept alive for the life of the process; the watchdog stops the server.
+    cluster: Cluster,
+}
+
+static SHARED: OnceCell<Shared> = OnceCell::const_new();
+static NEXT_DB: AtomicU32 = AtomicU32::new(0);
+
+/// A fresh database on the binary's throwaway cluster.
+#[derive(Debug, Clone)]
+pub struct TestDb {
+    name: String,
+    config: tokio_postgres::Config,
+}
+
+impl TestDb {
+    /// A fresh database with Queen's schema applied.
+    pub async fn new() -> TestDb {
+        TestDb::create(TEMPLATE).await
+    }
+
+    /// A fresh database with no schema at all.
+    pub async fn empty() -> TestDb {
+        TestDb::create("template0").await
+    }
+
+    /// The database name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Connection settings for this database (Unix socket, superuser, UTC).
+    pub fn config(&self) -> tokio_postgres::Config {
+        self.config.clone()
+    }
+
+    /// The connection settings as a libpq key=value string, for `QUEEN_DATABASE_URL`.
+    pub fn url(&self) -> String {
+        let host = match self.config.get_hosts().first() {
+            Some(tokio_postgres::config::Host::Unix(path)) => path.display().to_string(),
+            Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
+            None => "localhost".to_owned(),
+        };
+        let port = self.config.get_ports().first().copied().unwrap_or(5432);
+        let user = self.config.get_user().unwrap_or("postgres");
+        format!("host={host} port={port} user={user} dbname={}", self.name)
+    }
+
+    /// A new connection to this database, driven on a spawned task.
+    pub async fn client(&self) -> tokio_postgres::Client {
+        queen_sql::connect::connect_one(&self.config)
+            .await
+            .expect("connect to test database")
+    }
+
+    /// A pool of at most `max_size` connections to this database.
+    pub fn pool(&self, max_size: usize) -> deadpool_postgres::Pool {
+        queen_sql::connect::pool(self.config.clone(), max_size).expect("build test pool")
+    }
+
+    async fn create(template: &str) -> TestDb {
+        let shared = SHARED.get_or_init(start_shared).await;
+        let name = format!(
+            "t_{}_{}",
+            std::process::id(),
+            NEXT_DB.fetch_add(1, Ordering::Relaxed)
+        );
+        let admin = queen_sql::connect::connect_one(&shared.cluster.connect_config("postgres"))
+            .await
+            .expect("connect to test cluster");
+        let statement = format!("CREATE DATABASE {name} TEMPLATE {template}");
+        // CREATE DATABASE refuses a template that another session is connected to
+        // (SQLSTATE 55006); nothing stays connected to ours, but retry briefly in
+        // case a session is still closing.
+        let mut attempts = 0;
+        loop {
+            match admin.batch_execute(&statement).await {
+                Ok(()) => break,
+                Err(error)
+                    if attempts < 50
+                        && error.code()
+                            == Some(&tokio_postgres::error::SqlState::OBJECT_IN_USE) =>
+                {
+                    attempts += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(error) => panic!("{statement}: {error}"),
+            }
+        }
+        TestDb {
+            config: shared.cluster.connect_config(&name),
+            name,
+        }
+    }
+}
+
+async fn start_shared() -> Shared {
+    let dir = test_cluster_dir();
+    let cluster = tokio::task::spawn_blocking(move || {
+        let mut cluster = Cluster::init_or_reuse(ClusterOptions::throwaway(&dir))
+            .unwrap_or_else(|error| panic!("test PostgreSQL: {}", queen_sql::error_chain(&error)));
+        cluster
+            .start()
+            .unwrap_or_else(|error| panic!("test PostgreSQL: {}", queen_sql::error_chain(&error)));
+        spawn_watchdog(&cluster, &dir);
+        cluster
+    })
+    .await
+    .expect("cluster start task");
+
+    let admin = queen_sql::connect::connect_one(&cluster.connect_config("postgres"))
+        .await
+        .expect("connect to test cluster");
+    admin
+        .batch_execute(&format!("CREATE DATABASE {TEMPLATE}"))
+        .await
+        .expect("create template database");
+    {
+        let template = queen_sql::connect::connect_one(&cluster.connect_config(TEMPLATE))
+            .await
+            .expect("connect to template database");
+        queen_sql::apply_schema(&template)
+            .await
+            .unwrap_or_else(|error| {
+                panic!(
+                    "apply schema to template: {}",
+                    queen_sql::error_chain(&error)
+                )
+            });
+    }
+    // The template session must be gone before the first clone.
+    admin
+        .batch_execute(&format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{TEMPLATE}' \
+             AND pid <> pg_backend_pid()"
+        ))
+        .await
+        .expect("close template sessions");
+    Shared { cluster }
+}
+
+/// A fresh directory under the system temp dir, reachable by the `postgres` user
+/// when the tests run as root.
+fn test_cluster_dir() -> PathBuf {
+    let base = std::env::temp_dir();
+    base.join(format!(
+        "queen-test-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|elapsed| elapsed.as_millis())
+            .unwrap_or_default()
+    ))
+}
+
+/// Start a detached process that waits for this test binary to exit, then stops
+/// the cluster and removes its directory. A `static` is never dropped, so this is
+/// what cleans up even when a test panics or the binary is killed.
+fn spawn_watchdog(cluster: &Cluster, dir: &std::path::Path) {
+    // The outer shell backgrounds the loop and exits at once, so it can be reaped
+    // here and the loop lives on, reparented, after this process is gone.
+    let script = format!(
+        "( while kill -0 {pid} 2>/dev/null; do sleep 0.5; done; {stop} >/dev/null 2>&1; rm -rf '{dir}' ) &",
+        pid = std::process::id(),
+        stop = cluster.stop_command_line(),
+        dir = dir.display(),
+    );
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("spawn test cluster watchdog");
+    assert!(status.success(), "test cluster watchdog did not start");
+}

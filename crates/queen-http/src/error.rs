@@ -1,0 +1,101 @@
+//! The one place where errors become HTTP statuses.
+//!
+//! Every variant of [`HttpError`] and of `EngineError` is matched without a `_`
+//! arm, so a new variant does not compile until someone decides its status.
+//! Bodies are `{"error": "..."}`, the shape every Queen client reads
+//! (wire-api.md §0.3). Internal errors log the whole chain and answer an opaque message.
+
+use hyper::StatusCode;
+use queen_engine::EngineError;
+
+use crate::response::{self, Response};
+
+/// Everything a request can fail with at the HTTP layer.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    /// No route matches the method and path.
+    #[error("route not found: {method} {path}")]
+    RouteNotFound { method: String, path: String },
+
+    /// The request body was larger than the limit.
+    #[error("request body exceeds {limit} bytes")]
+    BodyTooLarge { limit: usize },
+
+    /// The request body could not be read from the connection.
+    #[error("could not read request body")]
+    BodyRead,
+
+    /// The request body is empty where one is required.
+    #[error("Empty request body")]
+    EmptyBody,
+
+    /// The request body is not valid JSON.
+    #[error("Invalid JSON: {0}")]
+    InvalidJson(String),
+
+    /// A field is missing or has the wrong type or value.
+    #[error("{0}")]
+    Validation(String),
+
+    /// The engine failed.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+/// Seconds a client should wait before retrying a transient failure.
+const RETRY_AFTER_SECONDS: &str = "1";
+
+impl HttpError {
+    /// The response for this error.
+    pub(crate) fn into_response(self) -> Response {
+        let status = self.status();
+        match &self {
+            HttpError::Engine(engine) => {
+                tracing::error!(error = %queen_engine::error_chain(engine), "request failed in the engine");
+                let mut res = response::error(status, opaque_message(engine));
+                if status == StatusCode::SERVICE_UNAVAILABLE {
+                    res.headers_mut().insert(
+                        hyper::header::RETRY_AFTER,
+                        hyper::header::HeaderValue::from_static(RETRY_AFTER_SECONDS),
+                    );
+                }
+                res
+            }
+            HttpError::RouteNotFound { .. }
+            | HttpError::BodyTooLarge { .. }
+            | HttpError::BodyRead
+            | HttpError::EmptyBody
+            | HttpError::InvalidJson(_)
+            | HttpError::Validation(_) => response::error(status, &self.to_string()),
+        }
+    }
+
+    /// The status code of this error.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            HttpError::RouteNotFound { .. } => StatusCode::NOT_FOUND,
+            HttpError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            HttpError::BodyRead
+            | HttpError::EmptyBody
+            | HttpError::InvalidJson(_)
+            | HttpError::Validation(_) => StatusCode::BAD_REQUEST,
+            HttpError::Engine(engine) => engine_status(engine),
+        }
+    }
+}
+
+/// Statuses for engine failures. Transient storage trouble is 503 with
+/// `Retry-After` (clients retry it); anything else is a 500.
+fn engine_status(error: &EngineError) -> StatusCode {
+    match error {
+        EngineError::Sql(_) if error.is_transient() => StatusCode::SERVICE_UNAVAILABLE,
+        EngineError::Sql(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+fn opaque_message(error: &EngineError) -> &'static str {
+    match error {
+        EngineError::Sql(_) if error.is_transient() => "database unavailable",
+        EngineError::Sql(_) => "internal error",
+    }
+}

@@ -1,0 +1,3 @@
+//! One module per endpoint.
+
+pub(crate) mod health;

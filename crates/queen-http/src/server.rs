@@ -1,0 +1,87 @@
+//! The accept loop: one task per connection, HTTP/1.1 with keep-alive, and a
+//! graceful stop that lets in-flight requests finish.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use queen_engine::Engine;
+use tokio::net::TcpListener;
+
+use crate::routes;
+
+/// The request type handlers receive.
+pub(crate) type Request = hyper::Request<Incoming>;
+
+/// Serving options.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// How long in-flight requests get to finish after shutdown begins.
+    pub drain_timeout: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> ServeOptions {
+        ServeOptions {
+            drain_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Serve `listener` until `shutdown` resolves, then stop accepting, ask every
+/// connection to finish its current request, and wait for them (bounded by
+/// `drain_timeout`). Returns when no connection is left or the timeout passed.
+pub async fn serve(
+    listener: TcpListener,
+    engine: Arc<Engine>,
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()>,
+) {
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(accepted) => accepted,
+                    Err(error) => {
+                        // Out of file descriptors and the like: back off instead of spinning.
+                        tracing::warn!(%error, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let engine = Arc::clone(&engine);
+                let service = service_fn(move |req| {
+                    let engine = Arc::clone(&engine);
+                    async move { Ok::<_, Infallible>(routes::route(&engine, req).await) }
+                });
+                let conn = http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .keep_alive(true)
+                    .serve_connection(TokioIo::new(stream), service);
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    if let Err(error) = conn.await {
+                        tracing::debug!(%error, %peer, "connection ended with an error");
+                    }
+                });
+            }
+            () = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    tokio::select! {
+        () = graceful.shutdown() => tracing::info!("all connections closed"),
+        () = tokio::time::sleep(options.drain_timeout) => {
+            tracing::warn!("drain timeout passed with connections still open");
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! Every setting of the broker, from flags or environment variables.
+//!
+//! `queen-server --help` prints this list; README.md documents the same list.
+//! A test (`help_lists_every_setting`) checks that each environment variable
+//! named here appears in `--help` and in README.md.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use clap::Parser;
+
+/// Queen: a partitioned message broker on PostgreSQL.
+///
+/// With no database configured, Queen runs its own PostgreSQL cluster in
+/// QUEEN_DATA_DIR (initialised on first start, reused after, stopped on shutdown).
+#[derive(Debug, Clone, Parser)]
+#[command(name = "queen-server", version, about, long_about)]
+pub(crate) struct Config {
+    /// Address to listen on.
+    #[arg(long, env = "HOST", default_value = "0.0.0.0")]
+    pub(crate) host: IpAddr,
+
+    /// Port to listen on.
+    #[arg(long, env = "PORT", default_value_t = 6632)]
+    pub(crate) port: u16,
+
+    /// PostgreSQL connection URL or key=value string
+    /// (e.g. postgres://user:pass@host:5432/db). Takes precedence over PG_*.
+    #[arg(long, env = "QUEEN_DATABASE_URL")]
+    pub(crate) database_url: Option<String>,
+
+    /// PostgreSQL host (setting any PG_* variable selects an external server).
+    #[arg(long, env = "PG_HOST")]
+    pub(crate) pg_host: Option<String>,
+
+    /// PostgreSQL port [default: 5432].
+    #[arg(long, env = "PG_PORT")]
+    pub(crate) pg_port: Option<u16>,
+
+    /// PostgreSQL database [default: postgres].
+    #[arg(long, env = "PG_DB")]
+    pub(crate) pg_db: Option<String>,
+
+    /// PostgreSQL user [default: postgres].
+    #[arg(long, env = "PG_USER")]
+    pub(crate) pg_user: Option<String>,
+
+    /// PostgreSQL password [default: postgres].
+    #[arg(long, env = "PG_PASSWORD", hide_env_values = true)]
+    pub(crate) pg_password: Option<String>,
+
+    /// Data directory of the managed PostgreSQL cluster, used when no database
+    /// is configured.
+    #[arg(long, env = "QUEEN_DATA_DIR", default_value = "./queen-data")]
+    pub(crate) data_dir: PathBuf,
+
+    /// Directory holding the managed cluster's initdb/pg_ctl, searched before
+    /// PATH and /usr/lib/postgresql/*/bin.
+    #[arg(long, env = "QUEEN_PG_BIN_DIR")]
+    pub(crate) pg_bin_dir: Option<PathBuf>,
+
+    /// Maximum pooled PostgreSQL connections.
+    #[arg(long, env = "QUEEN_DB_POOL_SIZE", default_value_t = 32)]
+    pub(crate) db_pool_size: usize,
+
+    /// Seconds in-flight requests get to finish on shutdown.
+    #[arg(long, env = "QUEEN_SHUTDOWN_TIMEOUT_SECONDS", default_value_t = 30)]
+    pub(crate) shutdown_timeout_seconds: u64,
+
+    /// Log filter (tracing-subscriber EnvFilter syntax, e.g. info,queen_engine=debug).
+    #[arg(long, env = "RUST_LOG", default_value = "info")]
+    pub(crate) log: String,
+}
+
+/// Where the broker's database comes from.
+#[derive(Debug, Clone)]
+pub(crate) enum DatabaseSource {
+    /// An external server the operator configured.
+    External(Box<tokio_postgres::Config>),
+    /// A cluster the broker manages in this data directory.
+    Managed { data_dir: PathBuf },
+}
+
+/// The name of the database the broker creates inside a managed cluster.
+pub(crate) const MANAGED_DATABASE: &str = "queen";
+
+impl Config {
+    /// Decide where the database comes from: the URL, else any PG_* variable,
+    /// else a managed cluster.
+    pub(crate) fn database_source(&self) -> Result<DatabaseSource, queen_sql::SqlError> {
+        if let Some(url) = &self.database_url {
+            let config = queen_sql::connect::config_from_url(url)?;
+            return Ok(DatabaseSource::External(Box::new(config)));
+        }
+        let any_part = self.pg_host.is_some()
+            || self.pg_port.is_some()
+            || self.pg_db.is_some()
+            || self.pg_user.is_some()
+            || self.pg_password.is_some();
+        if any_part {
+            let config = queen_sql::connect::config_from_parts(
+                self.pg_host.as_deref().unwrap_or("localhost"),
+                self.pg_port.unwrap_or(5432),
+                self.pg_db.as_deref().unwrap_or("postgres"),
+                self.pg_user.as_deref().unwrap_or("postgres"),
+                self.pg_password.as_deref().unwrap_or("postgres"),
+            );
+            return Ok(DatabaseSource::External(Box::new(config)));
+        }
+        Ok(DatabaseSource::Managed {
+            data_dir: self.data_dir.clone(),
+        })
+    }
+}

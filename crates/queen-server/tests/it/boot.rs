@@ -1,0 +1,220 @@
+//! Boot, managed PostgreSQL, health and shutdown of the real binary.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use queen_sql::cluster::{Cluster, ClusterOptions};
+use queen_testkit::TestDb;
+
+use crate::harness::{command, Broker};
+
+/// A temp dir the `postgres` user can traverse (tests may run as root).
+fn scratch() -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("queen-srv-")
+        .tempdir_in("/tmp")
+        .expect("temp dir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+        .expect("chmod temp dir");
+    dir
+}
+
+async fn managed_client(data_dir: &Path) -> tokio_postgres::Client {
+    let cluster = Cluster::init_or_reuse(ClusterOptions::durable(data_dir)).expect("reuse");
+    queen_sql::connect::connect_one(&cluster.connect_config("queen"))
+        .await
+        .expect("connect to managed cluster")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn managed_cluster_is_initialised_then_reused_and_stopped_on_shutdown() {
+    let scratch = scratch();
+    let data_dir: PathBuf = scratch.path().join("data");
+    let data_dir_text = data_dir.display().to_string();
+    let vars = [("QUEEN_DATA_DIR", data_dir_text.as_str())];
+
+    let broker = Broker::start(scratch.path(), &vars).await;
+    let health = broker.client.get("/health").await;
+    assert_eq!(health.status, 200);
+    let body = health.json();
+    assert_eq!(body["status"], "healthy");
+    assert_eq!(body["database"], "connected");
+    assert!(data_dir.join("PG_VERSION").is_file(), "initdb did not run");
+    let tables: i64 = managed_client(&data_dir)
+        .await
+        .query_one(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = 'queen' AND tablename = 'log_segments'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(tables, 1, "schema not applied to the managed database");
+    managed_client(&data_dir)
+        .await
+        .batch_execute("CREATE TABLE public.survives_restart (x int); INSERT INTO public.survives_restart VALUES (7)")
+        .await
+        .unwrap();
+
+    let (status, log) = broker.terminate();
+    assert!(status.success(), "exit status {status}:\n{log}");
+    assert!(log.contains("initialising PostgreSQL cluster"), "{log}");
+    assert!(
+        !data_dir.join("postmaster.pid").exists(),
+        "managed PostgreSQL still running after shutdown:\n{log}"
+    );
+
+    let broker = Broker::start(scratch.path(), &vars).await;
+    let kept: i32 = managed_client(&data_dir)
+        .await
+        .query_one("SELECT x FROM public.survives_restart", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(kept, 7, "the second start did not reuse the cluster");
+    let (status, log) = broker.terminate();
+    assert!(status.success(), "exit status {status}:\n{log}");
+    assert!(
+        !log.contains("initialising PostgreSQL cluster"),
+        "second start ran initdb again:\n{log}"
+    );
+    assert!(!data_dir.join("postmaster.pid").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_answers_503_while_the_database_is_down() {
+    let scratch = scratch();
+    let data_dir = scratch.path().join("data");
+    let data_dir_text = data_dir.display().to_string();
+    let broker = Broker::start(scratch.path(), &[("QUEEN_DATA_DIR", &data_dir_text)]).await;
+    assert_eq!(broker.client.get("/health").await.status, 200);
+
+    let cluster = Cluster::init_or_reuse(ClusterOptions::durable(&data_dir)).unwrap();
+    let stopped = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(cluster.stop_command_line())
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+
+    let health = broker.client.get("/health").await;
+    assert_eq!(health.status, 503);
+    let body = health.json();
+    assert_eq!(body["status"], "unhealthy");
+    assert_eq!(body["database"], "disconnected");
+
+    let (status, log) = broker.terminate();
+    assert!(status.success(), "exit status {status}:\n{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_postgres_binaries_give_one_clear_error() {
+    let scratch = scratch();
+    let data_dir = scratch.path().join("data").display().to_string();
+    let output = command(&[
+        ("QUEEN_DATA_DIR", &data_dir),
+        ("QUEEN_PG_BIN_DIR", "/nonexistent/postgresql/bin"),
+        ("PORT", "0"),
+    ])
+    .output()
+    .expect("run queen-server");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.starts_with("queen-server:"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    assert!(
+        errors[0].contains("PostgreSQL server binaries not found")
+            && errors[0].contains("initdb")
+            && errors[0].contains("/nonexistent/postgresql/bin")
+            && errors[0].contains("QUEEN_DATABASE_URL"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_database_is_used_and_gets_the_schema() {
+    let scratch = scratch();
+    let db = TestDb::empty().await;
+    let url = db.url();
+    let unused_data_dir = scratch.path().join("must-not-exist");
+    let unused_text = unused_data_dir.display().to_string();
+    let broker = Broker::start(
+        scratch.path(),
+        &[
+            ("QUEEN_DATABASE_URL", &url),
+            ("QUEEN_DATA_DIR", &unused_text),
+        ],
+    )
+    .await;
+    let tables: i64 = db
+        .client()
+        .await
+        .query_one(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = 'queen'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(tables >= 7, "only {tables} queen tables");
+    assert!(
+        !unused_data_dir.exists(),
+        "a managed cluster was created anyway"
+    );
+    let (status, _) = broker.terminate();
+    assert!(status.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_brokers_booting_at_once_on_one_database_both_come_up() {
+    let scratch = scratch();
+    let db = TestDb::empty().await;
+    let url = db.url();
+    let vars = [("QUEEN_DATABASE_URL", url.as_str())];
+    let (first, second) = tokio::join!(
+        Broker::start(scratch.path(), &vars),
+        Broker::start(scratch.path(), &vars)
+    );
+    for broker in [first, second] {
+        assert_eq!(broker.client.get("/health").await.status, 200);
+        let (status, log) = broker.terminate();
+        assert!(status.success(), "{log}");
+    }
+}
+
+#[test]
+fn help_lists_every_setting_and_the_readme_documents_them() {
+    let output = command(&[]).arg("--help").output().expect("run --help");
+    assert!(output.status.success());
+    let help = String::from_utf8_lossy(&output.stdout);
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .expect("read README.md");
+    for var in [
+        "HOST",
+        "PORT",
+        "QUEEN_DATABASE_URL",
+        "PG_HOST",
+        "PG_PORT",
+        "PG_DB",
+        "PG_USER",
+        "PG_PASSWORD",
+        "QUEEN_DATA_DIR",
+        "QUEEN_PG_BIN_DIR",
+        "QUEEN_DB_POOL_SIZE",
+        "QUEEN_SHUTDOWN_TIMEOUT_SECONDS",
+        "RUST_LOG",
+    ] {
+        assert!(
+            help.contains(&format!("[env: {var}")),
+            "--help lacks {var}:\n{help}"
+        );
+        assert!(
+            readme.contains(&format!("`{var}`")),
+            "README.md lacks {var}"
+        );
+    }
+}

@@ -1,0 +1,117 @@
+//! Starting the real binary as a child process.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use queen_testkit::http::Client;
+
+/// Environment variables that would make the child pick another database.
+const DATABASE_VARS: &[&str] = &[
+    "QUEEN_DATABASE_URL",
+    "PG_HOST",
+    "PG_PORT",
+    "PG_DB",
+    "PG_USER",
+    "PG_PASSWORD",
+    "QUEEN_PG_BIN_DIR",
+];
+
+/// A running `queen-server` child.
+pub(crate) struct Broker {
+    child: Child,
+    log: PathBuf,
+    pub(crate) client: Client,
+}
+
+/// A port nothing listens on right now.
+pub(crate) fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind port 0");
+    listener.local_addr().expect("local addr").port()
+}
+
+/// The binary under test, with a clean database environment and `vars` set.
+pub(crate) fn command(vars: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_queen-server"));
+    for var in DATABASE_VARS {
+        cmd.env_remove(var);
+    }
+    cmd.env("RUST_LOG", "info").env("HOST", "127.0.0.1");
+    for (key, value) in vars {
+        cmd.env(key, value);
+    }
+    cmd
+}
+
+impl Broker {
+    /// Start the binary with `vars` and wait until `/health` answers 200.
+    pub(crate) async fn start(log_dir: &Path, vars: &[(&str, &str)]) -> Broker {
+        let port = free_port();
+        let log = log_dir.join(format!("broker-{port}.log"));
+        let log_file = std::fs::File::create(&log).expect("create broker log");
+        let port_text = port.to_string();
+        let mut cmd = command(vars);
+        cmd.env("PORT", &port_text)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file);
+        let child = cmd.spawn().expect("spawn queen-server");
+        let mut broker = Broker {
+            child,
+            log,
+            client: Client::new(format!("http://127.0.0.1:{port}")),
+        };
+        broker.wait_healthy(Duration::from_secs(60)).await;
+        broker
+    }
+
+    async fn wait_healthy(&mut self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("queen-server exited early ({status}):\n{}", self.log_text());
+            }
+            let probe = self
+                .client
+                .try_send(hyper::Method::GET, "/health", bytes::Bytes::new())
+                .await;
+            if let Ok(reply) = probe {
+                if reply.status == 200 {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "queen-server not healthy in time:\n{}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The broker's log so far.
+    pub(crate) fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Send SIGTERM and wait for the process to exit.
+    pub(crate) fn terminate(mut self) -> (ExitStatus, String) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).expect("pid"));
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("send SIGTERM");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait for queen-server") {
+                return (status, self.log_text());
+            }
+            assert!(Instant::now() < deadline, "queen-server ignored SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,28 @@
+//! Integration tests of `queen-sql` against a throwaway PostgreSQL
+//! (`queen-testkit`): one binary, suites as modules.
+
+mod registry;
+mod schema;
+mod segments;
+mod unnest_hashes;
+
+/// Run a query whose rows are all text columns and return them as tuples
+/// joined with `|`, which keeps the expected values in the tests readable.
+pub(crate) async fn rows_as_text(
+    client: &tokio_postgres::Client,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Vec<String> {
+    client
+        .query(sql, params)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .iter()
+        .map(|row| {
+            (0..row.len())
+                .map(|idx| row.get::<_, String>(idx))
+                .collect::<Vec<_>>()
+                .join("|")
+        })
+        .collect()
+}

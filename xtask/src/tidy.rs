@@ -1,0 +1,155 @@
+//! Hygiene checks, run by `cargo xtask tidy` and as an ordinary `#[test]`
+//! (so plain `cargo test` enforces them):
+//!
+//! - every `.rs` file opens with a `//!` module doc;
+//! - no trailing whitespace in `.rs`, `.sql`, `.md` and `.toml` files;
+//! - no ignored or should-panic tests, and no `todo!`/`unimplemented!` stubs;
+//! - every `.sql` file under `sql/` is listed in `queen-sql`'s registry, and every
+//!   file the registry names exists.
+
+use std::path::{Path, PathBuf};
+
+/// Directories whose files are checked.
+const SOURCE_DIRS: &[&str] = &["crates", "xtask", "tests", "benches", "sql"];
+
+/// Run every check; `Err` lists each problem on its own line.
+pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
+    let mut problems = Vec::new();
+    let mut files = Vec::new();
+    for dir in SOURCE_DIRS {
+        collect(&root.join(dir), &mut files);
+    }
+    for extra in ["README.md", "ARCHITECTURE.md", "Cargo.toml"] {
+        files.push(root.join(extra));
+    }
+    // Built from pieces so this file does not flag itself.
+    let banned = [
+        format!("#[{}", "ignore"),
+        format!("#[{}", "should_panic"),
+        format!("{}!(", "todo"),
+        format!("{}!(", "unimplemented"),
+    ];
+    for file in &files {
+        let Ok(text) = std::fs::read_to_string(file) else {
+            problems.push(format!("{}: missing or unreadable", rel(root, file)));
+            continue;
+        };
+        let ext = file.extension().and_then(|e| e.to_str()).unwrap_or("");
+        if ext == "rs" {
+            if !text.trim_start().starts_with("//!") {
+                problems.push(format!(
+                    "{}: does not start with a //! doc",
+                    rel(root, file)
+                ));
+            }
+            for pattern in &banned {
+                if text.contains(pattern.as_str()) {
+                    problems.push(format!("{}: contains `{pattern}`", rel(root, file)));
+                }
+            }
+        }
+        if matches!(ext, "rs" | "sql" | "md" | "toml") {
+            for (idx, line) in text.lines().enumerate() {
+                if line.ends_with(' ') || line.ends_with('\t') {
+                    problems.push(format!(
+                        "{}:{}: trailing whitespace",
+                        rel(root, file),
+                        idx + 1
+                    ));
+                }
+            }
+        }
+    }
+    check_sql_registry(root, &mut problems);
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
+}
+
+/// Every `sql/**/*.sql` file is named in the registry, and the reverse.
+fn check_sql_registry(root: &Path, problems: &mut Vec<String>) {
+    let registry_path = root.join("crates/queen-sql/src/registry.rs");
+    let Ok(registry) = std::fs::read_to_string(&registry_path) else {
+        problems.push("crates/queen-sql/src/registry.rs: missing".to_owned());
+        return;
+    };
+    let mut sql_files = Vec::new();
+    collect(&root.join("sql"), &mut sql_files);
+    for file in sql_files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "sql"))
+    {
+        let relative = rel(&root.join("sql"), file);
+        if !registry.contains(&relative) {
+            problems.push(format!(
+                "sql/{relative}: not listed in the queen-sql registry"
+            ));
+        }
+    }
+    for (idx, _) in registry.match_indices("sql/") {
+        let rest = &registry[idx + 4..];
+        let end = rest.find('"').unwrap_or(rest.len());
+        let named = &rest[..end];
+        if named.ends_with(".sql") && !root.join("sql").join(named).is_file() {
+            problems.push(format!("registry names sql/{named}, which does not exist"));
+        }
+    }
+}
+
+fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.filter_map(Result::ok) {
+        let path = entry.path();
+        let name = entry.file_name();
+        if name == "target" || name.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        if path.is_dir() {
+            collect(&path, out);
+        } else {
+            out.push(path);
+        }
+    }
+}
+
+fn rel(root: &Path, file: &Path) -> String {
+    file.strip_prefix(root)
+        .unwrap_or(file)
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_tree_is_tidy() {
+        if let Err(problems) = super::check(&crate::workspace_root()) {
+            panic!("tidy found problems:\n{}", problems.join("\n"));
+        }
+    }
+
+    #[test]
+    fn tidy_catches_a_missing_module_doc_and_trailing_space() {
+        let dir = std::env::temp_dir().join(format!("xtask-tidy-{}", std::process::id()));
+        let crates = dir.join("crates/x/src");
+        std::fs::create_dir_all(&crates).unwrap();
+        std::fs::create_dir_all(dir.join("crates/queen-sql/src")).unwrap();
+        std::fs::create_dir_all(dir.join("sql/schema")).unwrap();
+        std::fs::write(crates.join("lib.rs"), "fn f() {} \n").unwrap();
+        std::fs::write(dir.join("sql/schema/001_x.sql"), "SELECT 1;\n").unwrap();
+        std::fs::write(dir.join("crates/queen-sql/src/registry.rs"), "//! r\n").unwrap();
+        for extra in ["README.md", "ARCHITECTURE.md", "Cargo.toml"] {
+            std::fs::write(dir.join(extra), "x\n").unwrap();
+        }
+        let problems = super::check(&dir).unwrap_err();
+        let _ = std::fs::remove_dir_all(&dir);
+        let text = problems.join("\n");
+        assert!(text.contains("does not start with a //! doc"), "{text}");
+        assert!(text.contains("trailing whitespace"), "{text}");
+        assert!(text.contains("sql/schema/001_x.sql: not listed"), "{text}");
+    }
+}
