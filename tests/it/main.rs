@@ -1,1 +1,5 @@
-//! Integration tests.
+//! Cross-crate integration tests: the broker over real HTTP and PostgreSQL.
+
+mod configure;
+mod health;
+mod push;

@@ -9,6 +9,61 @@ pub enum EngineError {
     /// PostgreSQL failed or could not be reached.
     #[error("storage error")]
     Sql(#[from] SqlError),
+
+    /// One failure answered to several waiters (a flush carries many requests).
+    #[error(transparent)]
+    Shared(std::sync::Arc<EngineError>),
+
+    /// A queue has `encryptionEnabled` but this broker has no key: the push
+    /// fails rather than store plaintext.
+    #[error(
+        "queue {queue} requires encryption but QUEEN_ENCRYPTION_KEY is not set on this broker"
+    )]
+    EncryptionKeyMissing { queue: String },
+
+    /// `QUEEN_ENCRYPTION_KEY` is not 64 hexadecimal characters.
+    #[error("QUEEN_ENCRYPTION_KEY must be 64 hexadecimal characters (32 bytes)")]
+    InvalidKey,
+
+    /// AES-GCM refused to seal a payload.
+    #[error("could not encrypt a payload")]
+    Seal,
+
+    /// A sealed payload did not open: wrong key or tampered bytes.
+    #[error("could not decrypt a payload (wrong QUEEN_ENCRYPTION_KEY or corrupt data)")]
+    Unseal,
+
+    /// A segment could not be encoded or decoded.
+    #[error("segment encoding error")]
+    Frame(#[from] queen_frame::FrameError),
+
+    /// More messages for one partition in one request than a segment can count.
+    #[error("too many messages for one partition in one request")]
+    BatchTooLarge,
+
+    /// The engine is shutting down and dropped the request.
+    #[error("the broker is shutting down")]
+    ShuttingDown,
+
+    /// A push flush ended without settling every message (it kept being refused).
+    #[error("push could not be completed; retry it")]
+    PushUnresolved,
+
+    /// A broken internal expectation; a bug, reported instead of panicking.
+    #[error("internal error: {0}")]
+    Internal(&'static str),
+
+    /// A queue configuration breaks one of the engine's rules (checked before
+    /// any I/O, so nothing was written). Displays as, for example,
+    /// `queue must be at most 255 bytes`.
+    #[error("{field} {rule}")]
+    InvalidConfiguration {
+        /// The offending field: `queue`, `namespace`, `task`, `tenant`, or a
+        /// `QueueSettings` field name such as `lease_time`.
+        field: &'static str,
+        /// The rule it breaks, phrased to follow the field name.
+        rule: &'static str,
+    },
 }
 
 impl EngineError {
@@ -16,6 +71,16 @@ impl EngineError {
     pub fn is_transient(&self) -> bool {
         match self {
             EngineError::Sql(error) => error.is_transient(),
+            EngineError::Shared(error) => error.is_transient(),
+            EngineError::ShuttingDown | EngineError::PushUnresolved => true,
+            EngineError::EncryptionKeyMissing { .. }
+            | EngineError::InvalidKey
+            | EngineError::Seal
+            | EngineError::Unseal
+            | EngineError::Frame(_)
+            | EngineError::BatchTooLarge
+            | EngineError::Internal(_) => false,
+            EngineError::InvalidConfiguration { .. } => false,
         }
     }
 }

@@ -5,6 +5,8 @@
 //! Bodies are `{"error": "..."}`, the shape every Queen client reads
 //! (wire-api.md §0.3). Internal errors log the whole chain and answer an opaque message.
 
+use std::borrow::Cow;
+
 use hyper::StatusCode;
 use queen_engine::EngineError;
 
@@ -48,11 +50,16 @@ const RETRY_AFTER_SECONDS: &str = "1";
 impl HttpError {
     /// The response for this error.
     pub(crate) fn into_response(self) -> Response {
-        let status = self.status();
         match &self {
             HttpError::Engine(engine) => {
-                tracing::error!(error = %queen_engine::error_chain(engine), "request failed in the engine");
-                let mut res = response::error(status, opaque_message(engine));
+                let (status, message) = engine_reply(engine);
+                if status.is_server_error() {
+                    tracing::error!(
+                        error = %queen_engine::error_chain(engine),
+                        "request failed in the engine"
+                    );
+                }
+                let mut res = response::error(status, &message);
                 if status == StatusCode::SERVICE_UNAVAILABLE {
                     res.headers_mut().insert(
                         hyper::header::RETRY_AFTER,
@@ -66,7 +73,7 @@ impl HttpError {
             | HttpError::BodyRead
             | HttpError::EmptyBody
             | HttpError::InvalidJson(_)
-            | HttpError::Validation(_) => response::error(status, &self.to_string()),
+            | HttpError::Validation(_) => response::error(self.status(), &self.to_string()),
         }
     }
 
@@ -79,23 +86,44 @@ impl HttpError {
             | HttpError::EmptyBody
             | HttpError::InvalidJson(_)
             | HttpError::Validation(_) => StatusCode::BAD_REQUEST,
-            HttpError::Engine(engine) => engine_status(engine),
+            HttpError::Engine(engine) => engine_reply(engine).0,
         }
     }
 }
 
-/// Statuses for engine failures. Transient storage trouble is 503 with
-/// `Retry-After` (clients retry it); anything else is a 500.
-fn engine_status(error: &EngineError) -> StatusCode {
+/// Status and client-facing message for engine failures.
+///
+/// Transient trouble (database unreachable, shutting down) is 503 with
+/// `Retry-After`: clients retry it, and every write is idempotent by
+/// transaction id. Storage internals are never shown to the client; they are
+/// logged with their whole chain. Operator-fixable faults (a missing
+/// encryption key) say what to fix.
+fn engine_reply(error: &EngineError) -> (StatusCode, Cow<'static, str>) {
+    const UNAVAILABLE: (StatusCode, Cow<'static, str>) = (
+        StatusCode::SERVICE_UNAVAILABLE,
+        Cow::Borrowed("database unavailable"),
+    );
+    const INTERNAL: (StatusCode, Cow<'static, str>) = (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        Cow::Borrowed("internal error"),
+    );
     match error {
-        EngineError::Sql(_) if error.is_transient() => StatusCode::SERVICE_UNAVAILABLE,
-        EngineError::Sql(_) => StatusCode::INTERNAL_SERVER_ERROR,
-    }
-}
-
-fn opaque_message(error: &EngineError) -> &'static str {
-    match error {
-        EngineError::Sql(_) if error.is_transient() => "database unavailable",
-        EngineError::Sql(_) => "internal error",
+        EngineError::Shared(inner) => engine_reply(inner),
+        EngineError::Sql(_) if error.is_transient() => UNAVAILABLE,
+        EngineError::Sql(_) | EngineError::Frame(_) | EngineError::Internal(_) => INTERNAL,
+        EngineError::ShuttingDown | EngineError::PushUnresolved => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Cow::Owned(error.to_string()),
+        ),
+        EngineError::InvalidConfiguration { .. } | EngineError::BatchTooLarge => {
+            (StatusCode::BAD_REQUEST, Cow::Owned(error.to_string()))
+        }
+        EngineError::EncryptionKeyMissing { .. }
+        | EngineError::InvalidKey
+        | EngineError::Seal
+        | EngineError::Unseal => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Cow::Owned(error.to_string()),
+        ),
     }
 }

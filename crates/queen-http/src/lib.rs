@@ -9,6 +9,7 @@
 //! **Invariant:** this crate never sees `tokio_postgres` types; it talks to
 //! `queen_engine::Engine` only.
 
+mod body;
 mod error;
 mod handlers;
 mod response;

@@ -16,8 +16,11 @@ pub(crate) async fn route(engine: &Engine, req: Request) -> Response {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    // Handlers that read the body take the request by value.
     let res = match (&method, segments.as_slice()) {
         (&Method::GET, ["health"]) => Ok(handlers::health::get(engine).await),
+        (&Method::POST, ["api", "v1", "configure"]) => handlers::configure::post(engine, req).await,
+        (&Method::POST, ["api", "v1", "push"]) => handlers::push::post(engine, req).await,
         (&Method::OPTIONS, _) => Ok(response::empty(StatusCode::NO_CONTENT)),
         _ => Err(HttpError::RouteNotFound {
             method: method.to_string(),

@@ -63,6 +63,20 @@ pub(crate) struct Config {
     #[arg(long, env = "QUEEN_DB_POOL_SIZE", default_value_t = 32)]
     pub(crate) db_pool_size: usize,
 
+    /// AES-256-GCM key for queues with encryptionEnabled: 64 hex characters.
+    /// Without it, pushes to an encrypted queue fail (never stored as plaintext).
+    #[arg(long, env = "QUEEN_ENCRYPTION_KEY", hide_env_values = true)]
+    pub(crate) encryption_key: Option<String>,
+
+    /// zstd compression level of new segments.
+    #[arg(long, env = "QUEEN_V2_ZSTD_LEVEL", default_value_t = 3)]
+    pub(crate) zstd_level: i32,
+
+    /// How many push flush transactions may run at once (each carries many
+    /// partitions' segments; segment size is not configurable, it follows load).
+    #[arg(long, env = "QUEEN_PUSH_FLUSHERS", default_value_t = 4)]
+    pub(crate) push_flushers: usize,
+
     /// Seconds in-flight requests get to finish on shutdown.
     #[arg(long, env = "QUEEN_SHUTDOWN_TIMEOUT_SECONDS", default_value_t = 30)]
     pub(crate) shutdown_timeout_seconds: u64,

@@ -39,6 +39,8 @@ enum ServerError {
     },
     #[error("cannot install signal handlers")]
     Signals(#[source] std::io::Error),
+    #[error("invalid configuration")]
+    Engine(#[from] queen_engine::EngineError),
     #[error("managed PostgreSQL task failed")]
     Join(#[from] tokio::task::JoinError),
 }
@@ -68,6 +70,8 @@ fn main() -> ExitCode {
 
 async fn run(config: Config) -> Result<(), ServerError> {
     let mut signals = Signals::install()?;
+    // Settings are checked before anything touches PostgreSQL.
+    let engine_config = engine_config(&config)?;
 
     let (db_config, mut cluster) = match config.database_source()? {
         DatabaseSource::External(db_config) => {
@@ -88,7 +92,7 @@ async fn run(config: Config) -> Result<(), ServerError> {
         }
     };
 
-    let served = serve(&config, db_config, &mut signals).await;
+    let served = serve(&config, engine_config, db_config, &mut signals).await;
 
     if let Some(cluster) = cluster.as_mut() {
         tracing::info!("stopping managed PostgreSQL");
@@ -103,6 +107,7 @@ async fn run(config: Config) -> Result<(), ServerError> {
 /// Apply the schema, build the engine, and serve until a signal arrives.
 async fn serve(
     config: &Config,
+    engine_config: queen_engine::EngineConfig,
     db_config: tokio_postgres::Config,
     signals: &mut Signals,
 ) -> Result<(), ServerError> {
@@ -111,12 +116,7 @@ async fn serve(
         return Ok(());
     };
     let pool = queen_sql::connect::pool(db_config, config.db_pool_size)?;
-    let engine = queen_engine::Engine::new(
-        pool,
-        queen_engine::EngineConfig {
-            server_name: format!("queen-{}", hostname()),
-        },
-    );
+    let engine = queen_engine::Engine::new(pool, engine_config);
 
     let addr = std::net::SocketAddr::new(config.host, config.port);
     let listener = TcpListener::bind(addr)
@@ -129,8 +129,22 @@ async fn serve(
     };
     queen_http::serve(listener, Arc::clone(&engine), options, signals.recv()).await;
     tracing::info!("closing the connection pool");
-    engine.close();
+    engine.shutdown().await;
     Ok(())
+}
+
+fn engine_config(config: &Config) -> Result<queen_engine::EngineConfig, ServerError> {
+    let encryption_key = config
+        .encryption_key
+        .as_deref()
+        .map(str::parse::<queen_engine::EncryptionKey>)
+        .transpose()?;
+    Ok(queen_engine::EngineConfig {
+        server_name: format!("queen-{}", hostname()),
+        encryption_key,
+        zstd_level: config.zstd_level,
+        push_flushers: config.push_flushers,
+    })
 }
 
 /// Apply the schema, retrying while the database is unreachable (it may still be

@@ -48,6 +48,11 @@ pub enum SqlError {
     #[error("data directory {} is unusable: {reason}", path.display())]
     DataDir { path: PathBuf, reason: String },
 
+    /// A procedure answered with rows this crate does not understand: the
+    /// binary and the applied SQL disagree.
+    #[error("unexpected answer from the database: {what}")]
+    Protocol { what: &'static str },
+
     /// A segment lookup found nothing at that address.
     #[error("no segment of partition {partition_id} covers offset {offset}")]
     SegmentNotFound {
@@ -65,6 +70,18 @@ pub enum SqlError {
 }
 
 impl SqlError {
+    /// True for a deadlock or serialization failure: the same statement may
+    /// succeed if run again at once.
+    pub fn is_conflict(&self) -> bool {
+        match self {
+            SqlError::Db(e) => e.code().is_some_and(|c| {
+                *c == tokio_postgres::error::SqlState::T_R_SERIALIZATION_FAILURE
+                    || *c == tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED
+            }),
+            _ => false,
+        }
+    }
+
     /// True when retrying later may succeed: serialisation failures, deadlocks,
     /// and the database being unreachable.
     pub fn is_transient(&self) -> bool {
@@ -86,6 +103,7 @@ impl SqlError {
             | SqlError::Io { .. }
             | SqlError::DataDir { .. }
             | SqlError::SegmentNotFound { .. }
+            | SqlError::Protocol { .. }
             | SqlError::SchemaFile { .. } => false,
         }
     }

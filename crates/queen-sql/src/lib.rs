@@ -15,6 +15,8 @@
 pub mod cluster;
 pub mod connect;
 mod error;
+pub mod push;
+pub mod queues;
 pub mod registry;
 mod schema;
 pub mod segments;

@@ -58,4 +58,14 @@ pub const FILES: &[SqlFile] = &[
         text: include_str!("../../../sql/schema/090_concurrent_indexes.sql"),
         mode: ApplyMode::Concurrent,
     },
+    SqlFile {
+        name: "procedures/configure.sql",
+        text: include_str!("../../../sql/procedures/configure.sql"),
+        mode: ApplyMode::Transactional,
+    },
+    SqlFile {
+        name: "procedures/push.sql",
+        text: include_str!("../../../sql/procedures/push.sql"),
+        mode: ApplyMode::Transactional,
+    },
 ];

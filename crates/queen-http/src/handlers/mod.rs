@@ -1,3 +1,6 @@
-//! One module per endpoint.
+//! One module per endpoint: parse the request into a typed command, call the
+//! engine, encode the reply.
 
+pub(crate) mod configure;
 pub(crate) mod health;
+pub(crate) mod push;

@@ -205,6 +205,9 @@ fn help_lists_every_setting_and_the_readme_documents_them() {
         "QUEEN_DATA_DIR",
         "QUEEN_PG_BIN_DIR",
         "QUEEN_DB_POOL_SIZE",
+        "QUEEN_ENCRYPTION_KEY",
+        "QUEEN_V2_ZSTD_LEVEL",
+        "QUEEN_PUSH_FLUSHERS",
         "QUEEN_SHUTDOWN_TIMEOUT_SECONDS",
         "RUST_LOG",
     ] {
@@ -217,4 +220,23 @@ fn help_lists_every_setting_and_the_readme_documents_them() {
             "README.md lacks {var}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_encryption_key_is_refused_at_boot() {
+    let db = TestDb::empty().await;
+    let url = db.url();
+    let output = command(&[
+        ("QUEEN_DATABASE_URL", &url),
+        ("QUEEN_ENCRYPTION_KEY", "not-hex"),
+        ("PORT", "0"),
+    ])
+    .output()
+    .expect("run queen-server");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("QUEEN_ENCRYPTION_KEY must be 64 hexadecimal characters"),
+        "{stderr}"
+    );
 }

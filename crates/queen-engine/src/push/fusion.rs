@@ -1,0 +1,585 @@
+//! Push fusion: one accumulating segment per partition, at most one flush in
+//! flight per partition, several partitions per round trip.
+//!
+//! Each partition with pending work is a *lane*. A submission joins its lane's
+//! pending list. If the lane has no flush in flight it becomes ready at once;
+//! otherwise it waits, accumulating, until the current flush returns and the
+//! flusher re-queues it. So a segment holds exactly what arrived during the
+//! previous flush's round trip: one message at low load, more as load grows.
+//! Nothing chooses a segment size (storage-model.md, "Segment size is
+//! emergent").
+//!
+//! A fixed set of flusher tasks takes ready lanes from one queue, up to
+//! [`MAX_LANES_PER_FLUSH`] at a time, and writes them with one call of
+//! `queen.log_push_v1`: one transaction, one round trip. A submission's reply
+//! is sent after that transaction commits.
+//!
+//! Locking: `lanes` is a `parking_lot::Mutex` held only to move submissions in
+//! and out, never across an `.await`. The ready queue is an unbounded channel
+//! whose receiver the flushers share behind a `tokio::sync::Mutex` (held while
+//! waiting for the next lane, which is what makes an idle flusher the one that
+//! takes new work).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{Mutex, RwLock};
+use queen_frame::{Frame, SegmentBuilder};
+use queen_sql::push::{SegmentWrite, SlotOutcome};
+use tokio::sync::{mpsc, oneshot, watch};
+use uuid::Uuid;
+
+use super::{Entry, EntryResult};
+use crate::crypto::EncryptionKey;
+use crate::naming::{derive_namespace_task, DEFAULT_TENANT};
+use crate::EngineError;
+
+/// The most partitions one round trip carries. Bounds the statement's size and
+/// the time one transaction holds partition locks.
+const MAX_LANES_PER_FLUSH: usize = 64;
+
+/// Payload bytes past which a lane's flush stops taking more submissions (the
+/// first is always taken). A safety bound on one segment's size, not a batch
+/// size: under ordinary load segments are far smaller.
+const MAX_SEGMENT_PAYLOAD_BYTES: usize = 8 * 1024 * 1024;
+
+/// Rounds of one flush: a slot refused for a stale encryption flag or for
+/// duplicates is rebuilt and written again, at most this many times in total.
+const MAX_FLUSH_ROUNDS: usize = 4;
+
+/// Attempts of one round when PostgreSQL reports a deadlock or serialization
+/// failure (possible only between brokers whose flushes share partitions).
+const MAX_CONFLICT_ATTEMPTS: usize = 3;
+
+type Reply = oneshot::Sender<Result<Vec<EntryResult>, EngineError>>;
+
+/// Counters of the push path, for tests, benchmarks and metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PushStats {
+    /// Calls of `log_push_v1` (round trips, one transaction each).
+    pub flushes: u64,
+    /// Segments committed.
+    pub segments: u64,
+    /// Messages committed.
+    pub messages: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct LaneKey {
+    queue: Arc<str>,
+    partition: Arc<str>,
+}
+
+struct Submission {
+    entries: Vec<Entry>,
+    reply: Reply,
+}
+
+#[derive(Default)]
+struct Lane {
+    pending: Vec<Submission>,
+}
+
+#[derive(Default)]
+struct Counters {
+    flushes: AtomicU64,
+    segments: AtomicU64,
+    messages: AtomicU64,
+}
+
+struct Shared {
+    pool: deadpool_postgres::Pool,
+    /// Lanes with pending work or a flush in flight. A lane present here is
+    /// "in flight or ready"; a lane absent here is idle.
+    lanes: Mutex<HashMap<LaneKey, Lane>>,
+    ready_tx: mpsc::UnboundedSender<LaneKey>,
+    ready_rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<LaneKey>>,
+    /// Last known `encryptionEnabled` per queue. A miss means "not encrypted"
+    /// (implicit queues never are); a stale entry costs one refused slot, never
+    /// plaintext, because `log_push_v1` checks the flag under its own snapshot.
+    encryption: RwLock<HashMap<Arc<str>, bool>>,
+    key: Option<EncryptionKey>,
+    zstd_level: i32,
+    counters: Counters,
+}
+
+/// Push fusion: lanes, the ready queue and the flusher tasks.
+pub(crate) struct Fusion {
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    flushers: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl Fusion {
+    /// Start `n_flushers` flusher tasks on the current runtime.
+    pub(crate) fn start(
+        pool: deadpool_postgres::Pool,
+        key: Option<EncryptionKey>,
+        zstd_level: i32,
+        n_flushers: usize,
+    ) -> Fusion {
+        let (ready_tx, ready_rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            pool,
+            lanes: Mutex::new(HashMap::new()),
+            ready_tx,
+            ready_rx: tokio::sync::Mutex::new(ready_rx),
+            encryption: RwLock::new(HashMap::new()),
+            key,
+            zstd_level,
+            counters: Counters::default(),
+        });
+        let (stop, stop_rx) = watch::channel(false);
+        let flushers = (0..n_flushers.max(1))
+            .map(|_| tokio::spawn(run_flusher(Arc::clone(&shared), stop_rx.clone())))
+            .collect();
+        Fusion {
+            shared,
+            stop,
+            flushers: Mutex::new(flushers),
+        }
+    }
+
+    /// Add one request's entries for one partition; the receiver answers after commit.
+    pub(crate) fn submit(
+        &self,
+        queue: &str,
+        partition: &str,
+        entries: Vec<Entry>,
+    ) -> oneshot::Receiver<Result<Vec<EntryResult>, EngineError>> {
+        let (reply, rx) = oneshot::channel();
+        let key = LaneKey {
+            queue: Arc::from(queue),
+            partition: Arc::from(partition),
+        };
+        let became_ready = {
+            let mut lanes = self.shared.lanes.lock();
+            let is_new = !lanes.contains_key(&key);
+            lanes
+                .entry(key.clone())
+                .or_default()
+                .pending
+                .push(Submission { entries, reply });
+            is_new
+        };
+        if became_ready && self.shared.ready_tx.send(key).is_err() {
+            tracing::error!("push fusion is stopped; a submission was dropped");
+        }
+        rx
+    }
+
+    /// Forget the cached encryption flag of `queue` (it was reconfigured).
+    pub(crate) fn forget_queue(&self, queue: &str) {
+        self.shared.encryption.write().remove(queue);
+    }
+
+    pub(crate) fn stats(&self) -> PushStats {
+        let counters = &self.shared.counters;
+        PushStats {
+            flushes: counters.flushes.load(Ordering::Relaxed),
+            segments: counters.segments.load(Ordering::Relaxed),
+            messages: counters.messages.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Stop the flushers after they have written everything already submitted.
+    pub(crate) async fn shutdown(&self) {
+        let _ = self.stop.send(true);
+        let handles: Vec<_> = std::mem::take(&mut *self.flushers.lock());
+        for handle in handles {
+            let _ = handle.await;
+        }
+    }
+}
+
+async fn run_flusher(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let mut builder = SegmentBuilder::with_level(shared.zstd_level);
+    loop {
+        let keys = {
+            let mut rx = shared.ready_rx.lock().await;
+            let first = if *stop.borrow() {
+                // Stopping: finish what is queued, then leave.
+                match rx.try_recv() {
+                    Ok(key) => key,
+                    Err(_) => return,
+                }
+            } else {
+                tokio::select! {
+                    key = rx.recv() => match key {
+                        Some(key) => key,
+                        None => return,
+                    },
+                    _ = stop.changed() => continue,
+                }
+            };
+            let mut keys = vec![first];
+            while keys.len() < MAX_LANES_PER_FLUSH {
+                match rx.try_recv() {
+                    Ok(key) => keys.push(key),
+                    Err(_) => break,
+                }
+            }
+            keys
+        };
+        let mut work = take_pending(&shared, keys);
+        work.sort_by(|a, b| a.key.cmp_names(&b.key));
+        flush(&shared, &mut builder, &mut work).await;
+        redispatch(&shared, &work);
+    }
+}
+
+impl LaneKey {
+    /// The lock order of partitions within a flush: by queue, then partition name.
+    fn cmp_names(&self, other: &LaneKey) -> std::cmp::Ordering {
+        (&*self.queue, &*self.partition).cmp(&(&*other.queue, &*other.partition))
+    }
+}
+
+/// One lane's share of a flush.
+struct LaneWork {
+    key: LaneKey,
+    submissions: Vec<Submission>,
+    /// Per entry (flattened across submissions): its result once known.
+    results: Vec<Option<EntryResult>>,
+    /// Per entry: the earlier entry of this flush with the same transaction id
+    /// (two requests racing on one id, fused into one segment). A follower is
+    /// never written; it answers as a duplicate of its leader.
+    leaders: Vec<Option<usize>>,
+}
+
+impl LaneWork {
+    fn new(key: LaneKey, submissions: Vec<Submission>) -> LaneWork {
+        let mut first_seen: HashMap<[u8; queen_frame::HASH_LEN], usize> = HashMap::new();
+        let leaders: Vec<Option<usize>> = submissions
+            .iter()
+            .flat_map(|s| s.entries.iter())
+            .enumerate()
+            .map(|(idx, entry)| match first_seen.get(&entry.hash) {
+                Some(&leader) => Some(leader),
+                None => {
+                    first_seen.insert(entry.hash, idx);
+                    None
+                }
+            })
+            .collect();
+        LaneWork {
+            key,
+            submissions,
+            results: vec![None; leaders.len()],
+            leaders,
+        }
+    }
+
+    fn entries(&self) -> impl Iterator<Item = &Entry> {
+        self.submissions.iter().flat_map(|s| s.entries.iter())
+    }
+
+    /// True for an entry that still has to be written.
+    fn needs_write(&self, idx: usize) -> bool {
+        self.results.get(idx).is_some_and(Option::is_none)
+            && self.leaders.get(idx).is_some_and(Option::is_none)
+    }
+
+    fn unresolved(&self) -> usize {
+        (0..self.results.len())
+            .filter(|&idx| self.needs_write(idx))
+            .count()
+    }
+
+    /// Answer every follower from its leader's result.
+    fn resolve_followers(&mut self) {
+        let message_ids: Vec<Uuid> = self.entries().map(|e| e.message_id).collect();
+        for idx in 0..self.results.len() {
+            let Some(leader) = self.leaders[idx] else {
+                continue;
+            };
+            self.results[idx] = match self.results.get(leader).copied().flatten() {
+                Some(EntryResult::Queued { partition_id }) => Some(EntryResult::Duplicate {
+                    partition_id,
+                    winner: message_ids.get(leader).copied(),
+                }),
+                duplicate @ Some(EntryResult::Duplicate { .. }) => duplicate,
+                None => None,
+            };
+        }
+    }
+}
+
+/// Move each ready lane's pending submissions (up to the size bound) out of the map.
+fn take_pending(shared: &Shared, keys: Vec<LaneKey>) -> Vec<LaneWork> {
+    let mut lanes = shared.lanes.lock();
+    keys.into_iter()
+        .map(|key| {
+            let mut submissions = Vec::new();
+            if let Some(lane) = lanes.get_mut(&key) {
+                let mut bytes = 0usize;
+                let mut take = 0usize;
+                for submission in &lane.pending {
+                    if take > 0 && bytes >= MAX_SEGMENT_PAYLOAD_BYTES {
+                        break;
+                    }
+                    bytes += submission
+                        .entries
+                        .iter()
+                        .map(|e| e.payload.len())
+                        .sum::<usize>();
+                    take += 1;
+                }
+                submissions = lane.pending.drain(..take).collect();
+            }
+            LaneWork::new(key, submissions)
+        })
+        .collect()
+}
+
+/// After a flush: lanes that accumulated more work go back on the ready queue
+/// (still "in flight" for everyone else); drained lanes become idle.
+fn redispatch(shared: &Shared, work: &[LaneWork]) {
+    let mut lanes = shared.lanes.lock();
+    for lane_work in work {
+        let has_more = lanes
+            .get(&lane_work.key)
+            .is_some_and(|lane| !lane.pending.is_empty());
+        if has_more {
+            if shared.ready_tx.send(lane_work.key.clone()).is_err() {
+                tracing::error!("push fusion is stopped; pending submissions were dropped");
+            }
+        } else {
+            lanes.remove(&lane_work.key);
+        }
+    }
+}
+
+/// Write every lane of `work`, resolving each entry; then answer every submission.
+async fn flush(shared: &Shared, builder: &mut SegmentBuilder, work: &mut [LaneWork]) {
+    let mut failed: Vec<Option<EngineError>> = (0..work.len()).map(|_| None).collect();
+    for _round in 0..MAX_FLUSH_ROUNDS {
+        let todo: Vec<usize> = (0..work.len())
+            .filter(|&i| failed[i].is_none() && work[i].unresolved() > 0)
+            .collect();
+        if todo.is_empty() {
+            break;
+        }
+        let mut built = Vec::with_capacity(todo.len());
+        let mut slots = Vec::with_capacity(todo.len());
+        for &i in &todo {
+            match build_segment(shared, builder, &work[i]) {
+                Ok(segment) => {
+                    built.push(segment);
+                    slots.push(i);
+                }
+                Err(error) => failed[i] = Some(error),
+            }
+        }
+        if slots.is_empty() {
+            continue;
+        }
+        let writes: Vec<SegmentWrite<'_>> = slots
+            .iter()
+            .zip(&built)
+            .map(|(&i, segment)| segment.write(&work[i].key))
+            .collect();
+        let outcomes = match write(shared, &writes).await {
+            Ok(outcomes) => outcomes,
+            Err(error) => {
+                let error = Arc::new(EngineError::Sql(error));
+                for &i in &slots {
+                    failed[i] = Some(EngineError::Shared(Arc::clone(&error)));
+                }
+                continue;
+            }
+        };
+        for ((&i, segment), outcome) in slots.iter().zip(&built).zip(outcomes) {
+            apply_outcome(shared, &mut work[i], segment, outcome);
+        }
+    }
+    for (lane_work, failure) in work.iter_mut().zip(failed) {
+        lane_work.resolve_followers();
+        answer(lane_work, failure);
+    }
+}
+
+/// A slot's segment, built from the lane's unresolved entries.
+struct BuiltSegment {
+    /// Flattened entry index of each frame.
+    frame_entries: Vec<usize>,
+    blob: Vec<u8>,
+    hashes: Vec<u8>,
+    encrypted: bool,
+    n_frames: i32,
+    namespace_task: (String, String),
+}
+
+impl BuiltSegment {
+    fn write<'a>(&'a self, key: &'a LaneKey) -> SegmentWrite<'a> {
+        SegmentWrite {
+            queue: &key.queue,
+            partition: &key.partition,
+            namespace: &self.namespace_task.0,
+            task: &self.namespace_task.1,
+            new_queue_id: Uuid::now_v7(),
+            new_partition_id: Uuid::now_v7(),
+            encrypted: self.encrypted,
+            n_frames: self.n_frames,
+            blob: &self.blob,
+            hashes: &self.hashes,
+        }
+    }
+}
+
+fn build_segment(
+    shared: &Shared,
+    builder: &mut SegmentBuilder,
+    lane: &LaneWork,
+) -> Result<BuiltSegment, EngineError> {
+    let encrypted = shared
+        .encryption
+        .read()
+        .get(&lane.key.queue)
+        .copied()
+        .unwrap_or(false);
+    let key = match (&shared.key, encrypted) {
+        (_, false) => None,
+        (Some(key), true) => Some(key),
+        (None, true) => {
+            return Err(EngineError::EncryptionKeyMissing {
+                queue: lane.key.queue.to_string(),
+            })
+        }
+    };
+    let mut frame_entries = Vec::with_capacity(lane.results.len());
+    let mut hashes = Vec::with_capacity(lane.results.len() * queen_frame::HASH_LEN);
+    for (idx, entry) in lane.entries().enumerate() {
+        if !lane.needs_write(idx) {
+            continue;
+        }
+        let sealed;
+        let payload: &[u8] = match key {
+            Some(key) => {
+                sealed = key.seal(&entry.payload)?;
+                &sealed
+            }
+            None => &entry.payload,
+        };
+        builder.push(&Frame {
+            message_id: *entry.message_id.as_bytes(),
+            trace_id: entry.trace_id.map(|id| *id.as_bytes()),
+            transaction_id: &entry.transaction_id,
+            producer_sub: entry.producer_sub.as_deref(),
+            encrypted,
+            payload,
+        })?;
+        hashes.extend_from_slice(&entry.hash);
+        frame_entries.push(idx);
+    }
+    let encoded = builder.finish()?;
+    let (namespace, task) = derive_namespace_task(&lane.key.queue);
+    Ok(BuiltSegment {
+        n_frames: i32::try_from(encoded.n_frames).map_err(|_| EngineError::BatchTooLarge)?,
+        frame_entries,
+        blob: encoded.blob,
+        hashes,
+        encrypted,
+        namespace_task: (namespace.to_owned(), task.to_owned()),
+    })
+}
+
+/// One call of `log_push_v1`, retried on deadlock or serialization failure.
+async fn write(
+    shared: &Shared,
+    writes: &[SegmentWrite<'_>],
+) -> Result<Vec<SlotOutcome>, queen_sql::SqlError> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let result = async {
+            let client = shared.pool.get().await?;
+            shared.counters.flushes.fetch_add(1, Ordering::Relaxed);
+            queen_sql::push::push_segments(&**client, DEFAULT_TENANT, writes).await
+        }
+        .await;
+        match result {
+            Err(error) if error.is_conflict() && attempt < MAX_CONFLICT_ATTEMPTS => {
+                tracing::debug!(attempt, "push flush conflicted; retrying");
+                tokio::time::sleep(Duration::from_millis(5 * attempt as u64)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+fn apply_outcome(
+    shared: &Shared,
+    lane: &mut LaneWork,
+    segment: &BuiltSegment,
+    outcome: SlotOutcome,
+) {
+    match outcome {
+        SlotOutcome::Queued { partition_id, .. } => {
+            for &idx in &segment.frame_entries {
+                lane.results[idx] = Some(EntryResult::Queued { partition_id });
+            }
+            let counters = &shared.counters;
+            counters.segments.fetch_add(1, Ordering::Relaxed);
+            counters
+                .messages
+                .fetch_add(segment.frame_entries.len() as u64, Ordering::Relaxed);
+        }
+        SlotOutcome::EncryptionMismatch {
+            encryption_enabled, ..
+        } => {
+            // Reseal (or unseal) on the next round.
+            shared
+                .encryption
+                .write()
+                .insert(Arc::clone(&lane.key.queue), encryption_enabled);
+        }
+        SlotOutcome::Duplicates {
+            partition_id,
+            duplicates,
+        } => {
+            for duplicate in duplicates {
+                let Some(&idx) = segment.frame_entries.get(duplicate.item) else {
+                    continue;
+                };
+                let winner = duplicate
+                    .winner_blob
+                    .as_deref()
+                    .and_then(|blob| winner_message_id(blob, duplicate.winner_frame));
+                lane.results[idx] = Some(EntryResult::Duplicate {
+                    partition_id,
+                    winner,
+                });
+            }
+            // The rest are written on the next round, without the duplicates.
+        }
+    }
+}
+
+/// The message id of frame `idx` of a stored segment.
+fn winner_message_id(blob: &[u8], idx: usize) -> Option<Uuid> {
+    let segment = queen_frame::decompress(blob).ok()?;
+    let frames = segment.slice(idx, 1).ok()?;
+    frames
+        .first()
+        .map(|frame| Uuid::from_bytes(frame.message_id))
+}
+
+/// Send each submission its entries' results, or the lane's failure.
+fn answer(lane: &mut LaneWork, failure: Option<EngineError>) {
+    let mut results = lane.results.iter().copied();
+    let shared_failure = failure.map(Arc::new);
+    for submission in lane.submissions.drain(..) {
+        let n = submission.entries.len();
+        let mine: Option<Vec<EntryResult>> = results.by_ref().take(n).collect();
+        let reply = match (&shared_failure, mine) {
+            (None, Some(mine)) => Ok(mine),
+            (Some(error), _) => Err(EngineError::Shared(Arc::clone(error))),
+            (None, None) => Err(EngineError::PushUnresolved),
+        };
+        // The requester may have gone away (client disconnect): nothing to do.
+        let _ = submission.reply.send(reply);
+    }
+}

@@ -1,0 +1,178 @@
+//! The push path (decisions.md §3).
+//!
+//! [`Engine::push`] takes validated items, assigns message ids (UUIDv7, strictly
+//! increasing in item order) and transaction ids (the client's, or a UUIDv7),
+//! groups the items by partition preserving their order, and hands each
+//! partition's items to push fusion (`fusion.rs`). It answers only after the
+//! commits that carry its items.
+
+mod fusion;
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use uuid::Uuid;
+
+pub(crate) use fusion::Fusion;
+pub use fusion::PushStats;
+
+use crate::{Engine, EngineError};
+
+/// One message to push, already validated by the caller.
+#[derive(Debug, Clone)]
+pub struct PushItem {
+    /// Queue name; the queue is created with defaults if it does not exist.
+    pub queue: String,
+    /// Partition name; created if it does not exist.
+    pub partition: String,
+    /// The client's idempotency key; generated when `None`.
+    pub transaction_id: Option<String>,
+    /// The client's trace id.
+    pub trace_id: Option<Uuid>,
+    /// The authenticated producer (`sub` of the token), when auth is on.
+    pub producer_sub: Option<String>,
+    /// The payload bytes exactly as the client sent them (raw JSON).
+    pub payload: Bytes,
+}
+
+/// What happened to one pushed item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PushStatus {
+    /// Committed as a new message.
+    Queued,
+    /// The transaction id was already stored (or repeated earlier in the same
+    /// request); nothing new was stored.
+    Duplicate,
+}
+
+/// The answer for one pushed item, in the order the items were given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PushOutcome {
+    /// Queued or duplicate.
+    pub status: PushStatus,
+    /// The item's transaction id (the client's or the generated one).
+    pub transaction_id: String,
+    /// The new message's id; for a duplicate, the original message's id
+    /// (`None` only when retention already removed the original).
+    pub message_id: Option<Uuid>,
+    /// The partition's id.
+    pub partition_id: Uuid,
+    /// The item's trace id.
+    pub trace_id: Option<Uuid>,
+    /// The queue name.
+    pub queue: String,
+}
+
+/// A message on its way through fusion.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    pub(crate) message_id: Uuid,
+    pub(crate) transaction_id: String,
+    pub(crate) hash: [u8; queen_frame::HASH_LEN],
+    pub(crate) trace_id: Option<Uuid>,
+    pub(crate) producer_sub: Option<String>,
+    pub(crate) payload: Bytes,
+}
+
+/// What fusion answers for one entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EntryResult {
+    Queued {
+        partition_id: Uuid,
+    },
+    Duplicate {
+        partition_id: Uuid,
+        winner: Option<Uuid>,
+    },
+}
+
+impl Engine {
+    /// Push `items`; answers one outcome per item, in input order, once every
+    /// item is committed (or found to be a duplicate).
+    ///
+    /// A transaction id repeated within one partition, in this request or in
+    /// another request fused into the same flush, is a duplicate of its first
+    /// occurrence (fusion settles that, see `fusion.rs`).
+    ///
+    /// If PostgreSQL fails, the whole call fails, although partitions whose
+    /// flush committed keep their messages: retrying with the same
+    /// transaction ids is safe, the committed ones come back as duplicates.
+    pub async fn push(&self, items: Vec<PushItem>) -> Result<Vec<PushOutcome>, EngineError> {
+        let n_items = items.len();
+        // Per partition, in order of first appearance: its item indices and entries.
+        let mut groups: Vec<(String, String, Vec<usize>, Vec<Entry>)> = Vec::new();
+        let mut group_of: HashMap<(String, String), usize> = HashMap::new();
+        let mut answers: Vec<(String, Option<Uuid>, String, Uuid)> = Vec::with_capacity(n_items);
+        for (index, item) in items.into_iter().enumerate() {
+            let transaction_id = item
+                .transaction_id
+                .unwrap_or_else(|| Uuid::now_v7().to_string());
+            let message_id = Uuid::now_v7();
+            let key = (item.queue, item.partition);
+            let group_idx = *group_of.entry(key.clone()).or_insert_with(|| {
+                groups.push((key.0.clone(), key.1.clone(), Vec::new(), Vec::new()));
+                groups.len() - 1
+            });
+            answers.push((transaction_id.clone(), item.trace_id, key.0, message_id));
+            let (_, _, indices, entries) = &mut groups[group_idx];
+            indices.push(index);
+            entries.push(Entry {
+                message_id,
+                hash: queen_frame::txn_hash(&transaction_id),
+                transaction_id,
+                trace_id: item.trace_id,
+                producer_sub: item.producer_sub,
+                payload: item.payload,
+            });
+        }
+
+        let pending: Vec<_> = groups
+            .into_iter()
+            .map(|(queue, partition, indices, entries)| {
+                (indices, self.fusion.submit(&queue, &partition, entries))
+            })
+            .collect();
+        let mut results: Vec<Option<EntryResult>> = vec![None; n_items];
+        for (indices, reply) in pending {
+            let entry_results = reply.await.map_err(|_| EngineError::ShuttingDown)??;
+            if entry_results.len() != indices.len() {
+                return Err(EngineError::Internal(
+                    "push fusion answered the wrong count",
+                ));
+            }
+            for (index, result) in indices.into_iter().zip(entry_results) {
+                results[index] = Some(result);
+            }
+        }
+
+        results
+            .into_iter()
+            .zip(answers)
+            .map(|(result, (transaction_id, trace_id, queue, message_id))| {
+                let (status, message_id, partition_id) = match result {
+                    Some(EntryResult::Queued { partition_id }) => {
+                        (PushStatus::Queued, Some(message_id), partition_id)
+                    }
+                    Some(EntryResult::Duplicate {
+                        partition_id,
+                        winner,
+                    }) => (PushStatus::Duplicate, winner, partition_id),
+                    None => return Err(EngineError::Internal("a pushed item got no answer")),
+                };
+                Ok(PushOutcome {
+                    status,
+                    transaction_id,
+                    message_id,
+                    partition_id,
+                    trace_id,
+                    queue,
+                })
+            })
+            .collect()
+    }
+
+    /// Counters of the push path since the engine started.
+    pub fn push_stats(&self) -> PushStats {
+        self.fusion.stats()
+    }
+}

@@ -1,0 +1,399 @@
+//! `POST /api/v1/configure`: create a queue or fully replace its configuration
+//! (wire-api.md §2.1).
+//!
+//! Body `{"queue", "namespace"?, "task"?, "options"?}`:
+//!
+//! - `queue`: a non-empty string, else 400 `queue is required`. The engine
+//!   refuses a name over 255 bytes or holding NUL (400 with its message).
+//! - `namespace`, `task`: a string is stored as given (`""` included). Absent,
+//!   `null` or any other type derives them from the queue name: the namespace
+//!   is the text before the first `.`, the task the second dot-separated
+//!   segment, both `""` when the name has no dot (`billing.invoices.v2` gives
+//!   `billing` and `invoices`; `plain` gives `""` and `""`).
+//! - `options`: an object (absent or `null` is `{}`), else 400
+//!   `options must be an object`. Unknown keys are ignored. Every known option
+//!   is replaced: one left out (or `null`) gets its default from
+//!   [`QueueSettings::CONFIGURE_DEFAULTS`], whatever it was before.
+//!   Integer options take a JSON integer, a float without fraction, or a string
+//!   holding an integer (`"30"`); booleans take `true`/`false` or the strings
+//!   `"true"`/`"false"`. Anything else is a 400 naming the option
+//!   (`options.leaseTime must be an integer`, `... must not be negative`,
+//!   `... must be at most 2147483647`, `options.encryptionEnabled must be a boolean`).
+//!   `leaseTime` 0 means the default lease: the engine stores 60, the lease
+//!   actually granted.
+//!
+//! Everything is checked before any database I/O, so a 400 writes nothing.
+//!
+//! Reply 200 `{"configured": true, "queueId", "partitionId" (of the `Default`
+//! partition), "queue", "namespace", "task", "storage": "segments", "options"}`.
+//! `options` holds every known option: the exact JSON value the client sent
+//! for the ones it sent (`"30"` stays a string, `null` stays `null`, `0` for
+//! `leaseTime` stays `0`), the default for the others. Clients compare the echo
+//! with what they sent, value and type.
+
+use hyper::StatusCode;
+use queen_engine::{ConfigureQueue, Configured, Engine, QueueSettings};
+use serde_json::{Map, Value};
+
+use crate::error::HttpError;
+use crate::response::{self, Response};
+use crate::server::Request;
+
+/// The tenant of every configured queue. There is no authentication yet, so
+/// every request acts for the one tenant the engine uses when auth is off.
+const TENANT: &str = queen_engine::naming::DEFAULT_TENANT;
+
+pub(crate) async fn post(engine: &Engine, req: Request) -> Result<Response, HttpError> {
+    let (parts, body) = req.into_parts();
+    let bytes = crate::body::read(&parts.headers, body, crate::body::MAX_BODY_BYTES).await?;
+    let body: Value = crate::body::json(&bytes)?;
+    let command = Command::parse(&body)?;
+    let queue = command.request.queue.clone();
+    let configured = engine.configure(command.request).await?;
+    Ok(response::json(
+        StatusCode::OK,
+        &encode(&queue, &configured, &command.echo),
+    ))
+}
+
+/// A parsed request: what to ask the engine, and the options to echo.
+struct Command {
+    request: ConfigureQueue,
+    echo: Map<String, Value>,
+}
+
+impl Command {
+    fn parse(body: &Value) -> Result<Command, HttpError> {
+        let queue = match body.get("queue") {
+            Some(Value::String(queue)) if !queue.is_empty() => queue.clone(),
+            _ => return Err(invalid("queue is required".to_owned())),
+        };
+        let no_options = Map::new();
+        let options = match body.get("options") {
+            None | Some(Value::Null) => &no_options,
+            Some(Value::Object(options)) => options,
+            Some(_) => return Err(invalid("options must be an object".to_owned())),
+        };
+        let mut settings = QueueSettings::CONFIGURE_DEFAULTS;
+        let mut defaults = QueueSettings::CONFIGURE_DEFAULTS;
+        let mut echo = Map::new();
+        for &(key, field) in OPTIONS {
+            let sent = options.get(key);
+            let shown = match (field, sent) {
+                (Field::Int(slot), None) => Value::from(*slot(&mut defaults)),
+                (Field::Bool(slot), None) => Value::from(*slot(&mut defaults)),
+                (_, Some(Value::Null)) => Value::Null,
+                (Field::Int(slot), Some(value)) => {
+                    *slot(&mut settings) = integer(key, value)?;
+                    value.clone()
+                }
+                (Field::Bool(slot), Some(value)) => {
+                    *slot(&mut settings) = boolean(key, value)?;
+                    value.clone()
+                }
+            };
+            echo.insert(key.to_owned(), shown);
+        }
+        Ok(Command {
+            request: ConfigureQueue {
+                tenant: TENANT.to_owned(),
+                queue,
+                namespace: text(body, "namespace"),
+                task: text(body, "task"),
+                settings,
+            },
+            echo,
+        })
+    }
+}
+
+fn encode(queue: &str, configured: &Configured, echo: &Map<String, Value>) -> Value {
+    serde_json::json!({
+        "configured": true,
+        "queueId": configured.queue_id.to_string(),
+        "partitionId": configured.partition_id.to_string(),
+        "queue": queue,
+        "namespace": configured.namespace,
+        "task": configured.task,
+        "storage": "segments",
+        "options": echo,
+    })
+}
+
+/// Where a wire option lands in [`QueueSettings`].
+#[derive(Clone, Copy)]
+enum Field {
+    Int(fn(&mut QueueSettings) -> &mut i32),
+    Bool(fn(&mut QueueSettings) -> &mut bool),
+}
+
+/// Every option of the wire contract (§2.1) plus the engine-side ones
+/// (`dlqEnabled`, `minPopWaitTime`, `dedupWindowSeconds`), by wire name.
+const OPTIONS: &[(&str, Field)] = &[
+    ("leaseTime", Field::Int(|s| &mut s.lease_time)),
+    ("retryLimit", Field::Int(|s| &mut s.retry_limit)),
+    ("retryDelay", Field::Int(|s| &mut s.retry_delay)),
+    ("maxSize", Field::Int(|s| &mut s.max_queue_size)),
+    ("ttl", Field::Int(|s| &mut s.ttl)),
+    ("priority", Field::Int(|s| &mut s.priority)),
+    (
+        "delayedProcessing",
+        Field::Int(|s| &mut s.delayed_processing),
+    ),
+    ("windowBuffer", Field::Int(|s| &mut s.window_buffer)),
+    (
+        "retentionEnabled",
+        Field::Bool(|s| &mut s.retention_enabled),
+    ),
+    ("retentionSeconds", Field::Int(|s| &mut s.retention_seconds)),
+    (
+        "completedRetentionSeconds",
+        Field::Int(|s| &mut s.completed_retention_seconds),
+    ),
+    (
+        "maxWaitTimeSeconds",
+        Field::Int(|s| &mut s.max_wait_time_seconds),
+    ),
+    ("deadLetterQueue", Field::Bool(|s| &mut s.dead_letter_queue)),
+    (
+        "dlqAfterMaxRetries",
+        Field::Bool(|s| &mut s.dlq_after_max_retries),
+    ),
+    ("dlqEnabled", Field::Bool(|s| &mut s.dlq_enabled)),
+    (
+        "encryptionEnabled",
+        Field::Bool(|s| &mut s.encryption_enabled),
+    ),
+    ("minPopWaitTime", Field::Int(|s| &mut s.min_pop_wait_time)),
+    (
+        "dedupWindowSeconds",
+        Field::Int(|s| &mut s.dedup_window_seconds),
+    ),
+];
+
+/// A string field, or `None` for anything else (the engine then derives it).
+fn text(body: &Value, key: &str) -> Option<String> {
+    body.get(key).and_then(Value::as_str).map(str::to_owned)
+}
+
+/// An integer option: a JSON integer, a float with no fraction, or a string
+/// holding an integer; non-negative and within `i32`.
+fn integer(key: &str, value: &Value) -> Result<i32, HttpError> {
+    let parsed = match value {
+        Value::Number(number) => match (number.as_i64(), number.as_u64(), number.as_f64()) {
+            (Some(int), _, _) => from_i64(int),
+            // Only integers past i64::MAX are u64 and not i64.
+            (None, Some(_), _) => Err(Problem::TooLarge),
+            (None, None, Some(float)) => from_f64(float),
+            (None, None, None) => Err(Problem::NotInteger),
+        },
+        Value::String(text) => from_text(text),
+        Value::Null | Value::Bool(_) | Value::Array(_) | Value::Object(_) => {
+            Err(Problem::NotInteger)
+        }
+    };
+    parsed.map_err(|problem| {
+        let rule = match problem {
+            Problem::NotInteger => "must be an integer".to_owned(),
+            Problem::Negative => "must not be negative".to_owned(),
+            Problem::TooLarge => format!("must be at most {}", i32::MAX),
+        };
+        invalid(format!("options.{key} {rule}"))
+    })
+}
+
+/// A boolean option: a JSON boolean or the string `"true"` / `"false"`.
+fn boolean(key: &str, value: &Value) -> Result<bool, HttpError> {
+    match value {
+        Value::Bool(flag) => Ok(*flag),
+        Value::String(text) if text == "true" => Ok(true),
+        Value::String(text) if text == "false" => Ok(false),
+        _ => Err(invalid(format!("options.{key} must be a boolean"))),
+    }
+}
+
+/// Why a value is not an acceptable integer option.
+#[derive(Debug, PartialEq, Eq)]
+enum Problem {
+    NotInteger,
+    Negative,
+    TooLarge,
+}
+
+fn from_i64(int: i64) -> Result<i32, Problem> {
+    if int < 0 {
+        return Err(Problem::Negative);
+    }
+    i32::try_from(int).map_err(|_| Problem::TooLarge)
+}
+
+fn from_f64(float: f64) -> Result<i32, Problem> {
+    if !float.is_finite() || float.fract() != 0.0 {
+        return Err(Problem::NotInteger);
+    }
+    if float < 0.0 {
+        return Err(Problem::Negative);
+    }
+    if float > f64::from(i32::MAX) {
+        return Err(Problem::TooLarge);
+    }
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "float is integral and within 0..=i32::MAX, checked above"
+    )]
+    Ok(float as i32)
+}
+
+/// An integer written as text, as PostgreSQL's `integer` input reads it:
+/// surrounding whitespace, an optional sign, decimal digits.
+fn from_text(text: &str) -> Result<i32, Problem> {
+    let trimmed = text.trim_ascii();
+    let (negative, digits) = match trimmed.as_bytes().first() {
+        Some(b'-') => (true, &trimmed[1..]),
+        Some(b'+') => (false, &trimmed[1..]),
+        _ => (false, trimmed),
+    };
+    if digits.is_empty() || !digits.bytes().all(|byte| byte.is_ascii_digit()) {
+        return Err(Problem::NotInteger);
+    }
+    let significant = digits.trim_start_matches('0');
+    if significant.is_empty() {
+        return Ok(0);
+    }
+    if negative {
+        return Err(Problem::Negative);
+    }
+    // Ten digits hold i32::MAX; more cannot fit, and must not overflow a parse.
+    if significant.len() > 10 {
+        return Err(Problem::TooLarge);
+    }
+    significant
+        .parse::<i64>()
+        .map_err(|_| Problem::NotInteger)
+        .and_then(from_i64)
+}
+
+fn invalid(message: String) -> HttpError {
+    HttpError::Validation(message)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn check_integer(value: &Value, expected: Result<i32, &str>) {
+        let got = integer("leaseTime", value).map_err(|error| error.to_string());
+        assert_eq!(got, expected.map_err(str::to_owned), "{value}");
+    }
+
+    #[test]
+    fn integer_options_accept_integers_integral_floats_and_integer_strings() {
+        check_integer(&json!(30), Ok(30));
+        check_integer(&json!(0), Ok(0));
+        check_integer(&json!(2_147_483_647), Ok(i32::MAX));
+        check_integer(&json!(30.0), Ok(30));
+        check_integer(&json!(-0.0), Ok(0));
+        check_integer(&json!("30"), Ok(30));
+        check_integer(&json!(" 30 "), Ok(30));
+        check_integer(&json!("+30"), Ok(30));
+        check_integer(&json!("007"), Ok(7));
+        check_integer(&json!("-0"), Ok(0));
+        check_integer(&json!("2147483647"), Ok(i32::MAX));
+    }
+
+    #[test]
+    fn integer_options_refuse_everything_else_naming_the_option() {
+        let not_integer = Err("options.leaseTime must be an integer");
+        let negative = Err("options.leaseTime must not be negative");
+        let too_large = Err("options.leaseTime must be at most 2147483647");
+        check_integer(&json!(1.5), not_integer);
+        check_integer(&json!("abc"), not_integer);
+        check_integer(&json!(""), not_integer);
+        check_integer(&json!("-"), not_integer);
+        check_integer(&json!("1.0"), not_integer);
+        check_integer(&json!("1e3"), not_integer);
+        check_integer(&json!("0x10"), not_integer);
+        check_integer(&json!(true), not_integer);
+        check_integer(&json!([1]), not_integer);
+        check_integer(&json!({"n": 1}), not_integer);
+        check_integer(&json!(-1), negative);
+        check_integer(&json!(-1.0), negative);
+        check_integer(&json!("-5"), negative);
+        check_integer(&json!(i64::MIN), negative);
+        check_integer(&json!(2_147_483_648_i64), too_large);
+        check_integer(&json!(1_u64 << 40), too_large);
+        check_integer(&json!(u64::MAX), too_large);
+        check_integer(&json!(1e12), too_large);
+        check_integer(&json!("2147483648"), too_large);
+        check_integer(&json!("99999999999999999999999999"), too_large);
+    }
+
+    #[test]
+    fn boolean_options_accept_booleans_and_their_strings_only() {
+        let check = |value: Value, expected: Result<bool, &str>| {
+            let got = boolean("encryptionEnabled", &value).map_err(|error| error.to_string());
+            assert_eq!(got, expected.map_err(str::to_owned), "{value}");
+        };
+        check(json!(true), Ok(true));
+        check(json!(false), Ok(false));
+        check(json!("true"), Ok(true));
+        check(json!("false"), Ok(false));
+        let refused = Err("options.encryptionEnabled must be a boolean");
+        for value in [
+            json!("yes"),
+            json!("TRUE"),
+            json!(1),
+            json!(0),
+            json!([]),
+            json!({}),
+        ] {
+            check(value, refused);
+        }
+    }
+
+    #[test]
+    fn omitted_and_null_options_take_defaults_and_the_echo_has_every_option() {
+        let command = Command::parse(&json!({
+            "queue": "q",
+            "options": {"retryLimit": "7", "ttl": null, "unknown": 1}
+        }))
+        .unwrap();
+        let settings = command.request.settings;
+        assert_eq!(settings.retry_limit, 7);
+        assert_eq!(settings.ttl, 3600);
+        assert_eq!(settings.lease_time, 300);
+        assert_eq!(command.echo.len(), OPTIONS.len());
+        assert_eq!(command.echo["retryLimit"], json!("7"));
+        assert_eq!(command.echo["ttl"], Value::Null);
+        assert_eq!(command.echo["leaseTime"], json!(300));
+        assert_eq!(command.echo["dlqEnabled"], json!(true));
+        assert!(!command.echo.contains_key("unknown"));
+    }
+
+    #[test]
+    fn every_option_lands_in_a_field_of_its_own() {
+        // Send each option alone, moved off its default. Every result must
+        // differ from the defaults and from every other result: two options
+        // writing one field would give equal settings.
+        let mut results: Vec<(&str, QueueSettings)> = Vec::new();
+        for &(key, field) in OPTIONS {
+            let value = match field {
+                Field::Int(_) => json!(12_345),
+                Field::Bool(slot) => {
+                    let mut defaults = QueueSettings::CONFIGURE_DEFAULTS;
+                    json!(!*slot(&mut defaults))
+                }
+            };
+            let command = Command::parse(&json!({"queue": "q", "options": {key: value}})).unwrap();
+            let settings = command.request.settings;
+            assert_ne!(settings, QueueSettings::CONFIGURE_DEFAULTS, "{key}");
+            for (other, earlier) in &results {
+                assert_ne!(settings, *earlier, "{key} and {other} write one field");
+            }
+            results.push((key, settings));
+        }
+        assert_eq!(results.len(), 18);
+    }
+}

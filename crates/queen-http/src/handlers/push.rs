@@ -1,0 +1,234 @@
+//! `POST /api/v1/push` (wire-api.md §2.2).
+//!
+//! Body `{"items": [{queue, partition?, payload?, transactionId?, traceId?}, ...]}`.
+//! Every item is validated before anything is written; the first bad item fails
+//! the whole request with 400 naming the item and the field. Payloads are kept
+//! as the exact bytes the client sent (a zero-copy slice of the request body),
+//! never re-serialised. The answer is 201 with one result per item, in input
+//! order, with the contract's snake_case fields (plus `queueName`).
+
+use bytes::Bytes;
+use hyper::StatusCode;
+use queen_engine::naming::DEFAULT_PARTITION;
+use queen_engine::{Engine, PushItem, PushOutcome, PushStatus};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::error::HttpError;
+use crate::response::{self, Response};
+use crate::server::Request;
+
+/// Longest transaction id accepted, in bytes.
+const MAX_TRANSACTION_ID_BYTES: usize = 1024;
+
+pub(crate) async fn post(engine: &Engine, req: Request) -> Result<Response, HttpError> {
+    let (parts, body) = req.into_parts();
+    let bytes = crate::body::read(&parts.headers, body, crate::body::MAX_BODY_BYTES).await?;
+    let items = parse(&bytes)?;
+    if items.is_empty() {
+        return Ok(response::json(StatusCode::CREATED, &serde_json::json!([])));
+    }
+    let outcomes = engine.push(items).await?;
+    let results: Vec<serde_json::Value> = outcomes.iter().enumerate().map(render).collect();
+    Ok(response::json(
+        StatusCode::CREATED,
+        &serde_json::Value::Array(results),
+    ))
+}
+
+#[derive(Deserialize)]
+struct Body<'a> {
+    #[serde(borrow, default)]
+    items: Option<&'a RawValue>,
+}
+
+/// The fields of one item, each kept raw so its type can be checked and named.
+#[derive(Deserialize)]
+struct RawItem<'a> {
+    #[serde(borrow, default)]
+    queue: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    partition: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    payload: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "transactionId")]
+    transaction_id: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "traceId")]
+    trace_id: Option<&'a RawValue>,
+}
+
+/// Parse and validate the whole body into engine items.
+fn parse(bytes: &Bytes) -> Result<Vec<PushItem>, HttpError> {
+    let body: Body<'_> = crate::body::json(bytes)?;
+    let items_required = || HttpError::Validation("items array is required".to_owned());
+    let raw_items: Vec<&RawValue> = body
+        .items
+        .ok_or_else(items_required)
+        .and_then(|raw| serde_json::from_str(raw.get()).map_err(|_| items_required()))?;
+    raw_items
+        .iter()
+        .enumerate()
+        .map(|(index, raw)| parse_item(bytes, index, raw))
+        .collect()
+}
+
+fn parse_item(body: &Bytes, index: usize, raw: &RawValue) -> Result<PushItem, HttpError> {
+    let invalid =
+        |field: &str, rule: &str| HttpError::Validation(format!("items[{index}].{field} {rule}"));
+    let item: RawItem<'_> = serde_json::from_str(raw.get())
+        .map_err(|_| HttpError::Validation(format!("items[{index}] must be an object")))?;
+
+    let queue = string_field(item.queue)
+        .map_err(|()| invalid("queue", "must be a string"))?
+        .ok_or_else(|| invalid("queue", "is required"))?;
+    check_name(&queue).map_err(|rule| invalid("queue", rule))?;
+
+    let partition = string_field(item.partition)
+        .map_err(|()| invalid("partition", "must be a string"))?
+        .unwrap_or_else(|| DEFAULT_PARTITION.to_owned());
+    check_name(&partition).map_err(|rule| invalid("partition", rule))?;
+
+    let transaction_id = string_field(item.transaction_id)
+        .map_err(|()| invalid("transactionId", "must be a string"))?;
+    if let Some(id) = &transaction_id {
+        if id.is_empty() {
+            return Err(invalid("transactionId", "must not be empty"));
+        }
+        if id.len() > MAX_TRANSACTION_ID_BYTES {
+            return Err(invalid("transactionId", "must be at most 1024 bytes"));
+        }
+    }
+
+    let trace_id = string_field(item.trace_id)
+        .map_err(|()| invalid("traceId", "must be a string"))?
+        .map(|text| text.parse::<uuid::Uuid>())
+        .transpose()
+        .map_err(|_| invalid("traceId", "must be a UUID"))?;
+
+    // The payload is the exact bytes the client sent: a slice of the body.
+    let payload = match item.payload {
+        Some(raw) => body.slice_ref(raw.get().as_bytes()),
+        None => Bytes::from_static(b"null"),
+    };
+
+    Ok(PushItem {
+        queue,
+        partition,
+        transaction_id,
+        trace_id,
+        producer_sub: None,
+        payload,
+    })
+}
+
+/// A field that must be a string when present; JSON `null` counts as absent.
+fn string_field(raw: Option<&RawValue>) -> Result<Option<String>, ()> {
+    match raw {
+        None => Ok(None),
+        Some(raw) if raw.get() == "null" => Ok(None),
+        Some(raw) => serde_json::from_str::<String>(raw.get())
+            .map(Some)
+            .map_err(|_| ()),
+    }
+}
+
+fn check_name(name: &str) -> Result<(), &'static str> {
+    if name.is_empty() {
+        return Err("must not be empty");
+    }
+    if name.len() > queen_engine::MAX_NAME_BYTES {
+        return Err("must be at most 255 bytes");
+    }
+    if name.chars().any(char::is_control) {
+        return Err("must not contain control characters");
+    }
+    Ok(())
+}
+
+fn render((index, outcome): (usize, &PushOutcome)) -> serde_json::Value {
+    let status = match outcome.status {
+        PushStatus::Queued => "queued",
+        PushStatus::Duplicate => "duplicate",
+    };
+    serde_json::json!({
+        "index": index,
+        "transaction_id": outcome.transaction_id,
+        "status": status,
+        "message_id": outcome.message_id.map(|id| id.to_string()),
+        "partition_id": outcome.partition_id.to_string(),
+        "trace_id": outcome.trace_id.map(|id| id.to_string()),
+        "queueName": outcome.queue,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check_err(body: &str, expected: &str) {
+        let bytes = Bytes::from(body.to_owned());
+        match parse(&bytes) {
+            Err(HttpError::Validation(message)) => assert_eq!(message, expected, "{body}"),
+            Err(other) => panic!("{body}: unexpected error {other}"),
+            Ok(_) => panic!("{body}: accepted"),
+        }
+    }
+
+    #[test]
+    fn each_invalid_item_is_named_with_its_field() {
+        check_err("{}", "items array is required");
+        check_err(r#"{"items": 3}"#, "items array is required");
+        check_err(r#"{"items": [5]}"#, "items[0] must be an object");
+        check_err(r#"{"items": [{}]}"#, "items[0].queue is required");
+        check_err(
+            r#"{"items": [{"queue": 1}]}"#,
+            "items[0].queue must be a string",
+        );
+        check_err(
+            r#"{"items": [{"queue": ""}]}"#,
+            "items[0].queue must not be empty",
+        );
+        check_err(
+            r#"{"items": [{"queue": "q"}, {"queue": "q", "partition": 7}]}"#,
+            "items[1].partition must be a string",
+        );
+        check_err(
+            r#"{"items": [{"queue": "q", "transactionId": 7}]}"#,
+            "items[0].transactionId must be a string",
+        );
+        check_err(
+            r#"{"items": [{"queue": "q", "transactionId": ""}]}"#,
+            "items[0].transactionId must not be empty",
+        );
+        check_err(
+            r#"{"items": [{"queue": "q", "traceId": "not-a-uuid"}]}"#,
+            "items[0].traceId must be a UUID",
+        );
+        check_err(
+            r#"{"items": [{"queue": "q", "traceId": 12}]}"#,
+            "items[0].traceId must be a string",
+        );
+        let long = "x".repeat(256);
+        check_err(
+            &format!(r#"{{"items": [{{"queue": "{long}"}}]}}"#),
+            "items[0].queue must be at most 255 bytes",
+        );
+    }
+
+    #[test]
+    fn payload_bytes_are_a_slice_of_the_body_exactly_as_sent() {
+        let body = Bytes::from_static(
+            br#"{"items":[{"queue":"q","payload": { "b" : [1, 2.50, "\u00e9"] } },{"queue":"q"}]}"#,
+        );
+        let items = parse(&body).unwrap();
+        assert_eq!(&items[0].payload[..], br#"{ "b" : [1, 2.50, "\u00e9"] }"#);
+        assert_eq!(&items[1].payload[..], b"null");
+        assert_eq!(items[0].partition, "Default");
+        let start = items[0].payload.as_ptr() as usize;
+        let body_start = body.as_ptr() as usize;
+        assert!(
+            start >= body_start && start < body_start + body.len(),
+            "the payload was copied instead of sliced"
+        );
+    }
+}

@@ -1,0 +1,166 @@
+-- procedures/push.sql: the flush transaction of push fusion (decisions.md §3.4).
+--
+-- One call writes one segment per slot, for several partitions at once, in one
+-- transaction and one round trip. The broker has already packed and compressed
+-- each slot's frames and hashed its transaction ids; SQL never looks inside a
+-- blob and never hashes anything.
+--
+-- Per slot, in array order (the broker sorts slots by queue and partition name,
+-- so two flushes that share partitions lock them in the same order):
+--   1. find or create the queue row (implicit creation with table defaults);
+--   2. refuse the slot if the blob's encryption does not match the queue's
+--      encryptionEnabled (a stale broker cache): status 'encryption', the true
+--      flag returned, nothing written; the broker reseals and retries;
+--   3. find or create the partition row and take its row lock (FOR UPDATE):
+--      this lock is the partition's write serializer;
+--   4. probe the hash sidecar for duplicates inside the queue's dedup window.
+--      It runs after the lock, as a new statement with a new snapshot, so it
+--      sees every push to this partition that committed before we got the lock
+--      (the race between two brokers pushing the same transaction id is
+--      decided here). Duplicates are returned one row each, with the winner's
+--      segment blob and frame index so the broker can answer with the winner's
+--      message id; nothing is written for the slot and the broker retries it
+--      without the duplicates;
+--   5. stamp created_at after the lock (invariant 2: monotone per partition in
+--      commit order), allocate [base, end] with the allocator UPDATE
+--      (invariant 1), bump last_write_at only when over a second stale (the
+--      column is indexed; an unchanged value keeps the UPDATE HOT), fill
+--      oldest_live_at / oldest_txn_at only on the empty-to-non-empty
+--      transition (COALESCE), and insert the segment and sidecar rows.
+--
+-- A rolled-back call rolls back every allocation with it: no holes.
+
+CREATE OR REPLACE FUNCTION queen.log_push_v1(
+    p_tenant        text,
+    p_queues        text[],
+    p_partitions    text[],
+    p_namespaces    text[],
+    p_tasks         text[],
+    p_queue_ids     uuid[],
+    p_partition_ids uuid[],
+    p_encrypted     boolean[],
+    p_counts        integer[],
+    p_blobs         bytea[],
+    p_hashes        bytea[]
+) RETURNS TABLE (
+    o_slot               integer,
+    o_status             text,
+    o_queue_id           uuid,
+    o_partition_id       uuid,
+    o_base_offset        bigint,
+    o_created_at         timestamptz,
+    o_encryption_enabled boolean,
+    o_dup_item           integer,
+    o_dup_frame          integer,
+    o_dup_blob           bytea
+)
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    v_n       integer := coalesce(array_length(p_queues, 1), 0);
+    v_i       integer;
+    v_qid     uuid;
+    v_enc     boolean;
+    v_window  integer;
+    v_pid     uuid;
+    v_now     timestamptz;
+    v_last    bigint;
+    v_dup     record;
+    v_has_dup boolean;
+BEGIN
+    FOR v_i IN 1 .. v_n LOOP
+        o_slot := v_i - 1;
+        o_queue_id := NULL; o_partition_id := NULL; o_base_offset := NULL;
+        o_created_at := NULL; o_encryption_enabled := NULL;
+        o_dup_item := NULL; o_dup_frame := NULL; o_dup_blob := NULL;
+
+        -- 1. The queue row, created implicitly on first push.
+        SELECT q.id, q.encryption_enabled, q.dedup_window_seconds
+          INTO v_qid, v_enc, v_window
+          FROM queen.queues q
+         WHERE q.tenant_id = p_tenant AND q.name = p_queues[v_i];
+        IF NOT FOUND THEN
+            INSERT INTO queen.queues (id, tenant_id, name, namespace, task)
+            VALUES (p_queue_ids[v_i], p_tenant, p_queues[v_i], p_namespaces[v_i], p_tasks[v_i])
+            ON CONFLICT (tenant_id, name) DO NOTHING;
+            SELECT q.id, q.encryption_enabled, q.dedup_window_seconds
+              INTO STRICT v_qid, v_enc, v_window
+              FROM queen.queues q
+             WHERE q.tenant_id = p_tenant AND q.name = p_queues[v_i];
+        END IF;
+        o_queue_id := v_qid;
+        o_encryption_enabled := v_enc;
+
+        -- 2. Never store plaintext for an encrypted queue (or sealed bytes for
+        --    a plain one): the broker's cached flag was stale.
+        IF v_enc IS DISTINCT FROM p_encrypted[v_i] THEN
+            o_status := 'encryption';
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+
+        -- 3. The partition row and its lock.
+        SELECT p.id INTO v_pid
+          FROM queen.log_partitions p
+         WHERE p.queue_id = v_qid AND p.name = p_partitions[v_i]
+           FOR UPDATE;
+        IF NOT FOUND THEN
+            INSERT INTO queen.log_partitions (id, queue_id, name)
+            VALUES (p_partition_ids[v_i], v_qid, p_partitions[v_i])
+            ON CONFLICT (queue_id, name) DO NOTHING;
+            SELECT p.id INTO STRICT v_pid
+              FROM queen.log_partitions p
+             WHERE p.queue_id = v_qid AND p.name = p_partitions[v_i]
+               FOR UPDATE;
+        END IF;
+        o_partition_id := v_pid;
+
+        -- 4. The dedup probe, under the lock.
+        v_has_dup := false;
+        IF v_window > 0 THEN
+            FOR v_dup IN
+                SELECT n.idx AS item, u.idx AS frame, s.blob AS blob
+                  FROM queen.log_txns t
+                 CROSS JOIN LATERAL queen.log_unnest_hashes(t.hashes) u
+                  JOIN queen.log_unnest_hashes(p_hashes[v_i]) n ON n.h = u.h
+                  LEFT JOIN queen.log_segments s
+                    ON s.partition_id = t.partition_id AND s.base_offset = t.base_offset
+                 WHERE t.partition_id = v_pid
+                   AND t.created_at >= clock_timestamp() - make_interval(secs => v_window)
+            LOOP
+                v_has_dup := true;
+                o_status := 'duplicate';
+                o_dup_item := v_dup.item;
+                o_dup_frame := v_dup.frame;
+                o_dup_blob := v_dup.blob;
+                RETURN NEXT;
+            END LOOP;
+        END IF;
+        IF v_has_dup THEN
+            CONTINUE;
+        END IF;
+
+        -- 5. Stamp, allocate, insert.
+        v_now := clock_timestamp();
+        UPDATE queen.log_partitions p
+           SET last_offset    = p.last_offset + p_counts[v_i],
+               last_write_at  = CASE WHEN p.last_write_at < v_now - interval '1 second'
+                                     THEN v_now ELSE p.last_write_at END,
+               oldest_live_at = COALESCE(p.oldest_live_at, v_now),
+               oldest_txn_at  = COALESCE(p.oldest_txn_at, v_now)
+         WHERE p.id = v_pid
+        RETURNING p.last_offset INTO v_last;
+
+        INSERT INTO queen.log_segments (partition_id, base_offset, end_offset, msg_count, created_at, blob)
+        VALUES (v_pid, v_last - p_counts[v_i] + 1, v_last, p_counts[v_i], v_now, p_blobs[v_i]);
+        INSERT INTO queen.log_txns (partition_id, base_offset, end_offset, created_at, hashes)
+        VALUES (v_pid, v_last - p_counts[v_i] + 1, v_last, v_now, p_hashes[v_i]);
+
+        o_status := 'queued';
+        o_base_offset := v_last - p_counts[v_i] + 1;
+        o_created_at := v_now;
+        RETURN NEXT;
+    END LOOP;
+END;
+$$;

@@ -1,0 +1,72 @@
+//! `/health` and the behaviour every route shares (CORS, JSON errors).
+
+use queen_engine::{Engine, EngineConfig};
+use queen_tests::TestBroker;
+
+#[tokio::test]
+async fn health_is_200_with_the_contract_fields() {
+    let broker = TestBroker::start().await;
+    let reply = broker.client.get("/health").await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.headers["content-type"], "application/json");
+    assert_eq!(reply.headers["access-control-allow-origin"], "*");
+    let body = reply.json();
+    assert_eq!(body["status"], "healthy");
+    assert_eq!(body["database"], "connected");
+    assert_eq!(body["worker_id"], 0);
+    assert!(body["version"].is_string());
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn health_is_503_when_the_database_cannot_be_reached() {
+    // A pool pointing at a socket directory where no server listens.
+    let mut config = tokio_postgres::Config::new();
+    config
+        .host_path("/nonexistent-queen-socket-dir")
+        .user("nobody")
+        .dbname("nothing");
+    let pool = queen_sql::connect::pool(config, 2).unwrap();
+    let engine = Engine::new(pool, EngineConfig::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(queen_http::serve(
+        listener,
+        engine,
+        queen_http::ServeOptions::default(),
+        async move {
+            let _ = rx.await;
+        },
+    ));
+    let client = queen_testkit::http::Client::new(format!("http://{addr}"));
+    let reply = client.get("/health").await;
+    assert_eq!(reply.status, 503);
+    let body = reply.json();
+    assert_eq!(body["status"], "unhealthy");
+    assert_eq!(body["database"], "disconnected");
+    let _ = tx.send(());
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn unknown_routes_get_a_json_404_and_preflight_gets_204() {
+    let broker = TestBroker::start().await;
+    let reply = broker.client.get("/api/v1/nope").await;
+    assert_eq!(reply.status, 404);
+    assert!(reply.json()["error"]
+        .as_str()
+        .unwrap()
+        .contains("/api/v1/nope"));
+    let preflight = broker
+        .client
+        .send(hyper::Method::OPTIONS, "/api/v1/push", bytes::Bytes::new())
+        .await;
+    assert_eq!(preflight.status, 204);
+    assert!(preflight.body.is_empty());
+    assert_eq!(
+        preflight.headers["access-control-allow-methods"],
+        "GET, POST, PUT, DELETE, OPTIONS"
+    );
+    broker.stop().await;
+}
