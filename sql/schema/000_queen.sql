@@ -128,12 +128,21 @@ $$;
 -- pops take the hot-list path. Without the single seeder, per-partition lazy
 -- cursor creation by many concurrent consumers forms wait chains that the
 -- deadlock detector never breaks.
+--
+-- scan_watermark / watermark_checked_at are the empty-scan watermark of the
+-- SQL candidate path (QUEEN_HOTLIST=0): the wildcard scan only considers
+-- partitions written since scan_watermark - 2 minutes. The watermark moves
+-- only when a check (throttled to once per 30 s) finds the queue genuinely
+-- empty for this group, ignoring leases, so a lease-held backlog is never
+-- stranded.
 CREATE TABLE IF NOT EXISTS queen.consumer_groups_metadata (
     consumer_group         text        NOT NULL,
     queue_id               uuid        NOT NULL REFERENCES queen.queues (id) ON DELETE CASCADE,
     subscription_mode      text        NOT NULL DEFAULT 'all',
     subscription_timestamp timestamptz NULL,
     seeded_at              timestamptz NULL,
+    scan_watermark         timestamptz NOT NULL DEFAULT '-infinity',
+    watermark_checked_at   timestamptz NULL,
     created_at             timestamptz NOT NULL DEFAULT now(),
     updated_at             timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (consumer_group, queue_id)

@@ -2,4 +2,5 @@
 
 mod configure;
 mod health;
+mod pop;
 mod push;

@@ -10,15 +10,26 @@
 mod configure;
 pub mod crypto;
 mod error;
+pub mod hotlist;
+pub mod limiter;
 pub mod naming;
+mod pop;
 mod push;
+pub mod wake;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 pub use configure::{ConfigureQueue, Configured, QueueSettings, MAX_NAME_BYTES};
 pub use crypto::EncryptionKey;
 pub use error::EngineError;
+pub use limiter::{LimiterConfig, LimiterStats};
+pub use pop::{
+    PopRequest, PopTarget, PopWait, Popped, PoppedMessage, SubscriptionMode, QUEUE_MODE_GROUP,
+};
 pub use push::{PushItem, PushOutcome, PushStats, PushStatus};
 pub use queen_sql::{error_chain, SqlError};
 
@@ -34,6 +45,15 @@ pub struct EngineConfig {
     /// Push flusher tasks: how many flush transactions may run at once
     /// (`QUEEN_PUSH_FLUSHERS`).
     pub push_flushers: usize,
+    /// Candidate selection by the in-memory hot-list (`QUEEN_HOTLIST`, default
+    /// on); off means the SQL candidate scan.
+    pub hotlist: bool,
+    /// How often a hot-list ring is reseeded from SQL (`QUEEN_HOTLIST_RESEED_MS`).
+    pub hotlist_reseed: Duration,
+    /// Long-poll backoff floor (`POP_WAIT_*`).
+    pub pop_wait: PopWait,
+    /// The serving limiter's bounds.
+    pub limiter: LimiterConfig,
 }
 
 impl Default for EngineConfig {
@@ -43,6 +63,10 @@ impl Default for EngineConfig {
             encryption_key: None,
             zstd_level: queen_frame::DEFAULT_ZSTD_LEVEL,
             push_flushers: 4,
+            hotlist: true,
+            hotlist_reseed: Duration::from_millis(5000),
+            pop_wait: PopWait::default(),
+            limiter: LimiterConfig::default(),
         }
     }
 }
@@ -53,6 +77,12 @@ pub struct Engine {
     config: EngineConfig,
     started_at: Instant,
     fusion: push::Fusion,
+    gates: Arc<wake::WakeGates>,
+    hotlist: Arc<hotlist::HotList>,
+    limiter: Arc<limiter::Limiter>,
+    pop_state: pop::PopState,
+    shutting_down: Arc<AtomicBool>,
+    wheel: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -78,24 +108,60 @@ impl Engine {
     /// (see `queen_sql::apply_schema`). Must be called inside a tokio runtime:
     /// it starts the push flusher tasks.
     pub fn new(pool: deadpool_postgres::Pool, config: EngineConfig) -> Arc<Engine> {
+        let gates = Arc::new(wake::WakeGates::default());
+        let hotlist = Arc::new(hotlist::HotList::default());
         let fusion = push::Fusion::start(
             pool.clone(),
-            config.encryption_key.clone(),
-            config.zstd_level,
-            config.push_flushers,
+            push::FusionConfig {
+                key: config.encryption_key.clone(),
+                zstd_level: config.zstd_level,
+                n_flushers: config.push_flushers,
+            },
+            Arc::clone(&gates),
+            Arc::clone(&hotlist),
         );
+        let shutting_down = Arc::new(AtomicBool::new(false));
+        let wheel = tokio::spawn(run_wheel(
+            Arc::clone(&gates),
+            Arc::clone(&hotlist),
+            Arc::clone(&shutting_down),
+        ));
         Arc::new(Engine {
             pool,
+            limiter: limiter::Limiter::new(config.limiter),
             config,
             started_at: Instant::now(),
             fusion,
+            gates,
+            hotlist,
+            pop_state: pop::PopState::default(),
+            shutting_down,
+            wheel: Mutex::new(Some(wheel)),
         })
+    }
+
+    /// True once shutdown began: pops answer empty at once.
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Relaxed)
+    }
+
+    /// The serving limiter's current figures.
+    pub fn limiter_stats(&self) -> LimiterStats {
+        self.limiter.stats()
+    }
+
+    /// Begin shutdown: parked pops wake and answer empty, new pops answer
+    /// empty at once. Pushes still commit until [`Engine::shutdown`].
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::Relaxed);
+        self.gates.open_all();
     }
 
     /// Forget cached configuration of this queue (push caches its encryption
     /// flag). Called after the queue is configured.
     pub(crate) fn queue_configured(&self, _tenant: &str, name: &str) {
         self.fusion.forget_queue(name);
+        self.pop_state.forget_queue(name);
     }
 
     /// The engine's settings.
@@ -122,7 +188,42 @@ impl Engine {
     /// (push fusion writes every pending segment), then close the pool.
     /// The last step of the shutdown order.
     pub async fn shutdown(&self) {
+        self.begin_shutdown();
         self.fusion.shutdown().await;
+        let wheel = self.wheel.lock().take();
+        if let Some(wheel) = wheel {
+            let _ = wheel.await;
+        }
         self.pool.close();
+    }
+}
+
+/// How often the revisit wheel ticks: a lease expiry or a visibility hold is
+/// noticed at most this late.
+const WHEEL_TICK: Duration = Duration::from_millis(50);
+
+/// How often idle hot-list rings are expired.
+const RING_EXPIRY_EVERY: Duration = Duration::from_secs(60);
+
+/// The revisit wheel: promotes due hot-list revisits and opens their queues'
+/// gates, so a parked pop wakes when a lease expires or a hold ends.
+async fn run_wheel(
+    gates: Arc<wake::WakeGates>,
+    hotlist: Arc<hotlist::HotList>,
+    shutting_down: Arc<AtomicBool>,
+) {
+    let mut ticker = tokio::time::interval(WHEEL_TICK);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_expiry = Instant::now();
+    while !shutting_down.load(Ordering::Relaxed) {
+        ticker.tick().await;
+        let now = Instant::now();
+        for queue in hotlist.promote_due(now) {
+            gates.open(&queue);
+        }
+        if now.duration_since(last_expiry) >= RING_EXPIRY_EVERY {
+            hotlist.expire_idle(now);
+            last_expiry = now;
+        }
     }
 }

@@ -12,9 +12,10 @@
 mod body;
 mod error;
 mod handlers;
+mod query;
 mod response;
 mod routes;
 mod server;
 
 pub use error::HttpError;
-pub use server::{serve, ServeOptions};
+pub use server::{serve, ServeOptions, WireDefaults};

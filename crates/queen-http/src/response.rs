@@ -12,7 +12,11 @@ pub(crate) type Response = hyper::Response<Full<Bytes>>;
 /// A JSON response with `status`.
 pub(crate) fn json(status: StatusCode, value: &serde_json::Value) -> Response {
     // Serialising a `Value` cannot fail: its keys are strings.
-    let body = serde_json::to_vec(value).unwrap_or_default();
+    raw_json(status, serde_json::to_vec(value).unwrap_or_default())
+}
+
+/// A response whose JSON body was already serialised.
+pub(crate) fn raw_json(status: StatusCode, body: Vec<u8>) -> Response {
     let mut res = hyper::Response::new(Full::new(Bytes::from(body)));
     *res.status_mut() = status;
     res.headers_mut()

@@ -1,26 +1,42 @@
 //! The route table: every endpoint of the broker in one `match`.
 //!
-//! Static segments are matched before parameters, so `/consumer-groups/lagging`
-//! will win over `/consumer-groups/:group` when those routes land.
+//! Path segments are percent-decoded before matching. Static segments come
+//! before parameters in the match, so `/consumer-groups/lagging` wins over
+//! `/consumer-groups/:group` when those routes land.
 
 use hyper::{Method, StatusCode};
-use queen_engine::Engine;
 
 use crate::error::HttpError;
 use crate::handlers;
+use crate::query;
 use crate::response::{self, Response};
-use crate::server::Request;
+use crate::server::{App, Request};
 
 /// Dispatch one request to its handler.
-pub(crate) async fn route(engine: &Engine, req: Request) -> Response {
+pub(crate) async fn route(app: &App, req: Request) -> Response {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
-    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let decoded = query::segments(&path);
+    let segments: Vec<&str> = decoded.iter().map(AsRef::as_ref).collect();
+    let engine = &*app.engine;
     // Handlers that read the body take the request by value.
     let res = match (&method, segments.as_slice()) {
         (&Method::GET, ["health"]) => Ok(handlers::health::get(engine).await),
         (&Method::POST, ["api", "v1", "configure"]) => handlers::configure::post(engine, req).await,
         (&Method::POST, ["api", "v1", "push"]) => handlers::push::post(engine, req).await,
+        (&Method::GET, ["api", "v1", "pop"]) => handlers::pop::discovery(app, &req).await,
+        (&Method::GET, ["api", "v1", "pop", "queue", queue]) => {
+            handlers::pop::queue(app, &req, queue).await
+        }
+        (&Method::GET, ["api", "v1", "pop", "queue", queue, "partition", partition]) => {
+            handlers::pop::partition(app, &req, queue, partition).await
+        }
+        (&Method::GET, ["api", "v1", "system", "maintenance", "pop"]) => {
+            Ok(handlers::maintenance::get_pop(engine))
+        }
+        (&Method::POST, ["api", "v1", "system", "maintenance", "pop"]) => {
+            handlers::maintenance::post_pop(engine, req).await
+        }
         (&Method::OPTIONS, _) => Ok(response::empty(StatusCode::NO_CONTENT)),
         _ => Err(HttpError::RouteNotFound {
             method: method.to_string(),

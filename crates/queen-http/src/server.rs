@@ -24,14 +24,45 @@ pub(crate) type Request = hyper::Request<Incoming>;
 pub struct ServeOptions {
     /// How long in-flight requests get to finish after shutdown begins.
     pub drain_timeout: Duration,
+    /// Defaults of requests that leave parameters out.
+    pub defaults: WireDefaults,
 }
 
 impl Default for ServeOptions {
     fn default() -> ServeOptions {
         ServeOptions {
             drain_timeout: Duration::from_secs(30),
+            defaults: WireDefaults::default(),
         }
     }
+}
+
+/// Wire-visible defaults (wire-api.md §0.7, life-of-a-pop.md "request defaults").
+#[derive(Debug, Clone)]
+pub struct WireDefaults {
+    /// Pop `batch` when absent (`DEFAULT_BATCH_SIZE`).
+    pub pop_batch: usize,
+    /// Pop `timeout` when absent (`DEFAULT_TIMEOUT`).
+    pub pop_timeout: Duration,
+    /// Subscription mode of named groups when absent (`DEFAULT_SUBSCRIPTION_MODE`).
+    pub subscription_mode: String,
+}
+
+impl Default for WireDefaults {
+    fn default() -> WireDefaults {
+        WireDefaults {
+            pop_batch: 200,
+            pop_timeout: Duration::from_millis(30_000),
+            subscription_mode: String::new(),
+        }
+    }
+}
+
+/// What every handler can reach.
+#[derive(Debug)]
+pub(crate) struct App {
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) defaults: WireDefaults,
 }
 
 /// Serve `listener` until `shutdown` resolves, then stop accepting, ask every
@@ -45,6 +76,10 @@ pub async fn serve(
 ) {
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
+    let app = Arc::new(App {
+        engine: Arc::clone(&engine),
+        defaults: options.defaults.clone(),
+    });
     loop {
         tokio::select! {
             accepted = listener.accept() => {
@@ -58,10 +93,10 @@ pub async fn serve(
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let engine = Arc::clone(&engine);
+                let app = Arc::clone(&app);
                 let service = service_fn(move |req| {
-                    let engine = Arc::clone(&engine);
-                    async move { Ok::<_, Infallible>(routes::route(&engine, req).await) }
+                    let app = Arc::clone(&app);
+                    async move { Ok::<_, Infallible>(routes::route(&app, req).await) }
                 });
                 let conn = http1::Builder::new()
                     .timer(TokioTimer::new())
@@ -78,6 +113,8 @@ pub async fn serve(
         }
     }
     drop(listener);
+    // Parked long-polls answer empty now instead of holding the drain.
+    engine.begin_shutdown();
     tokio::select! {
         () = graceful.shutdown() => tracing::info!("all connections closed"),
         () = tokio::time::sleep(options.drain_timeout) => {

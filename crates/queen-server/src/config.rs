@@ -77,6 +77,44 @@ pub(crate) struct Config {
     #[arg(long, env = "QUEEN_PUSH_FLUSHERS", default_value_t = 4)]
     pub(crate) push_flushers: usize,
 
+    /// Pop `batch` when the request leaves it out.
+    #[arg(long, env = "DEFAULT_BATCH_SIZE", default_value_t = 200)]
+    pub(crate) default_batch_size: usize,
+
+    /// Pop long-poll `timeout` (ms) when the request leaves it out.
+    #[arg(long, env = "DEFAULT_TIMEOUT", default_value_t = 30_000)]
+    pub(crate) default_timeout: u64,
+
+    /// Subscription mode of named groups when the request leaves it out
+    /// (`new` skips the existing backlog; anything else delivers it).
+    #[arg(long, env = "DEFAULT_SUBSCRIPTION_MODE", default_value = "")]
+    pub(crate) default_subscription_mode: String,
+
+    /// Pick pop candidates from the in-memory hot-list (1) or the SQL scan (0).
+    #[arg(long, env = "QUEEN_HOTLIST", default_value = "1", value_parser = parse_flag, action = clap::ArgAction::Set)]
+    pub(crate) hotlist: bool,
+
+    /// How often (ms) a hot-list ring is reseeded from SQL: the most a missed
+    /// wake-up hint can delay a message.
+    #[arg(long, env = "QUEEN_HOTLIST_RESEED_MS", default_value_t = 5000)]
+    pub(crate) hotlist_reseed_ms: u64,
+
+    /// Long-poll re-check interval (ms) for the first attempts.
+    #[arg(long, env = "POP_WAIT_INITIAL_INTERVAL_MS", default_value_t = 100)]
+    pub(crate) pop_wait_initial_interval_ms: u64,
+
+    /// Attempts at the initial interval before backing off.
+    #[arg(long, env = "POP_WAIT_BACKOFF_THRESHOLD", default_value_t = 3)]
+    pub(crate) pop_wait_backoff_threshold: u32,
+
+    /// Backoff growth: interval = initial × attempt × multiplier.
+    #[arg(long, env = "POP_WAIT_BACKOFF_MULTIPLIER", default_value_t = 2)]
+    pub(crate) pop_wait_backoff_multiplier: u32,
+
+    /// Longest long-poll re-check interval (ms): what a lost wake-up costs at most.
+    #[arg(long, env = "POP_WAIT_MAX_INTERVAL_MS", default_value_t = 1000)]
+    pub(crate) pop_wait_max_interval_ms: u64,
+
     /// Seconds in-flight requests get to finish on shutdown.
     #[arg(long, env = "QUEEN_SHUTDOWN_TIMEOUT_SECONDS", default_value_t = 30)]
     pub(crate) shutdown_timeout_seconds: u64,
@@ -84,6 +122,15 @@ pub(crate) struct Config {
     /// Log filter (tracing-subscriber EnvFilter syntax, e.g. info,queen_engine=debug).
     #[arg(long, env = "RUST_LOG", default_value = "info")]
     pub(crate) log: String,
+}
+
+/// `1`/`true`/`on`/`yes` or `0`/`false`/`off`/`no`.
+fn parse_flag(text: &str) -> Result<bool, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "on" | "yes" => Ok(true),
+        "0" | "false" | "off" | "no" => Ok(false),
+        other => Err(format!("expected 1 or 0, got {other:?}")),
+    }
 }
 
 /// Where the broker's database comes from.

@@ -126,6 +126,11 @@ async fn serve(
 
     let options = queen_http::ServeOptions {
         drain_timeout: Duration::from_secs(config.shutdown_timeout_seconds),
+        defaults: queen_http::WireDefaults {
+            pop_batch: config.default_batch_size,
+            pop_timeout: Duration::from_millis(config.default_timeout),
+            subscription_mode: config.default_subscription_mode.clone(),
+        },
     };
     queen_http::serve(listener, Arc::clone(&engine), options, signals.recv()).await;
     tracing::info!("closing the connection pool");
@@ -144,6 +149,15 @@ fn engine_config(config: &Config) -> Result<queen_engine::EngineConfig, ServerEr
         encryption_key,
         zstd_level: config.zstd_level,
         push_flushers: config.push_flushers,
+        hotlist: config.hotlist,
+        hotlist_reseed: Duration::from_millis(config.hotlist_reseed_ms),
+        pop_wait: queen_engine::PopWait {
+            initial: Duration::from_millis(config.pop_wait_initial_interval_ms),
+            threshold: config.pop_wait_backoff_threshold,
+            multiplier: config.pop_wait_backoff_multiplier,
+            max: Duration::from_millis(config.pop_wait_max_interval_ms),
+        },
+        limiter: queen_engine::LimiterConfig::default(),
     })
 }
 

@@ -15,6 +15,7 @@
 pub mod cluster;
 pub mod connect;
 mod error;
+pub mod pop;
 pub mod push;
 pub mod queues;
 pub mod registry;

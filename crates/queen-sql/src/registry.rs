@@ -68,4 +68,9 @@ pub const FILES: &[SqlFile] = &[
         text: include_str!("../../../sql/procedures/push.sql"),
         mode: ApplyMode::Transactional,
     },
+    SqlFile {
+        name: "procedures/pop.sql",
+        text: include_str!("../../../sql/procedures/pop.sql"),
+        mode: ApplyMode::Transactional,
+    },
 ];

@@ -33,7 +33,9 @@ use uuid::Uuid;
 
 use super::{Entry, EntryResult};
 use crate::crypto::EncryptionKey;
+use crate::hotlist::HotList;
 use crate::naming::{derive_namespace_task, DEFAULT_TENANT};
+use crate::wake::WakeGates;
 use crate::EngineError;
 
 /// The most partitions one round trip carries. Bounds the statement's size and
@@ -89,8 +91,22 @@ struct Counters {
     messages: AtomicU64,
 }
 
+/// Settings of push fusion.
+pub(crate) struct FusionConfig {
+    /// The at-rest key, if any.
+    pub(crate) key: Option<EncryptionKey>,
+    /// zstd level of new segments.
+    pub(crate) zstd_level: i32,
+    /// Flusher tasks.
+    pub(crate) n_flushers: usize,
+}
+
 struct Shared {
     pool: deadpool_postgres::Pool,
+    /// Opened after a commit, so parked pops of the queue wake.
+    gates: Arc<WakeGates>,
+    /// Told after a commit, so every group's ring of the queue offers the partition.
+    hotlist: Arc<HotList>,
     /// Lanes with pending work or a flush in flight. A lane present here is
     /// "in flight or ready"; a lane absent here is idle.
     lanes: Mutex<HashMap<LaneKey, Lane>>,
@@ -116,13 +132,20 @@ impl Fusion {
     /// Start `n_flushers` flusher tasks on the current runtime.
     pub(crate) fn start(
         pool: deadpool_postgres::Pool,
-        key: Option<EncryptionKey>,
-        zstd_level: i32,
-        n_flushers: usize,
+        config: FusionConfig,
+        gates: Arc<WakeGates>,
+        hotlist: Arc<HotList>,
     ) -> Fusion {
+        let FusionConfig {
+            key,
+            zstd_level,
+            n_flushers,
+        } = config;
         let (ready_tx, ready_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             pool,
+            gates,
+            hotlist,
             lanes: Mutex::new(HashMap::new()),
             ready_tx,
             ready_rx: tokio::sync::Mutex::new(ready_rx),
@@ -521,6 +544,13 @@ fn apply_outcome(
             for &idx in &segment.frame_entries {
                 lane.results[idx] = Some(EntryResult::Queued { partition_id });
             }
+            // After commit: every group's ring learns the partition is pending,
+            // then parked pops of the queue (and discovery pops) wake.
+            shared
+                .hotlist
+                .mark_ready(&lane.key.queue, &lane.key.partition);
+            shared.gates.open(&lane.key.queue);
+            shared.gates.open(crate::pop::DISCOVERY_GATE);
             let counters = &shared.counters;
             counters.segments.fetch_add(1, Ordering::Relaxed);
             counters

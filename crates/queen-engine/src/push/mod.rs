@@ -13,8 +13,8 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use uuid::Uuid;
 
-pub(crate) use fusion::Fusion;
 pub use fusion::PushStats;
+pub(crate) use fusion::{Fusion, FusionConfig};
 
 use crate::{Engine, EngineError};
 

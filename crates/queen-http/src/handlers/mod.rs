@@ -3,4 +3,6 @@
 
 pub(crate) mod configure;
 pub(crate) mod health;
+pub(crate) mod maintenance;
+pub(crate) mod pop;
 pub(crate) mod push;

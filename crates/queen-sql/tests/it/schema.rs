@@ -150,6 +150,8 @@ async fn check_columns(client: &tokio_postgres::Client) {
             "subscription_mode|text|not null|'all'::text",
             "subscription_timestamp|timestamp with time zone|null|",
             "seeded_at|timestamp with time zone|null|",
+            "scan_watermark|timestamp with time zone|not null|'-infinity'::timestamp with time zone",
+            "watermark_checked_at|timestamp with time zone|null|",
             "created_at|timestamp with time zone|not null|now()",
             "updated_at|timestamp with time zone|not null|now()",
         ]

@@ -1,0 +1,445 @@
+//! The hot-list (decisions.md §5): per (queue, consumer group), a ring of
+//! partition names believed to hold pending data, so a pop asks SQL only
+//! about those.
+//!
+//! Fed by: local pushes after commit (`mark_ready` on every ring of the
+//! queue), acks that leave data behind the cursor, the revisit wheel (a lease
+//! expires, a visibility hold ends), and a reseed from SQL on first contact and
+//! every `QUEEN_HOTLIST_RESEED_MS` (default 5000), so a missed hint costs at
+//! most one reseed period, never a stranded message.
+//!
+//! After each `log_pop_list_v1`, the verdicts are checked back in: delivered
+//! (keep, there may be more), empty (drop), leased or busy (revisit at lease
+//! expiry, or shortly), deferred (revisit when visible). Candidates a pop took
+//! but never reached go back to the front.
+//!
+//! Memory is bounded: a ring holds at most [`MAX_RING_PARTITIONS`] names
+//! (extra hints are dropped; the reseed finds them), and a ring unused for
+//! [`IDLE_RING_EXPIRY`] is removed by [`HotList::expire_idle`].
+//!
+//! All methods take the current `Instant` from the caller and never await:
+//! the lock is held only to move names around.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+/// Most partition names one ring holds.
+pub const MAX_RING_PARTITIONS: usize = 65_536;
+
+/// A ring unused this long is forgotten (and reseeded if used again).
+pub const IDLE_RING_EXPIRY: Duration = Duration::from_secs(300);
+
+/// Revisit delay for a partition whose cursor row was busy (being created or
+/// claimed by a concurrent pop).
+const BUSY_REVISIT: Duration = Duration::from_millis(100);
+
+/// What a pop found in one partition, as the ring needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Messages were delivered: keep it ready.
+    Delivered,
+    /// Nothing pending: drop it.
+    Empty,
+    /// Look again at `at` (a lease expiry, a busy row).
+    RevisitAt(Instant),
+    /// Hidden by windowBuffer until `at`: revisit then, and bypass the SQL
+    /// debounce on that visit (the wheel owns the hold).
+    WindowUntil(Instant),
+}
+
+/// Candidates for one pop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidates {
+    /// Partition names, in the order to try them.
+    pub names: Vec<String>,
+    /// True when every name comes from an expired windowBuffer hold, so the
+    /// pop may skip the SQL debounce.
+    pub skip_window: bool,
+}
+
+/// The state of one (queue, group) ring.
+#[derive(Debug)]
+struct Ring {
+    ready: VecDeque<String>,
+    /// Names in `ready`, for de-duplication.
+    in_ready: HashSet<String>,
+    /// Names whose windowBuffer hold ended (promoted by the wheel).
+    window_due: HashSet<String>,
+    /// Names waiting for a revisit time.
+    waiting: HashMap<String, (Instant, bool)>,
+    wheel: BTreeMap<Instant, Vec<String>>,
+    reseeded_at: Option<Instant>,
+    used_at: Instant,
+}
+
+impl Ring {
+    fn new(now: Instant) -> Ring {
+        Ring {
+            ready: VecDeque::new(),
+            in_ready: HashSet::new(),
+            window_due: HashSet::new(),
+            waiting: HashMap::new(),
+            wheel: BTreeMap::new(),
+            reseeded_at: None,
+            used_at: now,
+        }
+    }
+
+    fn push_back(&mut self, name: &str) {
+        if self.in_ready.len() >= MAX_RING_PARTITIONS || self.in_ready.contains(name) {
+            return;
+        }
+        self.waiting.remove(name);
+        self.in_ready.insert(name.to_owned());
+        self.ready.push_back(name.to_owned());
+    }
+
+    fn push_front(&mut self, name: String) {
+        if self.in_ready.contains(&name) {
+            return;
+        }
+        self.in_ready.insert(name.clone());
+        self.ready.push_front(name);
+    }
+
+    fn schedule(&mut self, name: &str, at: Instant, window: bool) {
+        if self.in_ready.contains(name) {
+            return;
+        }
+        self.waiting.insert(name.to_owned(), (at, window));
+        self.wheel.entry(at).or_default().push(name.to_owned());
+    }
+
+    /// Move every revisit due at `now` into the ready queue.
+    fn promote_due(&mut self, now: Instant) {
+        while let Some(entry) = self.wheel.first_entry() {
+            if *entry.key() > now {
+                break;
+            }
+            let (at, names) = entry.remove_entry();
+            for name in names {
+                // Only the latest schedule of a name counts.
+                if let Some(&(scheduled, window)) = self.waiting.get(&name) {
+                    if scheduled == at {
+                        self.waiting.remove(&name);
+                        if window {
+                            self.window_due.insert(name.clone());
+                        }
+                        self.push_back(&name);
+                    }
+                }
+            }
+        }
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        self.wheel.keys().next().copied()
+    }
+}
+
+/// Every ring of the broker.
+#[derive(Debug, Default)]
+pub struct HotList {
+    rings: Mutex<HashMap<(String, String), Ring>>,
+}
+
+impl HotList {
+    /// True when this (queue, group) has never been seeded here, or its
+    /// reseed period passed: the pop must ask SQL for the pending partitions.
+    pub fn needs_reseed(&self, queue: &str, group: &str, now: Instant, period: Duration) -> bool {
+        let rings = self.rings.lock();
+        match rings.get(&(queue.to_owned(), group.to_owned())) {
+            None => true,
+            Some(ring) => ring
+                .reseeded_at
+                .is_none_or(|at| now.duration_since(at) >= period),
+        }
+    }
+
+    /// True when this (queue, group) has a ring (its first contact happened here).
+    pub fn knows(&self, queue: &str, group: &str) -> bool {
+        self.rings
+            .lock()
+            .contains_key(&(queue.to_owned(), group.to_owned()))
+    }
+
+    /// Replace the ring's ready set with `names` from SQL (plus anything due),
+    /// keeping pending revisits.
+    pub fn reseed(&self, queue: &str, group: &str, names: Vec<String>, now: Instant) {
+        let mut rings = self.rings.lock();
+        let ring = rings
+            .entry((queue.to_owned(), group.to_owned()))
+            .or_insert_with(|| Ring::new(now));
+        ring.reseeded_at = Some(now);
+        ring.used_at = now;
+        for name in names {
+            if !ring.waiting.contains_key(&name) {
+                ring.push_back(&name);
+            }
+        }
+    }
+
+    /// A local push (or an ack that left data behind) made `partition` of
+    /// `queue` pending for every group that has a ring.
+    pub fn mark_ready(&self, queue: &str, partition: &str) {
+        let mut rings = self.rings.lock();
+        for ((ring_queue, _), ring) in rings.iter_mut() {
+            if ring_queue == queue {
+                ring.push_back(partition);
+            }
+        }
+    }
+
+    /// Mark one (queue, group)'s partition pending (ack-promote).
+    pub fn mark_ready_for(&self, queue: &str, group: &str, partition: &str) {
+        let mut rings = self.rings.lock();
+        if let Some(ring) = rings.get_mut(&(queue.to_owned(), group.to_owned())) {
+            ring.push_back(partition);
+        }
+    }
+
+    /// True when a pop could find work in the ring now (the cheap check before
+    /// any permit or connection).
+    pub fn has_ready(&self, queue: &str, group: &str, now: Instant) -> bool {
+        let mut rings = self.rings.lock();
+        match rings.get_mut(&(queue.to_owned(), group.to_owned())) {
+            None => false,
+            Some(ring) => {
+                ring.used_at = now;
+                ring.promote_due(now);
+                !ring.ready.is_empty()
+            }
+        }
+    }
+
+    /// Take up to `k` candidates from the front of the ring. Window-due names
+    /// are handed out on their own so their pop may skip the SQL debounce.
+    pub fn take(&self, queue: &str, group: &str, k: usize, now: Instant) -> Candidates {
+        let mut rings = self.rings.lock();
+        let Some(ring) = rings.get_mut(&(queue.to_owned(), group.to_owned())) else {
+            return Candidates {
+                names: Vec::new(),
+                skip_window: false,
+            };
+        };
+        ring.used_at = now;
+        ring.promote_due(now);
+        let window_first = ring
+            .ready
+            .front()
+            .is_some_and(|name| ring.window_due.contains(name));
+        let mut names = Vec::with_capacity(k.min(ring.ready.len()));
+        while names.len() < k {
+            let Some(front) = ring.ready.front() else {
+                break;
+            };
+            if ring.window_due.contains(front) != window_first {
+                break;
+            }
+            let Some(name) = ring.ready.pop_front() else {
+                break;
+            };
+            ring.in_ready.remove(&name);
+            ring.window_due.remove(&name);
+            names.push(name);
+        }
+        Candidates {
+            names,
+            skip_window: window_first,
+        }
+    }
+
+    /// Check one pop's results back in. `unvisited` are candidates the pop
+    /// never reached; they go back to the front.
+    pub fn check_in(
+        &self,
+        queue: &str,
+        group: &str,
+        outcomes: &[(String, Outcome)],
+        unvisited: Vec<String>,
+        now: Instant,
+    ) {
+        let mut rings = self.rings.lock();
+        let Some(ring) = rings.get_mut(&(queue.to_owned(), group.to_owned())) else {
+            return;
+        };
+        for name in unvisited.into_iter().rev() {
+            ring.push_front(name);
+        }
+        for (name, outcome) in outcomes {
+            match *outcome {
+                Outcome::Delivered => ring.push_back(name),
+                Outcome::Empty => {}
+                Outcome::RevisitAt(at) => ring.schedule(name, at.max(now), false),
+                Outcome::WindowUntil(at) => ring.schedule(name, at.max(now), true),
+            }
+        }
+    }
+
+    /// The default revisit time of a busy partition.
+    pub fn busy_revisit(now: Instant) -> Instant {
+        now + BUSY_REVISIT
+    }
+
+    /// Promote every revisit due at `now` and return the queues that got one
+    /// (the wheel tick opens their gates).
+    pub fn promote_due(&self, now: Instant) -> Vec<String> {
+        let mut rings = self.rings.lock();
+        let mut queues: Vec<String> = rings
+            .iter_mut()
+            .filter(|(_, ring)| ring.next_due().is_some_and(|at| at <= now))
+            .map(|((queue, _), ring)| {
+                ring.promote_due(now);
+                queue.clone()
+            })
+            .collect();
+        queues.sort();
+        queues.dedup();
+        queues
+    }
+
+    /// Forget rings unused for [`IDLE_RING_EXPIRY`].
+    pub fn expire_idle(&self, now: Instant) {
+        self.rings
+            .lock()
+            .retain(|_, ring| now.duration_since(ring.used_at) < IDLE_RING_EXPIRY);
+    }
+
+    /// Forget every ring of `queue` (it was deleted).
+    pub fn forget_queue(&self, queue: &str) {
+        self.rings
+            .lock()
+            .retain(|(ring_queue, _), _| ring_queue != queue);
+    }
+
+    /// Number of rings (for metrics and tests).
+    pub fn len(&self) -> usize {
+        self.rings.lock().len()
+    }
+
+    /// True when there is no ring.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(candidates: &Candidates) -> Vec<&str> {
+        candidates.names.iter().map(String::as_str).collect()
+    }
+
+    #[test]
+    fn pushes_feed_every_group_ring_of_the_queue_once() {
+        let hot = HotList::default();
+        let now = Instant::now();
+        hot.reseed("q", "g1", vec![], now);
+        hot.reseed("q", "g2", vec![], now);
+        hot.reseed("other", "g1", vec![], now);
+        hot.mark_ready("q", "p1");
+        hot.mark_ready("q", "p1");
+        assert_eq!(names(&hot.take("q", "g1", 10, now)), ["p1"]);
+        assert_eq!(names(&hot.take("q", "g2", 10, now)), ["p1"]);
+        assert!(!hot.has_ready("other", "g1", now));
+    }
+
+    #[test]
+    fn verdicts_keep_drop_and_schedule() {
+        let hot = HotList::default();
+        let now = Instant::now();
+        hot.reseed(
+            "q",
+            "g",
+            vec!["a".into(), "b".into(), "c".into(), "d".into()],
+            now,
+        );
+        let taken = hot.take("q", "g", 3, now);
+        assert_eq!(names(&taken), ["a", "b", "c"]);
+        let later = now + Duration::from_secs(30);
+        hot.check_in(
+            "q",
+            "g",
+            &[
+                ("a".into(), Outcome::Delivered),
+                ("b".into(), Outcome::Empty),
+                ("c".into(), Outcome::RevisitAt(later)),
+            ],
+            vec![],
+            now,
+        );
+        assert_eq!(names(&hot.take("q", "g", 10, now)), ["d", "a"]);
+        assert!(!hot.has_ready("q", "g", now + Duration::from_secs(29)));
+        assert!(hot.promote_due(now).is_empty());
+        assert_eq!(hot.promote_due(later), ["q"]);
+        assert!(hot.promote_due(later).is_empty(), "promoted twice");
+        assert_eq!(names(&hot.take("q", "g", 10, later)), ["c"]);
+    }
+
+    #[test]
+    fn unvisited_candidates_go_back_to_the_front() {
+        let hot = HotList::default();
+        let now = Instant::now();
+        hot.reseed("q", "g", vec!["a".into(), "b".into(), "c".into()], now);
+        let taken = hot.take("q", "g", 2, now);
+        assert_eq!(names(&taken), ["a", "b"]);
+        hot.check_in(
+            "q",
+            "g",
+            &[("a".into(), Outcome::Empty)],
+            vec!["b".into()],
+            now,
+        );
+        assert_eq!(names(&hot.take("q", "g", 10, now)), ["b", "c"]);
+    }
+
+    #[test]
+    fn window_holds_come_back_on_their_own_with_skip_window() {
+        let hot = HotList::default();
+        let now = Instant::now();
+        hot.reseed("q", "g", vec!["w".into(), "x".into()], now);
+        let _ = hot.take("q", "g", 1, now);
+        let until = now + Duration::from_secs(2);
+        hot.check_in(
+            "q",
+            "g",
+            &[("w".into(), Outcome::WindowUntil(until))],
+            vec![],
+            now,
+        );
+        let before = hot.take("q", "g", 10, now);
+        assert_eq!((names(&before), before.skip_window), (vec!["x"], false));
+        let due = hot.take("q", "g", 10, until);
+        assert_eq!((names(&due), due.skip_window), (vec!["w"], true));
+    }
+
+    #[test]
+    fn reseed_is_due_on_first_contact_and_after_the_period() {
+        let hot = HotList::default();
+        let now = Instant::now();
+        let period = Duration::from_secs(5);
+        assert!(hot.needs_reseed("q", "g", now, period));
+        hot.reseed("q", "g", vec![], now);
+        assert!(!hot.needs_reseed("q", "g", now + Duration::from_secs(4), period));
+        assert!(hot.needs_reseed("q", "g", now + Duration::from_secs(5), period));
+    }
+
+    #[test]
+    fn rings_are_capped_and_idle_rings_expire() {
+        let hot = HotList::default();
+        let now = Instant::now();
+        let many: Vec<String> = (0..MAX_RING_PARTITIONS + 10)
+            .map(|i| format!("p{i}"))
+            .collect();
+        hot.reseed("q", "g", many, now);
+        let taken = hot.take("q", "g", usize::MAX, now);
+        assert_eq!(taken.names.len(), MAX_RING_PARTITIONS);
+        hot.reseed("q2", "g", vec![], now + IDLE_RING_EXPIRY);
+        hot.expire_idle(now + IDLE_RING_EXPIRY);
+        assert!(!hot.knows("q", "g"), "an idle ring survived");
+        assert!(hot.knows("q2", "g"));
+    }
+}

@@ -1,0 +1,335 @@
+//! The Vegas limiter around serving permits (decisions.md §6).
+//!
+//! A pop that has real work takes a permit before it takes a pooled
+//! connection; at most `limit` pops are in flight. The limit adapts like TCP
+//! Vegas: with `rtt_min` the smallest round trip seen in a sliding 30 s window
+//! and `rtt_recent` an EMA over ~50 completions, the estimated queueing is
+//! `in_flight * (1 - rtt_min / rtt_recent)`. Below `alpha` the limit grows by
+//! one, above `beta` it shrinks by one, at most once a second, within
+//! `[min, max]`. Defaults follow the reference broker: 1, 16, 3, 6.
+//!
+//! The ordering that makes this work is in the pop path, not here: the cheap
+//! in-memory "is there anything?" check comes before the permit, so thousands
+//! of parked consumers re-polling an empty queue never queue for permits.
+//!
+//! Time comes from the caller (`Instant`s), so the control law is tested with
+//! explicit clocks.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+/// Limiter settings.
+#[derive(Debug, Clone, Copy)]
+pub struct LimiterConfig {
+    /// Lowest limit.
+    pub min: usize,
+    /// Highest limit.
+    pub max: usize,
+    /// Grow while estimated queueing is below this.
+    pub alpha: f64,
+    /// Shrink while estimated queueing is above this.
+    pub beta: f64,
+    /// Completions the recent-RTT average spans.
+    pub ema_span: u32,
+}
+
+impl Default for LimiterConfig {
+    fn default() -> LimiterConfig {
+        LimiterConfig {
+            min: 1,
+            max: 16,
+            alpha: 3.0,
+            beta: 6.0,
+            ema_span: 50,
+        }
+    }
+}
+
+/// How long the RTT minimum remembers a sample.
+const RTT_MIN_WINDOW: Duration = Duration::from_secs(30);
+
+/// The limit changes at most this often.
+const ADJUST_EVERY: Duration = Duration::from_secs(1);
+
+/// A snapshot for metrics.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LimiterStats {
+    /// The current limit.
+    pub limit: usize,
+    /// Permits held now.
+    pub in_flight: usize,
+    /// Smallest RTT in the window, if any.
+    pub rtt_min: Option<Duration>,
+    /// Recent RTT average, if any.
+    pub rtt_recent: Option<Duration>,
+}
+
+#[derive(Debug)]
+struct State {
+    limit: usize,
+    in_flight: usize,
+    /// (when, rtt) samples kept for the sliding minimum, oldest first, each
+    /// smaller than every later one (a monotonic deque).
+    minima: VecDeque<(Instant, Duration)>,
+    rtt_recent: Option<f64>,
+    last_adjust: Option<Instant>,
+}
+
+/// The limiter. Share it with `Arc`.
+#[derive(Debug)]
+pub struct Limiter {
+    config: LimiterConfig,
+    state: Mutex<State>,
+    released: Notify,
+}
+
+/// A held permit; give it back with [`Permit::release`] to record the RTT.
+/// Dropping it without releasing frees the slot without a sample.
+#[derive(Debug)]
+pub struct Permit {
+    limiter: Arc<Limiter>,
+    started: Instant,
+    done: bool,
+}
+
+impl Limiter {
+    /// A limiter starting at `config.min`.
+    pub fn new(config: LimiterConfig) -> Arc<Limiter> {
+        let min = config.min.max(1);
+        Arc::new(Limiter {
+            config: LimiterConfig {
+                min,
+                max: config.max.max(min),
+                ..config
+            },
+            state: Mutex::new(State {
+                limit: min,
+                in_flight: 0,
+                minima: VecDeque::new(),
+                rtt_recent: None,
+                last_adjust: None,
+            }),
+            released: Notify::new(),
+        })
+    }
+
+    /// Wait for a permit.
+    pub async fn acquire(self: &Arc<Self>) -> Permit {
+        loop {
+            let notified = self.released.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut state = self.state.lock();
+                if state.in_flight < state.limit {
+                    state.in_flight += 1;
+                    return Permit {
+                        limiter: Arc::clone(self),
+                        started: Instant::now(),
+                        done: false,
+                    };
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Current figures.
+    pub fn stats(&self) -> LimiterStats {
+        let state = self.state.lock();
+        LimiterStats {
+            limit: state.limit,
+            in_flight: state.in_flight,
+            rtt_min: state.minima.front().map(|(_, rtt)| *rtt),
+            rtt_recent: state.rtt_recent.map(Duration::from_secs_f64),
+        }
+    }
+
+    /// Record one completion of `rtt` observed at `now`, with `in_flight`
+    /// permits out (including this one), and adjust the limit.
+    fn record(&self, state: &mut State, rtt: Duration, now: Instant) {
+        while state
+            .minima
+            .front()
+            .is_some_and(|(at, _)| now.duration_since(*at) > RTT_MIN_WINDOW)
+        {
+            state.minima.pop_front();
+        }
+        while state.minima.back().is_some_and(|(_, old)| *old >= rtt) {
+            state.minima.pop_back();
+        }
+        state.minima.push_back((now, rtt));
+
+        let sample = rtt.as_secs_f64();
+        let weight = 2.0 / (f64::from(self.config.ema_span) + 1.0);
+        state.rtt_recent = Some(match state.rtt_recent {
+            Some(recent) => recent + weight * (sample - recent),
+            None => sample,
+        });
+
+        if state
+            .last_adjust
+            .is_some_and(|at| now.duration_since(at) < ADJUST_EVERY)
+        {
+            return;
+        }
+        let (Some((_, rtt_min)), Some(recent)) = (state.minima.front(), state.rtt_recent) else {
+            return;
+        };
+        if recent <= 0.0 {
+            return;
+        }
+        #[allow(clippy::cast_precision_loss)] // in_flight is at most `max`, a small number
+        let queued = state.in_flight as f64 * (1.0 - rtt_min.as_secs_f64() / recent);
+        if queued < self.config.alpha && state.limit < self.config.max {
+            state.limit += 1;
+            state.last_adjust = Some(now);
+        } else if queued > self.config.beta && state.limit > self.config.min {
+            state.limit -= 1;
+            state.last_adjust = Some(now);
+        }
+    }
+
+    /// Feed one completion without a permit (tests and replays).
+    #[cfg(test)]
+    fn observe(&self, rtt: Duration, in_flight: usize, now: Instant) {
+        let mut state = self.state.lock();
+        let held = state.in_flight;
+        state.in_flight = in_flight;
+        self.record(&mut state, rtt, now);
+        state.in_flight = held;
+    }
+}
+
+impl Permit {
+    /// Give the permit back, recording how long it was held.
+    pub fn release(mut self) {
+        self.finish(true);
+    }
+
+    fn finish(&mut self, sample: bool) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        let now = Instant::now();
+        {
+            let mut state = self.limiter.state.lock();
+            if sample {
+                let rtt = now.duration_since(self.started);
+                self.limiter.record(&mut state, rtt, now);
+            }
+            state.in_flight = state.in_flight.saturating_sub(1);
+        }
+        // Wake every waiter: the limit may have grown by one as well.
+        self.limiter.released.notify_waiters();
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.finish(false);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grows_while_round_trips_stay_near_the_minimum() {
+        let limiter = Limiter::new(LimiterConfig::default());
+        let start = Instant::now();
+        for second in 0..20 {
+            let now = start + Duration::from_secs(second);
+            let in_flight = limiter.stats().limit;
+            limiter.observe(Duration::from_millis(2), in_flight, now);
+        }
+        assert_eq!(limiter.stats().limit, 16, "did not grow to max");
+    }
+
+    #[test]
+    fn shrinks_when_round_trips_inflate_under_load() {
+        let limiter = Limiter::new(LimiterConfig::default());
+        let start = Instant::now();
+        for second in 0..20 {
+            limiter.observe(
+                Duration::from_millis(2),
+                1,
+                start + Duration::from_secs(second),
+            );
+        }
+        assert_eq!(limiter.stats().limit, 16);
+        // Round trips ten times the minimum with 16 in flight: queueing is
+        // estimated at 16 * 0.9 = 14.4 > beta, so the limit steps down, once a second.
+        let mut now = start + Duration::from_secs(20);
+        for _ in 0..200 {
+            now += Duration::from_millis(100);
+            limiter.observe(Duration::from_millis(20), 16, now);
+        }
+        let limit = limiter.stats().limit;
+        assert!(limit < 16, "did not shrink: {limit}");
+        assert!(limit >= 1);
+        // At most one step per second: 20 seconds of samples, at most 20 steps.
+        assert!(16 - limit <= 20);
+    }
+
+    #[test]
+    fn the_limit_moves_at_most_once_a_second() {
+        let limiter = Limiter::new(LimiterConfig::default());
+        let now = Instant::now();
+        for _ in 0..100 {
+            limiter.observe(Duration::from_millis(2), 1, now);
+        }
+        assert_eq!(
+            limiter.stats().limit,
+            2,
+            "adjusted more than once in one instant"
+        );
+    }
+
+    #[test]
+    fn the_rtt_minimum_forgets_samples_older_than_30_seconds() {
+        let limiter = Limiter::new(LimiterConfig::default());
+        let start = Instant::now();
+        limiter.observe(Duration::from_millis(1), 1, start);
+        limiter.observe(Duration::from_millis(9), 1, start + Duration::from_secs(10));
+        assert_eq!(limiter.stats().rtt_min, Some(Duration::from_millis(1)));
+        limiter.observe(Duration::from_millis(9), 1, start + Duration::from_secs(31));
+        assert_eq!(limiter.stats().rtt_min, Some(Duration::from_millis(9)));
+    }
+
+    #[tokio::test]
+    async fn permits_beyond_the_limit_wait_for_a_release() {
+        let limiter = Limiter::new(LimiterConfig {
+            min: 2,
+            max: 2,
+            ..LimiterConfig::default()
+        });
+        let a = limiter.acquire().await;
+        let b = limiter.acquire().await;
+        assert_eq!(limiter.stats().in_flight, 2);
+        let waiting = {
+            let limiter = Arc::clone(&limiter);
+            tokio::spawn(async move { limiter.acquire().await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(
+            !waiting.is_finished(),
+            "a third permit was granted over the limit"
+        );
+        a.release();
+        let c = tokio::time::timeout(Duration::from_secs(1), waiting)
+            .await
+            .expect("the waiter was not woken")
+            .unwrap();
+        assert_eq!(limiter.stats().in_flight, 2);
+        drop(b);
+        drop(c);
+        assert_eq!(limiter.stats().in_flight, 0);
+    }
+}

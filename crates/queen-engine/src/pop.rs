@@ -1,0 +1,622 @@
+//! The pop path (life-of-a-pop.md): choosing candidate partitions, deciding
+//! whether to wait, and rendering what SQL claimed.
+//!
+//! The order of the serve path is deliberate:
+//! 1. pop maintenance mode answers empty at once;
+//! 2. a cheap in-memory check (the hot-list ring has something, or a reseed
+//!    is due) before any permit or pooled connection, so parked consumers
+//!    re-polling an empty queue never touch the limiter or the pool;
+//! 3. only real work takes a Vegas permit, then a connection;
+//! 4. one `log_pop_list_v1` (or `log_pop_specific_v1`, or the SQL candidate
+//!    scan with `QUEEN_HOTLIST=0`), then verdicts go back into the ring;
+//! 5. frames are decompressed, sliced and decrypted here, after PostgreSQL
+//!    answered, with the connection already returned;
+//! 6. an empty answer with `wait` parks on the queue's wake gate, bounded by
+//!    the backoff floor and the deadline, holding nothing.
+//!
+//! Transient database trouble never becomes a 5xx for a pop: it counts as an
+//! empty attempt, so the pop answers empty after its wait (clients' consume
+//! loops die on repeated 5xx).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use queen_sql::pop::{PopParams, PopRow, QueueInfo, Verdict};
+use uuid::Uuid;
+
+use crate::hotlist::{HotList, Outcome};
+use crate::naming::DEFAULT_TENANT;
+use crate::{Engine, EngineError};
+
+/// The consumer group of queue mode: one shared cursor per partition.
+pub const QUEUE_MODE_GROUP: &str = "__QUEUE_MODE__";
+
+/// How long a queue's configuration (or its absence) is trusted from cache.
+const QUEUE_INFO_TTL: Duration = Duration::from_secs(5);
+
+/// How long "no such queue" is trusted (a push elsewhere may create it).
+const MISSING_QUEUE_TTL: Duration = Duration::from_secs(1);
+
+/// What to pop from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PopTarget {
+    /// One named partition.
+    Partition {
+        /// Queue name.
+        queue: String,
+        /// Partition name.
+        partition: String,
+    },
+    /// Any partitions of a queue.
+    Queue {
+        /// Queue name.
+        queue: String,
+    },
+    /// Any queue with this namespace and/or task.
+    Discovery {
+        /// Namespace filter.
+        namespace: Option<String>,
+        /// Task filter.
+        task: Option<String>,
+    },
+}
+
+/// Where a new cursor of a named group starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubscriptionMode {
+    /// Everything retained.
+    All,
+    /// Only what arrives after the subscription (`new`, `new-only`, `now`).
+    New,
+}
+
+/// A pop, as the engine needs it (the HTTP layer applies the wire defaults).
+#[derive(Debug, Clone)]
+pub struct PopRequest {
+    /// What to pop from.
+    pub target: PopTarget,
+    /// Consumer group; [`QUEUE_MODE_GROUP`] for queue mode.
+    pub group: String,
+    /// Most messages, across partitions.
+    pub batch: usize,
+    /// Most partitions (wildcard pops).
+    pub max_partitions: usize,
+    /// Long-poll until a message or the timeout.
+    pub wait: bool,
+    /// Long-poll deadline.
+    pub timeout: Duration,
+    /// At-most-once delivery: no lease.
+    pub auto_ack: bool,
+    /// Subscription mode for a cursor this pop creates.
+    pub subscription_mode: SubscriptionMode,
+    /// Subscription timestamp for a cursor this pop creates.
+    pub subscription_from: Option<SystemTime>,
+}
+
+/// One delivered message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoppedMessage {
+    /// Message id.
+    pub id: Uuid,
+    /// Transaction id.
+    pub transaction_id: String,
+    /// Trace id, if the producer sent one.
+    pub trace_id: Option<Uuid>,
+    /// Producer `sub`, when auth stamped one.
+    pub producer_sub: Option<String>,
+    /// The payload, decrypted, exactly as the producer sent it.
+    pub payload: Bytes,
+    /// The segment's commit timestamp.
+    pub created_at: SystemTime,
+    /// The partition's id.
+    pub partition_id: Uuid,
+    /// The partition's name.
+    pub partition: Arc<str>,
+    /// The message's offset in its partition (admin and tests only).
+    pub offset: i64,
+}
+
+/// The answer of a pop.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Popped {
+    /// Queue the messages came from.
+    pub queue: Option<String>,
+    /// Messages, partition by partition, in offset order within each.
+    pub messages: Vec<PoppedMessage>,
+    /// The lease id (`None` for auto-ack or an empty pop).
+    pub lease_id: Option<Uuid>,
+    /// Partitions that delivered.
+    pub partitions_claimed: usize,
+}
+
+/// Long-poll backoff (decisions.md §6): `initial` for the first `threshold`
+/// attempts, then `initial × attempt × multiplier`, capped at `max`.
+#[derive(Debug, Clone, Copy)]
+pub struct PopWait {
+    /// `POP_WAIT_INITIAL_INTERVAL_MS`.
+    pub initial: Duration,
+    /// `POP_WAIT_BACKOFF_THRESHOLD`.
+    pub threshold: u32,
+    /// `POP_WAIT_BACKOFF_MULTIPLIER`.
+    pub multiplier: u32,
+    /// `POP_WAIT_MAX_INTERVAL_MS`.
+    pub max: Duration,
+}
+
+impl Default for PopWait {
+    fn default() -> PopWait {
+        PopWait {
+            initial: Duration::from_millis(100),
+            threshold: 3,
+            multiplier: 2,
+            max: Duration::from_millis(1000),
+        }
+    }
+}
+
+impl PopWait {
+    /// The re-poll interval after `attempt` empty attempts since the last wake.
+    pub fn interval(&self, attempt: u32) -> Duration {
+        if attempt < self.threshold {
+            return self.initial.min(self.max);
+        }
+        self.initial
+            .saturating_mul(attempt.saturating_mul(self.multiplier.max(1)))
+            .min(self.max)
+    }
+}
+
+/// Per-broker caches of the pop path.
+#[derive(Debug, Default)]
+pub(crate) struct PopState {
+    queues: Mutex<HashMap<String, (Instant, Option<QueueInfo>)>>,
+    /// (queue, group) pairs whose first contact ran (legacy path).
+    contacted: Mutex<std::collections::HashSet<(Uuid, String)>>,
+    /// False until some queue is seen with `min_pop_wait_time`: the default
+    /// path then pays one relaxed load, not a map lookup.
+    any_min_pop_wait: AtomicBool,
+    /// Pop maintenance mode: every pop answers empty at once.
+    pub(crate) maintenance: AtomicBool,
+}
+
+impl PopState {
+    pub(crate) fn forget_queue(&self, queue: &str) {
+        self.queues.lock().remove(queue);
+    }
+}
+
+impl Engine {
+    /// Pop: claim and return messages, long-polling when asked.
+    pub async fn pop(&self, request: PopRequest) -> Result<Popped, EngineError> {
+        if self.pop_state.maintenance.load(Ordering::Relaxed) || self.is_shutting_down() {
+            return Ok(Popped::default());
+        }
+        let started = Instant::now();
+        let deadline = started
+            + if request.wait {
+                request.timeout
+            } else {
+                Duration::ZERO
+            };
+        let gate = match &request.target {
+            PopTarget::Partition { queue, .. } | PopTarget::Queue { queue } => {
+                self.gates.gate(queue)
+            }
+            PopTarget::Discovery { .. } => self.gates.gate(DISCOVERY_GATE),
+        };
+        self.hold_for_min_pop_wait(&request, deadline).await;
+        let mut attempt = 0u32;
+        loop {
+            let seen = gate.generation();
+            let popped = match self.pop_once(&request).await {
+                Ok(popped) => popped,
+                Err(error) if error.is_transient() => {
+                    tracing::warn!(error = %crate::error_chain(&error), "pop attempt failed; answering empty");
+                    Popped::default()
+                }
+                Err(error) => return Err(error),
+            };
+            if !popped.messages.is_empty() || !request.wait || self.is_shutting_down() {
+                return Ok(popped);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(popped);
+            }
+            let interval = self.config.pop_wait.interval(attempt).min(deadline - now);
+            tokio::select! {
+                () = gate.wait_past(seen) => attempt = 0,
+                () = tokio::time::sleep(interval) => attempt = attempt.saturating_add(1),
+            }
+        }
+    }
+
+    /// Enable or disable pop maintenance mode (every pop answers empty).
+    pub fn set_pop_maintenance(&self, enabled: bool) {
+        self.pop_state.maintenance.store(enabled, Ordering::Relaxed);
+    }
+
+    /// Whether pop maintenance mode is on.
+    pub fn pop_maintenance(&self) -> bool {
+        self.pop_state.maintenance.load(Ordering::Relaxed)
+    }
+
+    /// `min_pop_wait_time`: hold an under-full claim back so one commit carries
+    /// more messages. In the broker, before any permit or connection (a
+    /// `pg_sleep` in SQL would pin a connection, a permit and row locks), and
+    /// gated by one relaxed atomic that stays false unless some queue uses it.
+    async fn hold_for_min_pop_wait(&self, request: &PopRequest, deadline: Instant) {
+        if !self.pop_state.any_min_pop_wait.load(Ordering::Relaxed) || request.batch <= 1 {
+            return;
+        }
+        let PopTarget::Queue { queue } = &request.target else {
+            return;
+        };
+        let Ok(Some(info)) = self.queue_info(queue).await else {
+            return;
+        };
+        let Ok(window) = u64::try_from(info.min_pop_wait_time) else {
+            return;
+        };
+        // Only a non-empty queue is held: waiting on an empty one is long-poll's job.
+        if window == 0
+            || !self
+                .hotlist
+                .has_ready(queue, &request.group, Instant::now())
+        {
+            return;
+        }
+        let until = (Instant::now() + Duration::from_millis(window)).min(deadline);
+        tokio::time::sleep_until(until.into()).await;
+    }
+
+    async fn pop_once(&self, request: &PopRequest) -> Result<Popped, EngineError> {
+        match &request.target {
+            PopTarget::Partition { queue, partition } => {
+                self.pop_partition(request, queue, partition).await
+            }
+            PopTarget::Queue { queue } => {
+                let Some(info) = self.queue_info(queue).await? else {
+                    return Ok(Popped::default());
+                };
+                if self.config.hotlist {
+                    self.pop_hot(request, queue, &info).await
+                } else {
+                    self.pop_scan(request, queue, &info).await
+                }
+            }
+            PopTarget::Discovery { namespace, task } => {
+                let queues = {
+                    let client = self.pool.get().await.map_err(queen_sql::SqlError::from)?;
+                    queen_sql::pop::queues_by_namespace_task(
+                        &**client,
+                        DEFAULT_TENANT,
+                        namespace.as_deref(),
+                        task.as_deref(),
+                    )
+                    .await?
+                };
+                for queue in queues {
+                    let Some(info) = self.queue_info(&queue).await? else {
+                        continue;
+                    };
+                    let popped = if self.config.hotlist {
+                        self.pop_hot(request, &queue, &info).await?
+                    } else {
+                        self.pop_scan(request, &queue, &info).await?
+                    };
+                    if !popped.messages.is_empty() {
+                        return Ok(popped);
+                    }
+                }
+                Ok(Popped::default())
+            }
+        }
+    }
+
+    /// The single-partition route.
+    async fn pop_partition(
+        &self,
+        request: &PopRequest,
+        queue: &str,
+        partition: &str,
+    ) -> Result<Popped, EngineError> {
+        let worker = Uuid::now_v7();
+        let params = params(request, worker, 1);
+        let permit = self.limiter.acquire().await;
+        let rows = {
+            let client = self.pool.get().await.map_err(queen_sql::SqlError::from)?;
+            queen_sql::pop::pop_specific(&**client, DEFAULT_TENANT, queue, partition, &params)
+                .await?
+        };
+        permit.release();
+        self.render(queue, request, worker, &rows)
+    }
+
+    /// The hot-list path.
+    async fn pop_hot(
+        &self,
+        request: &PopRequest,
+        queue: &str,
+        info: &QueueInfo,
+    ) -> Result<Popped, EngineError> {
+        let group = request.group.as_str();
+        let now = Instant::now();
+        let first_contact = !self.hotlist.knows(queue, group);
+        let reseed = first_contact
+            || self
+                .hotlist
+                .needs_reseed(queue, group, now, self.config.hotlist_reseed);
+        // The cheap check: nothing ready and no reseed due means empty, without
+        // a permit or a connection.
+        if !reseed && !self.hotlist.has_ready(queue, group, now) {
+            return Ok(Popped::default());
+        }
+        let worker = Uuid::now_v7();
+        let params = params(request, worker, request.max_partitions);
+        let permit = self.limiter.acquire().await;
+        let (rows, candidates) = {
+            let client = self.pool.get().await.map_err(queen_sql::SqlError::from)?;
+            if first_contact {
+                queen_sql::pop::first_contact(
+                    &**client,
+                    info.id,
+                    group,
+                    params.sub_mode,
+                    params.sub_from,
+                )
+                .await?;
+            }
+            if reseed {
+                let limit = i64::try_from(crate::hotlist::MAX_RING_PARTITIONS).unwrap_or(i64::MAX);
+                let names =
+                    queen_sql::pop::pending_partitions(&**client, info.id, group, limit).await?;
+                self.hotlist.reseed(queue, group, names, Instant::now());
+            }
+            let k = (request.max_partitions.saturating_mul(8)).clamp(16, 256);
+            let candidates = self.hotlist.take(queue, group, k, Instant::now());
+            if candidates.names.is_empty() {
+                permit.release();
+                return Ok(Popped::default());
+            }
+            let names: Vec<&str> = candidates.names.iter().map(String::as_str).collect();
+            let rows = queen_sql::pop::pop_list(
+                &**client,
+                info.id,
+                &names,
+                &params,
+                candidates.skip_window,
+            )
+            .await;
+            (rows, candidates)
+        };
+        permit.release();
+        let rows = match rows {
+            Ok(rows) => rows,
+            Err(error) => {
+                // Nothing was claimed: every candidate goes back.
+                self.hotlist
+                    .check_in(queue, group, &[], candidates.names, Instant::now());
+                return Err(error.into());
+            }
+        };
+        self.check_in(queue, group, &rows, candidates.names);
+        self.render(queue, request, worker, &rows)
+    }
+
+    /// The SQL candidate path (`QUEEN_HOTLIST=0`).
+    async fn pop_scan(
+        &self,
+        request: &PopRequest,
+        queue: &str,
+        info: &QueueInfo,
+    ) -> Result<Popped, EngineError> {
+        let group = request.group.as_str();
+        let worker = Uuid::now_v7();
+        let params = params(request, worker, request.max_partitions);
+        let key = (info.id, request.group.clone());
+        let contacted = self.pop_state.contacted.lock().contains(&key);
+        {
+            let client = self.pool.get().await.map_err(queen_sql::SqlError::from)?;
+            if !contacted {
+                queen_sql::pop::first_contact(
+                    &**client,
+                    info.id,
+                    group,
+                    params.sub_mode,
+                    params.sub_from,
+                )
+                .await?;
+                self.pop_state.contacted.lock().insert(key);
+            } else if !queen_sql::pop::has_pending(&**client, info.id, group).await? {
+                // The cheap probe, before any permit: definitively nothing.
+                return Ok(Popped::default());
+            }
+        }
+        let permit = self.limiter.acquire().await;
+        let rows = {
+            let client = self.pool.get().await.map_err(queen_sql::SqlError::from)?;
+            queen_sql::pop::pop_wildcard(&**client, info.id, &params).await?
+        };
+        permit.release();
+        self.render(queue, request, worker, &rows)
+    }
+
+    /// Check verdicts back into the ring.
+    fn check_in(&self, queue: &str, group: &str, rows: &[PopRow], candidates: Vec<String>) {
+        let now = Instant::now();
+        let wall = SystemTime::now();
+        let to_instant = |at: Option<SystemTime>| {
+            at.map(|at| now + at.duration_since(wall).unwrap_or(Duration::ZERO))
+        };
+        let mut outcomes = Vec::new();
+        for row in rows {
+            let PopRow::Verdict {
+                partition,
+                verdict,
+                revisit_at,
+                ..
+            } = row
+            else {
+                continue;
+            };
+            let outcome = match verdict {
+                Verdict::Delivered => Outcome::Delivered,
+                Verdict::Empty => Outcome::Empty,
+                Verdict::Leased => Outcome::RevisitAt(
+                    to_instant(*revisit_at).unwrap_or_else(|| HotList::busy_revisit(now)),
+                ),
+                Verdict::Busy => Outcome::RevisitAt(HotList::busy_revisit(now)),
+                Verdict::Deferred => match to_instant(*revisit_at) {
+                    Some(at) => Outcome::WindowUntil(at),
+                    None => Outcome::RevisitAt(HotList::busy_revisit(now)),
+                },
+            };
+            outcomes.push((partition.clone(), outcome));
+        }
+        let visited: std::collections::HashSet<&str> =
+            outcomes.iter().map(|(name, _)| name.as_str()).collect();
+        let unvisited: Vec<String> = candidates
+            .into_iter()
+            .filter(|name| !visited.contains(name.as_str()))
+            .collect();
+        self.hotlist
+            .check_in(queue, group, &outcomes, unvisited, now);
+    }
+
+    /// Decompress, slice and decrypt the delivered frames.
+    fn render(
+        &self,
+        queue: &str,
+        request: &PopRequest,
+        worker: Uuid,
+        rows: &[PopRow],
+    ) -> Result<Popped, EngineError> {
+        let mut messages = Vec::new();
+        let mut partitions: Vec<Uuid> = Vec::new();
+        let mut names: HashMap<Uuid, Arc<str>> = HashMap::new();
+        for row in rows {
+            let PopRow::Segment {
+                partition_id,
+                partition,
+                base_offset,
+                start_idx,
+                take,
+                created_at,
+                blob,
+                ..
+            } = row
+            else {
+                continue;
+            };
+            if !partitions.contains(partition_id) {
+                partitions.push(*partition_id);
+            }
+            let name = Arc::clone(
+                names
+                    .entry(*partition_id)
+                    .or_insert_with(|| Arc::from(partition.as_str())),
+            );
+            let segment = queen_frame::decompress(blob)?;
+            for (idx, frame) in segment.slice(*start_idx, *take)?.iter().enumerate() {
+                let payload = if frame.encrypted {
+                    let key = self.config.encryption_key.as_ref().ok_or_else(|| {
+                        EngineError::EncryptionKeyMissing {
+                            queue: queue.to_owned(),
+                        }
+                    })?;
+                    Bytes::from(key.open(frame.payload)?)
+                } else {
+                    segment.bytes().slice_ref(frame.payload)
+                };
+                let offset_in_segment = i64::try_from(start_idx + idx).unwrap_or(i64::MAX);
+                messages.push(PoppedMessage {
+                    id: Uuid::from_bytes(frame.message_id),
+                    transaction_id: frame.transaction_id.to_owned(),
+                    trace_id: frame.trace_id.map(Uuid::from_bytes),
+                    producer_sub: frame.producer_sub.map(str::to_owned),
+                    payload,
+                    created_at: *created_at,
+                    partition_id: *partition_id,
+                    partition: Arc::clone(&name),
+                    offset: base_offset.saturating_add(offset_in_segment),
+                });
+            }
+        }
+        let lease_id = (!messages.is_empty() && !request.auto_ack).then_some(worker);
+        Ok(Popped {
+            queue: (!messages.is_empty()).then(|| queue.to_owned()),
+            messages,
+            lease_id,
+            partitions_claimed: partitions.len(),
+        })
+    }
+
+    /// A queue's pop-relevant configuration, cached for a few seconds.
+    pub(crate) async fn queue_info(&self, queue: &str) -> Result<Option<QueueInfo>, EngineError> {
+        let now = Instant::now();
+        if let Some((at, info)) = self.pop_state.queues.lock().get(queue) {
+            let ttl = if info.is_some() {
+                QUEUE_INFO_TTL
+            } else {
+                MISSING_QUEUE_TTL
+            };
+            if now.duration_since(*at) < ttl {
+                return Ok(info.clone());
+            }
+        }
+        let info = {
+            let client = self.pool.get().await.map_err(queen_sql::SqlError::from)?;
+            queen_sql::pop::queue_info(&**client, DEFAULT_TENANT, queue).await?
+        };
+        if info.as_ref().is_some_and(|i| i.min_pop_wait_time > 0) {
+            self.pop_state
+                .any_min_pop_wait
+                .store(true, Ordering::Relaxed);
+        }
+        self.pop_state
+            .queues
+            .lock()
+            .insert(queue.to_owned(), (now, info.clone()));
+        Ok(info)
+    }
+}
+
+/// The gate discovery pops wait on; every push opens it.
+pub(crate) const DISCOVERY_GATE: &str = "\u{0}discovery";
+
+fn params(request: &PopRequest, worker: Uuid, max_partitions: usize) -> PopParams<'_> {
+    PopParams {
+        group: &request.group,
+        worker,
+        budget: i32::try_from(request.batch.max(1)).unwrap_or(i32::MAX),
+        max_partitions: i32::try_from(max_partitions.max(1)).unwrap_or(i32::MAX),
+        lease_seconds: None,
+        auto_ack: request.auto_ack,
+        sub_mode: match request.subscription_mode {
+            SubscriptionMode::All => "all",
+            SubscriptionMode::New => "new",
+        },
+        sub_from: request.subscription_from,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_backoff_floor_matches_the_documented_schedule() {
+        let wait = PopWait::default();
+        let ms = |attempt| wait.interval(attempt).as_millis();
+        assert_eq!([ms(0), ms(1), ms(2)], [100, 100, 100]);
+        assert_eq!(ms(3), 600);
+        assert_eq!(ms(4), 800);
+        assert_eq!(ms(5), 1000);
+        assert_eq!(ms(50), 1000);
+    }
+}

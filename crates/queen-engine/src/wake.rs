@@ -1,0 +1,155 @@
+//! Wake gates: one per queue, a generation counter plus a notify.
+//!
+//! Who waits: a parked long-poll pop, holding no permit, no pooled connection
+//! and no lock. Who wakes: a local push after commit, an ack that leaves data
+//! behind the cursor, the hot-list's wheel when a lease or a visibility hold
+//! ends, and (later) peers' mesh hints. What a missed wake costs: at most one
+//! backoff interval (`POP_WAIT_MAX_INTERVAL_MS`), because a parked pop also
+//! re-polls on a timer; the generation counter closes the race between
+//! "checked, found nothing" and "started waiting".
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+/// One queue's gate.
+#[derive(Debug, Default)]
+pub struct Gate {
+    generation: AtomicU64,
+    notify: Notify,
+}
+
+impl Gate {
+    /// The current generation; pass it to [`Gate::wait_past`].
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Open the gate: every waiter whose generation is older wakes.
+    pub fn open(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.notify.notify_waiters();
+    }
+
+    /// Wait until the gate was opened after `seen` was read. Returns at once if
+    /// that already happened.
+    pub async fn wait_past(&self, seen: u64) {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            // Register before checking, so an `open` between the check and the
+            // await is not lost.
+            notified.as_mut().enable();
+            if self.generation() != seen {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// Every queue's gate, created on first use.
+#[derive(Debug, Default)]
+pub struct WakeGates {
+    gates: Mutex<HashMap<String, Arc<Gate>>>,
+}
+
+impl WakeGates {
+    /// The gate of `queue`.
+    pub fn gate(&self, queue: &str) -> Arc<Gate> {
+        let mut gates = self.gates.lock();
+        if let Some(gate) = gates.get(queue) {
+            return Arc::clone(gate);
+        }
+        let gate = Arc::new(Gate::default());
+        gates.insert(queue.to_owned(), Arc::clone(&gate));
+        gate
+    }
+
+    /// Open `queue`'s gate, if anyone ever asked for it.
+    pub fn open(&self, queue: &str) {
+        let gate = self.gates.lock().get(queue).cloned();
+        if let Some(gate) = gate {
+            gate.open();
+        }
+    }
+
+    /// Open every gate (shutdown: parked pops return empty at once).
+    pub fn open_all(&self) {
+        let gates: Vec<Arc<Gate>> = self.gates.lock().values().cloned().collect();
+        for gate in gates {
+            gate.open();
+        }
+    }
+
+    /// Forget `queue`'s gate after waking its waiters (the queue was deleted).
+    pub fn forget(&self, queue: &str) {
+        let gate = self.gates.lock().remove(queue);
+        if let Some(gate) = gate {
+            gate.open();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn an_open_after_the_generation_was_read_is_never_lost() {
+        let gates = Arc::new(WakeGates::default());
+        let gate = gates.gate("q");
+        let seen = gate.generation();
+        gates.open("q");
+        // Opened before waiting: returns at once.
+        tokio::time::timeout(Duration::from_millis(1), gate.wait_past(seen))
+            .await
+            .expect("wait_past missed an earlier open");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiters_sleep_until_opened_and_all_wake() {
+        let gates = Arc::new(WakeGates::default());
+        let gate = gates.gate("q");
+        let seen = gate.generation();
+        let mut waiters = Vec::new();
+        for _ in 0..3 {
+            let gate = Arc::clone(&gate);
+            waiters.push(tokio::spawn(async move { gate.wait_past(seen).await }));
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(
+            waiters.iter().all(|w| !w.is_finished()),
+            "woke without an open"
+        );
+        gates.open("q");
+        for waiter in waiters {
+            tokio::time::timeout(Duration::from_millis(10), waiter)
+                .await
+                .expect("a waiter did not wake")
+                .unwrap();
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn gates_are_per_queue() {
+        let gates = WakeGates::default();
+        let a = gates.gate("a");
+        let b = gates.gate("b");
+        let seen_b = b.generation();
+        gates.open("a");
+        assert_ne!(a.generation(), 0);
+        assert_eq!(b.generation(), seen_b);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), b.wait_past(seen_b))
+                .await
+                .is_err(),
+            "opening a woke b"
+        );
+    }
+}

@@ -1,0 +1,96 @@
+//! Query strings and path segments, parsed the way the reference broker does
+//! (wire-api.md §0.6): values percent-decoded with `+` as space; booleans are
+//! true for `true` or `1`, anything else is the default; unparsable integers
+//! are the default. Path segments are percent-decoded too (a superset of the
+//! reference, which did not decode them; names are normally plain).
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+/// A parsed query string. A repeated key keeps its first value.
+#[derive(Debug, Default)]
+pub(crate) struct Query {
+    pairs: HashMap<String, String>,
+}
+
+impl Query {
+    /// Parse the query part of a URI (`None` when there is none).
+    pub(crate) fn parse(query: Option<&str>) -> Query {
+        let mut pairs = HashMap::new();
+        if let Some(query) = query {
+            for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+                pairs
+                    .entry(key.into_owned())
+                    .or_insert_with(|| value.into_owned());
+            }
+        }
+        Query { pairs }
+    }
+
+    /// The value of `key`, if present (possibly empty).
+    pub(crate) fn str(&self, key: &str) -> Option<&str> {
+        self.pairs.get(key).map(String::as_str)
+    }
+
+    /// The value of `key`, if present and non-empty.
+    pub(crate) fn non_empty(&self, key: &str) -> Option<&str> {
+        self.str(key).filter(|value| !value.is_empty())
+    }
+
+    /// `true` for `true` or `1`; otherwise `default`.
+    pub(crate) fn bool(&self, key: &str, default: bool) -> bool {
+        match self.str(key) {
+            Some("true" | "1") => true,
+            _ => default,
+        }
+    }
+
+    /// An integer, or `default` when absent or unparsable.
+    pub(crate) fn int(&self, key: &str, default: i64) -> i64 {
+        self.str(key)
+            .and_then(|value| value.trim().parse().ok())
+            .unwrap_or(default)
+    }
+}
+
+/// Split a path into percent-decoded segments, dropping empty ones.
+pub(crate) fn segments(path: &str) -> Vec<Cow<'_, str>> {
+    path.split('/')
+        .filter(|segment| !segment.is_empty())
+        .map(|segment| percent_encoding::percent_decode_str(segment).decode_utf8_lossy())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_decoded_and_typed_like_the_reference() {
+        let query = Query::parse(Some(
+            "batch=10&wait=1&autoAck=yes&consumerGroup=a+b%2Fc&timeout=abc&empty=&batch=99",
+        ));
+        assert_eq!(
+            query.int("batch", 1),
+            10,
+            "a repeated key keeps its first value"
+        );
+        assert!(query.bool("wait", false));
+        assert!(!query.bool("autoAck", false), "only true or 1 are true");
+        assert!(query.bool("missing", true));
+        assert_eq!(query.str("consumerGroup"), Some("a b/c"));
+        assert_eq!(query.int("timeout", 30_000), 30_000);
+        assert_eq!(query.non_empty("empty"), None);
+        assert_eq!(query.str("empty"), Some(""));
+        assert_eq!(Query::parse(None).int("batch", 7), 7);
+    }
+
+    #[test]
+    fn path_segments_are_percent_decoded_after_splitting() {
+        let parts = segments("/api/v1/pop/queue/my%20queue/partition/a%2Fb/");
+        assert_eq!(
+            parts,
+            ["api", "v1", "pop", "queue", "my queue", "partition", "a/b"]
+        );
+    }
+}

@@ -1,0 +1,640 @@
+-- procedures/pop.sql: the pop path (life-of-a-pop.md).
+--
+-- A pop answers one question under a row lock: which offsets may this consumer
+-- group take from this partition right now. queen.log_pop_v1 answers it for
+-- one partition; every pop shape funnels into it:
+--   log_pop_specific_v1  the single-partition route;
+--   log_pop_list_v1      a list of candidate partitions (the hot-list path);
+--   log_pop_wildcard_v1  the SQL candidate scan (QUEEN_HOTLIST=0), with the
+--                        empty-scan watermark.
+-- log_group_first_contact_v1 registers a (queue, group) and bulk-seeds its
+-- cursors once; log_has_pending_v1 is the cheap "anything at all?" probe;
+-- log_seek_offset_v1 maps a timestamp to a cursor position.
+--
+-- Every function that reads a table is plpgsql: a LANGUAGE sql body is
+-- analysed when it is created, which takes locks on the tables it names, and
+-- this file is re-applied at every boot while other brokers serve traffic.
+--
+-- Nothing here waits on another transaction: claims use FOR UPDATE SKIP
+-- LOCKED, cursor creation uses a try-lock, and every non-happy edge leaves at
+-- once (a wildcard pop keeps its transaction open across its whole candidate
+-- loop, so one wait would chain into others).
+--
+-- Rows a pop returns are raw segment rows plus slicing bounds
+-- (base_offset, start_idx, take, msg_count, created_at, blob); the broker
+-- decompresses and slices frames. PostgreSQL never looks inside a blob.
+-- Besides segment rows, every visited partition yields one 'verdict' row that
+-- the broker checks back into its hot-list:
+--   delivered  messages were taken
+--   empty      nothing pending for this group
+--   leased     another worker holds the lease (o_revisit_at: its expiry)
+--   busy       the cursor row is being created or claimed by someone else
+--   deferred   pending, but hidden by windowBuffer/delayedProcessing
+--              (o_revisit_at: when it becomes visible)
+
+-- The cursor position just before the first segment at or after p_ts: a
+-- forward walk on the primary key from the retention watermark (created_at is
+-- monotone in base_offset, so the first match is the answer). Nothing that
+-- recent: last_offset (future only).
+CREATE OR REPLACE FUNCTION queen.log_seek_offset_v1(p_pid uuid, p_ts timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql
+STABLE
+AS $$
+BEGIN
+    RETURN (
+        SELECT COALESCE(
+            (SELECT s.base_offset - 1
+               FROM queen.log_segments s
+              WHERE s.partition_id = p.id
+                AND s.base_offset >= p.log_start
+                AND s.created_at >= p_ts
+              ORDER BY s.base_offset
+              LIMIT 1),
+            p.last_offset)
+          FROM queen.log_partitions p
+         WHERE p.id = p_pid);
+END;
+$$;
+
+-- Where a new cursor starts (life-of-a-pop step 3), in order of preference:
+-- the durable subscription record of (group, queue); the pop-carried intent
+-- (a timestamp, or 'new' = skip the existing backlog); otherwise -1, deliver
+-- everything retained. __QUEUE_MODE__ skips the first two on purpose.
+CREATE OR REPLACE FUNCTION queen.log_seed_position_v1(
+    p_pid      uuid,
+    p_qid      uuid,
+    p_group    text,
+    p_sub_mode text,
+    p_sub_from timestamptz
+) RETURNS bigint
+LANGUAGE plpgsql
+STABLE
+AS $$
+DECLARE
+    v_ts timestamptz;
+BEGIN
+    IF p_group = '__QUEUE_MODE__' THEN
+        RETURN -1;
+    END IF;
+    SELECT m.subscription_timestamp INTO v_ts
+      FROM queen.consumer_groups_metadata m
+     WHERE m.consumer_group = p_group AND m.queue_id = p_qid;
+    IF v_ts IS NOT NULL THEN
+        RETURN queen.log_seek_offset_v1(p_pid, v_ts);
+    END IF;
+    IF p_sub_from IS NOT NULL THEN
+        RETURN queen.log_seek_offset_v1(p_pid, p_sub_from);
+    END IF;
+    IF p_sub_mode = 'new' THEN
+        RETURN (SELECT p.last_offset FROM queen.log_partitions p WHERE p.id = p_pid);
+    END IF;
+    RETURN -1;
+END;
+$$;
+
+-- First contact of a (queue, group): register the subscription (first writer
+-- wins: a named group's 'new' or timestamp intent becomes the durable
+-- subscription_timestamp) and elect exactly one seeder, which seeds the cursor
+-- of every partition of the queue in one set-based statement. Runs as its own
+-- short transaction, before the group's first pop. Returns true when this
+-- call did the seeding.
+CREATE OR REPLACE FUNCTION queen.log_group_first_contact_v1(
+    p_qid      uuid,
+    p_group    text,
+    p_sub_mode text,
+    p_sub_from timestamptz
+) RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    v_named boolean := p_group <> '__QUEUE_MODE__';
+    v_ts    timestamptz;
+    v_mode  text;
+BEGIN
+    IF v_named AND p_sub_from IS NOT NULL THEN
+        v_ts := p_sub_from; v_mode := 'timestamp';
+    ELSIF v_named AND p_sub_mode = 'new' THEN
+        v_ts := now(); v_mode := 'new';
+    ELSE
+        v_ts := NULL; v_mode := 'all';
+    END IF;
+
+    INSERT INTO queen.consumer_groups_metadata (consumer_group, queue_id, subscription_mode, subscription_timestamp)
+    VALUES (p_group, p_qid, v_mode, v_ts)
+    ON CONFLICT (consumer_group, queue_id) DO NOTHING;
+
+    -- The election: one UPDATE returns a row, every later one sees seeded_at set.
+    UPDATE queen.consumer_groups_metadata m
+       SET seeded_at = now(), updated_at = now()
+     WHERE m.consumer_group = p_group AND m.queue_id = p_qid AND m.seeded_at IS NULL;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+
+    INSERT INTO queen.log_consumers (partition_id, consumer_group, committed)
+    SELECT p.id, p_group, queen.log_seed_position_v1(p.id, p_qid, p_group, p_sub_mode, p_sub_from)
+      FROM queen.log_partitions p
+     WHERE p.queue_id = p_qid
+    ON CONFLICT (partition_id, consumer_group) DO NOTHING;
+    RETURN true;
+END;
+$$;
+
+-- One partition: visibility gates, claim, scan, lease or auto-ack.
+CREATE OR REPLACE FUNCTION queen.log_pop_v1(
+    p_pid           uuid,
+    p_qid           uuid,
+    p_group         text,
+    p_worker        uuid,
+    p_budget        integer,
+    p_lease_seconds integer,
+    p_auto_ack      boolean,
+    p_sub_mode      text,
+    p_sub_from      timestamptz,
+    p_delayed       integer,
+    p_window        integer,
+    p_skip_window   boolean
+) RETURNS TABLE (
+    o_kind        text,
+    o_base_offset bigint,
+    o_start_idx   integer,
+    o_take        integer,
+    o_msg_count   integer,
+    o_created_at  timestamptz,
+    o_blob        bytea,
+    o_verdict     text,
+    o_revisit_at  timestamptz
+)
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    v_now        timestamptz := clock_timestamp();
+    v_cutoff     timestamptz;
+    v_newest     timestamptz;
+    v_committed  bigint;
+    v_last_off   bigint;
+    v_wanted     bigint;
+    v_budget     integer := greatest(p_budget, 1);
+    v_taken      integer := 0;
+    v_start      bigint := NULL;
+    v_last       bigint;
+    v_seen_any   boolean := false;
+    v_hidden_at  timestamptz := NULL;
+    v_lease_exp  timestamptz;
+    v_seg        record;
+    v_take       integer;
+BEGIN
+    o_kind := 'segment';
+
+    -- Step 2a, windowBuffer: a quiet-period debounce, one backward PK step to
+    -- the newest segment. The broker's revisit wheel may own the hold instead.
+    IF p_window > 0 AND NOT p_skip_window THEN
+        SELECT s.created_at INTO v_newest
+          FROM queen.log_segments s
+         WHERE s.partition_id = p_pid
+         ORDER BY s.base_offset DESC
+         LIMIT 1;
+        IF v_newest IS NOT NULL AND v_newest > v_now - make_interval(secs => p_window) THEN
+            o_kind := 'verdict'; o_verdict := 'deferred';
+            o_revisit_at := v_newest + make_interval(secs => p_window);
+            RETURN NEXT;
+            RETURN;
+        END IF;
+    END IF;
+    -- Step 2b, delayedProcessing: only segments at least D seconds old are
+    -- visible. Never bypassed.
+    v_cutoff := CASE WHEN p_delayed > 0 THEN v_now - make_interval(secs => p_delayed) ELSE 'infinity' END;
+
+    -- Step 4: claim first.
+    SELECT c.committed INTO v_committed
+      FROM queen.log_consumers c
+     WHERE c.partition_id = p_pid AND c.consumer_group = p_group
+       AND (c.worker_id IS NULL OR c.lease_expires_at IS NULL OR c.lease_expires_at < v_now)
+       FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        -- Re-probe without the lease filter: present means leased or locked.
+        SELECT c.lease_expires_at INTO v_lease_exp
+          FROM queen.log_consumers c
+         WHERE c.partition_id = p_pid AND c.consumer_group = p_group;
+        IF FOUND THEN
+            o_kind := 'verdict';
+            o_verdict := CASE WHEN v_lease_exp IS NOT NULL AND v_lease_exp >= v_now THEN 'leased' ELSE 'busy' END;
+            o_revisit_at := CASE WHEN v_lease_exp >= v_now THEN v_lease_exp END;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+        -- Missing: exactly one pop creates it; everyone else skips one cycle.
+        IF NOT pg_try_advisory_xact_lock(hashtextextended(p_pid::text || '/' || p_group, 42)) THEN
+            o_kind := 'verdict'; o_verdict := 'busy'; o_revisit_at := NULL;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+        INSERT INTO queen.log_consumers (partition_id, consumer_group, committed)
+        VALUES (p_pid, p_group,
+                queen.log_seed_position_v1(p_pid, p_qid, p_group, p_sub_mode, p_sub_from))
+        ON CONFLICT (partition_id, consumer_group) DO NOTHING;
+        -- Re-claim.
+        SELECT c.committed INTO v_committed
+          FROM queen.log_consumers c
+         WHERE c.partition_id = p_pid AND c.consumer_group = p_group
+           AND (c.worker_id IS NULL OR c.lease_expires_at IS NULL OR c.lease_expires_at < v_now)
+           FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            o_kind := 'verdict'; o_verdict := 'busy'; o_revisit_at := NULL;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+    END IF;
+
+    SELECT p.last_offset INTO v_last_off FROM queen.log_partitions p WHERE p.id = p_pid;
+    IF v_last_off IS NULL OR v_committed >= v_last_off THEN
+        o_kind := 'verdict'; o_verdict := 'empty'; o_revisit_at := NULL;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+
+    -- Step 5: the head probe, one backward PK step; the covering test is
+    -- applied afterwards so a miss never walks the partition head.
+    v_wanted := v_committed + 1;
+    SELECT s.base_offset, s.end_offset, s.msg_count, s.created_at, s.blob INTO v_seg
+      FROM queen.log_segments s
+     WHERE s.partition_id = p_pid AND s.base_offset <= v_wanted
+     ORDER BY s.base_offset DESC
+     LIMIT 1;
+    IF FOUND THEN
+        v_seen_any := true;
+        IF v_seg.end_offset >= v_wanted THEN
+            IF v_seg.created_at <= v_cutoff THEN
+                v_take := least(v_seg.end_offset - v_wanted + 1, v_budget)::integer;
+                o_base_offset := v_seg.base_offset;
+                o_start_idx := (v_wanted - v_seg.base_offset)::integer;
+                o_take := v_take;
+                o_msg_count := v_seg.msg_count;
+                o_created_at := v_seg.created_at;
+                o_blob := v_seg.blob;
+                RETURN NEXT;
+                v_taken := v_take;
+                v_start := v_wanted;
+                v_last := v_wanted + v_take - 1;
+            ELSE
+                v_hidden_at := v_seg.created_at;
+            END IF;
+        END IF;
+    END IF;
+
+    -- The forward scan: a cursor over the PK, so leaving at the budget stops
+    -- the index walk. Gaps (retention) are simply stepped over. created_at is
+    -- monotone, so the first hidden segment hides everything after it.
+    IF v_hidden_at IS NULL AND v_taken < v_budget THEN
+        FOR v_seg IN
+            SELECT s.base_offset, s.end_offset, s.msg_count, s.created_at, s.blob
+              FROM queen.log_segments s
+             WHERE s.partition_id = p_pid AND s.base_offset > v_wanted
+             ORDER BY s.base_offset
+        LOOP
+            v_seen_any := true;
+            IF v_seg.created_at > v_cutoff THEN
+                v_hidden_at := v_seg.created_at;
+                EXIT;
+            END IF;
+            v_take := least(v_seg.msg_count, v_budget - v_taken);
+            o_base_offset := v_seg.base_offset;
+            o_start_idx := 0;
+            o_take := v_take;
+            o_msg_count := v_seg.msg_count;
+            o_created_at := v_seg.created_at;
+            o_blob := v_seg.blob;
+            RETURN NEXT;
+            IF v_start IS NULL THEN
+                v_start := v_seg.base_offset;
+            END IF;
+            v_taken := v_taken + v_take;
+            v_last := v_seg.base_offset + v_take - 1;
+            EXIT WHEN v_taken >= v_budget;
+        END LOOP;
+    END IF;
+
+    o_kind := 'verdict';
+    o_base_offset := NULL; o_start_idx := NULL; o_take := NULL;
+    o_msg_count := NULL; o_created_at := NULL; o_blob := NULL;
+
+    IF v_taken = 0 THEN
+        IF v_hidden_at IS NOT NULL THEN
+            o_verdict := 'deferred';
+            o_revisit_at := v_hidden_at + make_interval(secs => p_delayed);
+        ELSE
+            -- The empty-partition cursor seal: no segments at all (retention
+            -- removed them) while last_offset > committed. Without it the
+            -- partition stays phantom-pending forever. Narrow on purpose: not
+            -- when segments exist but are hidden (that would skip live
+            -- messages); a concurrent push lands above the snapshotted
+            -- last_offset and stays pending. A cursor seal, not a claim.
+            IF NOT v_seen_any THEN
+                UPDATE queen.log_consumers c
+                   SET committed = v_last_off
+                 WHERE c.partition_id = p_pid AND c.consumer_group = p_group
+                   AND c.committed < v_last_off;
+            END IF;
+            o_verdict := 'empty';
+            o_revisit_at := NULL;
+        END IF;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+
+    -- Step 6: auto-ack (at-most-once) or lease.
+    IF p_auto_ack THEN
+        UPDATE queen.log_consumers c
+           SET committed = v_last, worker_id = NULL, lease_expires_at = NULL,
+               lease_acquired_at = NULL, batch_end = NULL,
+               total_consumed = c.total_consumed + v_taken,
+               last_consumed_at = v_now
+         WHERE c.partition_id = p_pid AND c.consumer_group = p_group;
+        o_revisit_at := NULL;
+    ELSE
+        UPDATE queen.log_consumers c
+           SET worker_id = p_worker,
+               lease_expires_at = v_now + make_interval(secs => p_lease_seconds),
+               lease_acquired_at = v_now,
+               batch_end = v_last,
+               attempt_count = CASE WHEN c.attempt_offset IS NOT DISTINCT FROM v_start
+                                    THEN c.attempt_count + 1 ELSE 1 END,
+               attempt_offset = v_start
+         WHERE c.partition_id = p_pid AND c.consumer_group = p_group;
+        o_revisit_at := v_now + make_interval(secs => p_lease_seconds);
+    END IF;
+    o_verdict := 'delivered';
+    RETURN NEXT;
+END;
+$$;
+
+-- Candidate partitions by name, in the order given, until the budget is spent
+-- or p_max_partitions partitions delivered. One transaction for the loop.
+-- Candidates never reached get no verdict (they stay hot).
+CREATE OR REPLACE FUNCTION queen.log_pop_list_v1(
+    p_qid           uuid,
+    p_group         text,
+    p_names         text[],
+    p_worker        uuid,
+    p_budget        integer,
+    p_max_partitions integer,
+    p_lease_seconds integer,
+    p_auto_ack      boolean,
+    p_sub_mode      text,
+    p_sub_from      timestamptz,
+    p_skip_window   boolean
+) RETURNS TABLE (
+    o_partition_id   uuid,
+    o_partition_name text,
+    o_kind           text,
+    o_base_offset    bigint,
+    o_start_idx      integer,
+    o_take           integer,
+    o_msg_count      integer,
+    o_created_at     timestamptz,
+    o_blob           bytea,
+    o_verdict        text,
+    o_revisit_at     timestamptz
+)
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    v_lease     integer;
+    v_delayed   integer;
+    v_window    integer;
+    v_budget    integer := greatest(p_budget, 1);
+    v_claimed   integer := 0;
+    v_part      record;
+    v_row       record;
+    v_took      integer;
+BEGIN
+    SELECT COALESCE(p_lease_seconds, NULLIF(q.lease_time, 0), 60), q.delayed_processing, q.window_buffer
+      INTO v_lease, v_delayed, v_window
+      FROM queen.queues q WHERE q.id = p_qid;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    FOR v_part IN
+        SELECT p.id, p.name
+          FROM unnest(p_names) WITH ORDINALITY AS n(name, ord)
+          JOIN queen.log_partitions p ON p.queue_id = p_qid AND p.name = n.name
+         ORDER BY n.ord
+    LOOP
+        EXIT WHEN v_budget <= 0 OR v_claimed >= greatest(p_max_partitions, 1);
+        v_took := 0;
+        FOR v_row IN
+            SELECT * FROM queen.log_pop_v1(v_part.id, p_qid, p_group, p_worker, v_budget, v_lease,
+                                           p_auto_ack, p_sub_mode, p_sub_from, v_delayed, v_window,
+                                           p_skip_window)
+        LOOP
+            o_partition_id := v_part.id; o_partition_name := v_part.name;
+            o_kind := v_row.o_kind; o_base_offset := v_row.o_base_offset;
+            o_start_idx := v_row.o_start_idx; o_take := v_row.o_take;
+            o_msg_count := v_row.o_msg_count; o_created_at := v_row.o_created_at;
+            o_blob := v_row.o_blob; o_verdict := v_row.o_verdict; o_revisit_at := v_row.o_revisit_at;
+            RETURN NEXT;
+            IF v_row.o_kind = 'segment' THEN
+                v_took := v_took + v_row.o_take;
+            END IF;
+        END LOOP;
+        IF v_took > 0 THEN
+            v_budget := v_budget - v_took;
+            v_claimed := v_claimed + 1;
+        END IF;
+    END LOOP;
+END;
+$$;
+
+-- The single-partition route. The partition id is resolved after the claim, in
+-- a later command of this same function, whose snapshot is at least as new as
+-- anything the claim saw: a pop racing the partition-creating push can never
+-- report an empty partitionId for a batch it leased.
+CREATE OR REPLACE FUNCTION queen.log_pop_specific_v1(
+    p_tenant        text,
+    p_queue         text,
+    p_partition     text,
+    p_group         text,
+    p_worker        uuid,
+    p_budget        integer,
+    p_lease_seconds integer,
+    p_auto_ack      boolean,
+    p_sub_mode      text,
+    p_sub_from      timestamptz
+) RETURNS TABLE (
+    o_partition_id   uuid,
+    o_partition_name text,
+    o_kind           text,
+    o_base_offset    bigint,
+    o_start_idx      integer,
+    o_take           integer,
+    o_msg_count      integer,
+    o_created_at     timestamptz,
+    o_blob           bytea,
+    o_verdict        text,
+    o_revisit_at     timestamptz
+)
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    v_qid  uuid;
+    v_row  record;
+BEGIN
+    SELECT q.id INTO v_qid FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    FOR v_row IN
+        SELECT * FROM queen.log_pop_list_v1(v_qid, p_group, ARRAY[p_partition], p_worker, p_budget, 1,
+                                            p_lease_seconds, p_auto_ack, p_sub_mode, p_sub_from, false)
+    LOOP
+        o_partition_name := v_row.o_partition_name;
+        o_kind := v_row.o_kind; o_base_offset := v_row.o_base_offset;
+        o_start_idx := v_row.o_start_idx; o_take := v_row.o_take;
+        o_msg_count := v_row.o_msg_count; o_created_at := v_row.o_created_at;
+        o_blob := v_row.o_blob; o_verdict := v_row.o_verdict; o_revisit_at := v_row.o_revisit_at;
+        -- Resolved here, after the claim (see above).
+        SELECT p.id INTO o_partition_id
+          FROM queen.log_partitions p WHERE p.queue_id = v_qid AND p.name = p_partition;
+        RETURN NEXT;
+    END LOOP;
+END;
+$$;
+
+-- The cheap probe of the SQL candidate path: false means definitively nothing
+-- to deliver for this group (leases ignored), so the pop can park without a
+-- scan or a permit.
+CREATE OR REPLACE FUNCTION queen.log_has_pending_v1(p_qid uuid, p_group text)
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE
+AS $$
+BEGIN
+    RETURN EXISTS (
+        SELECT 1
+          FROM queen.log_partitions p
+          LEFT JOIN queen.log_consumers c
+            ON c.partition_id = p.id AND c.consumer_group = p_group
+         WHERE p.queue_id = p_qid
+           AND p.last_write_at >= COALESCE(
+                 (SELECT m.scan_watermark FROM queen.consumer_groups_metadata m
+                   WHERE m.consumer_group = p_group AND m.queue_id = p_qid),
+                 '-infinity') - interval '2 minutes'
+           AND (c.partition_id IS NULL OR p.last_offset > c.committed));
+END;
+$$;
+
+-- The SQL candidate path (QUEEN_HOTLIST=0): scan for partitions with pending
+-- data for the group, in random order, capped, then pop them as a list.
+-- The write watermark keeps a caught-up consumer from scanning every
+-- partition on every poll; the two minutes of slack absorb last_write_at's
+-- one-second quantisation. The filter is coarse; log_pop_v1 re-verifies under
+-- the row lock. When nothing is claimed, the watermark advances only if a
+-- throttled (30 s) re-check, ignoring leases, finds the queue genuinely empty.
+CREATE OR REPLACE FUNCTION queen.log_pop_wildcard_v1(
+    p_qid           uuid,
+    p_group         text,
+    p_worker        uuid,
+    p_budget        integer,
+    p_max_partitions integer,
+    p_lease_seconds integer,
+    p_auto_ack      boolean,
+    p_sub_mode      text,
+    p_sub_from      timestamptz
+) RETURNS TABLE (
+    o_partition_id   uuid,
+    o_partition_name text,
+    o_kind           text,
+    o_base_offset    bigint,
+    o_start_idx      integer,
+    o_take           integer,
+    o_msg_count      integer,
+    o_created_at     timestamptz,
+    o_blob           bytea,
+    o_verdict        text,
+    o_revisit_at     timestamptz
+)
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    v_now       timestamptz := clock_timestamp();
+    v_watermark timestamptz;
+    v_checked   timestamptz;
+    v_cap       integer;
+    v_names     text[];
+    v_delivered boolean := false;
+    v_row       record;
+BEGIN
+    SELECT m.scan_watermark, m.watermark_checked_at INTO v_watermark, v_checked
+      FROM queen.consumer_groups_metadata m
+     WHERE m.consumer_group = p_group AND m.queue_id = p_qid;
+    v_watermark := COALESCE(v_watermark, '-infinity');
+    v_cap := CASE WHEN p_max_partitions >= 128 THEN 512
+                  ELSE least(greatest(p_max_partitions * 4, 64), 512) END;
+
+    SELECT array_agg(cand.name) INTO v_names
+      FROM (SELECT p.name
+              FROM queen.log_partitions p
+              LEFT JOIN queen.log_consumers c
+                ON c.partition_id = p.id AND c.consumer_group = p_group
+             WHERE p.queue_id = p_qid
+               AND p.last_write_at >= v_watermark - interval '2 minutes'
+               AND (c.partition_id IS NULL OR p.last_offset > c.committed)
+               AND (c.worker_id IS NULL OR c.lease_expires_at IS NULL OR c.lease_expires_at < v_now)
+             ORDER BY random()
+             LIMIT v_cap) AS cand;
+
+    IF v_names IS NOT NULL THEN
+        FOR v_row IN
+            SELECT * FROM queen.log_pop_list_v1(p_qid, p_group, v_names, p_worker, p_budget,
+                                                p_max_partitions, p_lease_seconds, p_auto_ack,
+                                                p_sub_mode, p_sub_from, false)
+        LOOP
+            o_partition_id := v_row.o_partition_id; o_partition_name := v_row.o_partition_name;
+            o_kind := v_row.o_kind; o_base_offset := v_row.o_base_offset;
+            o_start_idx := v_row.o_start_idx; o_take := v_row.o_take;
+            o_msg_count := v_row.o_msg_count; o_created_at := v_row.o_created_at;
+            o_blob := v_row.o_blob; o_verdict := v_row.o_verdict; o_revisit_at := v_row.o_revisit_at;
+            RETURN NEXT;
+            IF v_row.o_kind = 'segment' THEN
+                v_delivered := true;
+            END IF;
+        END LOOP;
+    END IF;
+
+    -- The empty-scan watermark, throttled. A partition may have been skipped
+    -- only because someone else held its lease, so check again ignoring the
+    -- lease filter, and advance only when the queue is genuinely empty.
+    IF NOT v_delivered AND (v_checked IS NULL OR v_checked < v_now - interval '30 seconds') THEN
+        -- Whoever holds the metadata row does the check; nobody waits for it.
+        PERFORM 1
+           FROM queen.consumer_groups_metadata m
+          WHERE m.consumer_group = p_group AND m.queue_id = p_qid
+            FOR UPDATE SKIP LOCKED;
+        IF FOUND THEN
+            IF EXISTS (
+                SELECT 1
+                  FROM queen.log_partitions p
+                  LEFT JOIN queen.log_consumers c
+                    ON c.partition_id = p.id AND c.consumer_group = p_group
+                 WHERE p.queue_id = p_qid
+                   AND p.last_write_at >= v_watermark - interval '2 minutes'
+                   AND (c.partition_id IS NULL OR p.last_offset > c.committed)
+            ) THEN
+                UPDATE queen.consumer_groups_metadata m
+                   SET watermark_checked_at = v_now
+                 WHERE m.consumer_group = p_group AND m.queue_id = p_qid;
+            ELSE
+                UPDATE queen.consumer_groups_metadata m
+                   SET watermark_checked_at = v_now, scan_watermark = v_now
+                 WHERE m.consumer_group = p_group AND m.queue_id = p_qid;
+            END IF;
+        END IF;
+    END IF;
+END;
+$$;
