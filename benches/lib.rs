@@ -1,1 +1,2 @@
-//! Criterion benches live under benches/.
+//! Criterion benches live under `benches/`; the end-to-end load generator,
+//! `queen-load`, under `src/bin/` (run it with `cargo xtask bench push`).

@@ -5,10 +5,13 @@
 //!   `cargo clippy --all-targets -- -D warnings`, `cargo test --workspace`.
 //!   This is the README's test command and what `.ci/run` runs.
 //! - `tidy`: the hygiene checks of `tidy.rs` (they also run as a `#[test]`).
+//! - `bench <scenario>`: build `queen-server` and `queen-load` in release mode
+//!   and run the end-to-end load generator (`bench.rs`).
 //!
 //! Dependencies are kept to the standard library on purpose: xtask builds first
 //! on a clean machine and must build fast.
 
+mod bench;
 mod tidy;
 
 use std::path::{Path, PathBuf};
@@ -20,6 +23,7 @@ const USAGE: &str = "usage: cargo xtask <command>
 commands:
   ci      install missing PostgreSQL (as root), then fmt check, clippy -D warnings, all tests
   tidy    hygiene checks (module docs, whitespace, banned attributes, SQL registry)
+  bench   release build, then the end-to-end load generator (`cargo xtask bench help`)
 ";
 
 fn main() -> ExitCode {
@@ -27,6 +31,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("tidy") => tidy::check(&workspace_root()).map_err(|problems| problems.join("\n")),
+        Some("bench") => bench::run(&args[1..]),
         Some("-h" | "--help" | "help") | None => {
             print!("{USAGE}");
             return ExitCode::SUCCESS;

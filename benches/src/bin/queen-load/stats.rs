@@ -1,0 +1,164 @@
+//! PostgreSQL counters read around a measured window.
+//!
+//! **Commits** come from `pg_stat_database.xact_commit` of the case's database.
+//! That counter is not live: a backend accumulates its counts locally and
+//! flushes them to shared memory when it goes idle, at most once a second;
+//! a backend that goes idle less than a second after its last flush keeps its
+//! counts for up to 10 s (`PGSTAT_IDLE_INTERVAL` in PostgreSQL 15), or until
+//! it exits. Sleeping ~1 s after the window is therefore not enough. The push
+//! scenario reads the counter only at quiet points where every count is known
+//! to be flushed: before the window, after the load has drained and
+//! [`SETTLE`] has passed; after the window, once the broker has exited (a
+//! backend flushes its counts on exit) and no client session remains on the
+//! database. The reads come from a session on the `postgres` database, so they
+//! add nothing to the bench database's counters, and each read is its own
+//! transaction, so no stale statistics snapshot is reused.
+//!
+//! **Write transactions** are counted exactly and without delay as transaction
+//! ids handed out (`pg_current_snapshot()`'s xmax: the next xid, read without
+//! assigning one). Every transaction that writes gets one, whichever database
+//! it runs in, so this includes autovacuum/autoanalyze if they ran.
+//!
+//! **WAL** bytes are the difference of `pg_current_wal_lsn()`, cluster-wide.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::error::{Context, Error, Result};
+
+/// How long after the load drains before `xact_commit` is complete: PostgreSQL
+/// 15's `PGSTAT_IDLE_INTERVAL` (10 s) plus a margin.
+pub(crate) const SETTLE: Duration = Duration::from_secs(11);
+
+/// Counters of one database, from `pg_stat_database`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DbCounters {
+    pub(crate) xact_commit: i64,
+    pub(crate) xact_rollback: i64,
+}
+
+/// Cluster-wide positions, exact at the moment of reading.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClusterPoint {
+    /// The next transaction id to be assigned.
+    pub(crate) next_xid: i64,
+    /// The current WAL insert position, in bytes.
+    pub(crate) wal_lsn: i64,
+    /// The server's clock.
+    pub(crate) now: SystemTime,
+}
+
+/// `pg_stat_database` counters of `dbname`.
+pub(crate) async fn db_counters(
+    admin: &tokio_postgres::Client,
+    dbname: &str,
+) -> Result<DbCounters> {
+    let row = admin
+        .query_one(
+            "SELECT xact_commit, xact_rollback FROM pg_stat_database WHERE datname = $1",
+            &[&dbname],
+        )
+        .await
+        .with_context(|| format!("read pg_stat_database for {dbname}"))?;
+    Ok(DbCounters {
+        xact_commit: row.get(0),
+        xact_rollback: row.get(1),
+    })
+}
+
+/// The next xid, the WAL position and the server clock.
+pub(crate) async fn cluster_point(admin: &tokio_postgres::Client) -> Result<ClusterPoint> {
+    let row = admin
+        .query_one(
+            "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint, \
+             (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint, clock_timestamp()",
+            &[],
+        )
+        .await
+        .context("read xid, WAL position and clock")?;
+    Ok(ClusterPoint {
+        next_xid: row.get(0),
+        wal_lsn: row.get(1),
+        now: row.get(2),
+    })
+}
+
+/// Wait until no client session is connected to `dbname`.
+pub(crate) async fn wait_sessions_gone(
+    admin: &tokio_postgres::Client,
+    dbname: &str,
+    limit: Duration,
+) -> Result<()> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let row = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE datname = $1 AND backend_type = 'client backend'",
+                &[&dbname],
+            )
+            .await
+            .context("read pg_stat_activity")?;
+        let sessions: i64 = row.get(0);
+        if sessions == 0 {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(Error::msg(format!(
+                "{sessions} sessions still connected to {dbname} after {limit:?}"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The server's version string.
+pub(crate) async fn server_version(admin: &tokio_postgres::Client) -> Result<String> {
+    let row = admin
+        .query_one("SELECT current_setting('server_version')", &[])
+        .await
+        .context("read server_version")?;
+    Ok(row.get(0))
+}
+
+/// What the segments table holds.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Segments {
+    /// Segment rows.
+    pub(crate) rows: i64,
+    /// Messages in them.
+    pub(crate) messages: i64,
+    /// Stored (compressed) blob bytes.
+    pub(crate) blob_bytes: i64,
+}
+
+/// Segments of the case's database: those created at or after `since`, and all.
+/// Reads `pg_column_size`, which does not fetch the out-of-line blobs.
+pub(crate) async fn segments(
+    config: &tokio_postgres::Config,
+    since: SystemTime,
+) -> Result<(Segments, Segments, i64)> {
+    let client = queen_sql::connect::connect_one(config)
+        .await
+        .context("connect to the bench database")?;
+    let query = "SELECT count(*), coalesce(sum(msg_count), 0)::bigint, \
+                 coalesce(sum(pg_column_size(blob)), 0)::bigint \
+                 FROM queen.log_segments WHERE created_at >= $1";
+    let read = |row: tokio_postgres::Row| Segments {
+        rows: row.get(0),
+        messages: row.get(1),
+        blob_bytes: row.get(2),
+    };
+    let window = client
+        .query_one(query, &[&since])
+        .await
+        .context("count the window's segments")?;
+    let all = client
+        .query_one(query, &[&SystemTime::UNIX_EPOCH])
+        .await
+        .context("count all segments")?;
+    let partitions = client
+        .query_one("SELECT count(*) FROM queen.log_partitions", &[])
+        .await
+        .context("count partitions")?;
+    Ok((read(window), read(all), partitions.get(0)))
+}
