@@ -25,7 +25,9 @@
 -- decompresses and slices frames. PostgreSQL never looks inside a blob.
 -- Besides segment rows, every visited partition yields one 'verdict' row that
 -- the broker checks back into its hot-list:
---   delivered  messages were taken
+--   delivered  messages were taken and more are pending
+--   drained    messages were taken, and they were the last visible ones
+--              (o_revisit_at: the lease expiry of a leased batch)
 --   empty      nothing pending for this group
 --   leased     another worker holds the lease (o_revisit_at: its expiry)
 --   busy       the cursor row is being created or claimed by someone else
@@ -366,7 +368,8 @@ BEGIN
          WHERE c.partition_id = p_pid AND c.consumer_group = p_group;
         o_revisit_at := v_now + make_interval(secs => p_lease_seconds);
     END IF;
-    o_verdict := 'delivered';
+    o_verdict := CASE WHEN v_last >= v_last_off OR v_hidden_at IS NOT NULL
+                      THEN 'drained' ELSE 'delivered' END;
     RETURN NEXT;
 END;
 $$;
@@ -507,24 +510,49 @@ $$;
 
 -- The cheap probe of the SQL candidate path: false means definitively nothing
 -- to deliver for this group (leases ignored), so the pop can park without a
--- scan or a permit.
+-- scan or a permit. A false answer is exactly the proof the empty-scan
+-- watermark needs, so it also moves the watermark (at most once per 30 s,
+-- skipped if another pop holds the metadata row): after that, probes of a
+-- caught-up queue only look at recently written partitions.
 CREATE OR REPLACE FUNCTION queen.log_has_pending_v1(p_qid uuid, p_group text)
 RETURNS boolean
 LANGUAGE plpgsql
-STABLE
+VOLATILE
+-- The watermark is a run-time value; a generic plan cannot see that it
+-- excludes almost every partition and would scan them all.
+SET plan_cache_mode = force_custom_plan
 AS $$
+DECLARE
+    v_now       timestamptz := clock_timestamp();
+    v_watermark timestamptz;
+    v_pending   boolean;
 BEGIN
-    RETURN EXISTS (
+    SELECT m.scan_watermark INTO v_watermark
+      FROM queen.consumer_groups_metadata m
+     WHERE m.consumer_group = p_group AND m.queue_id = p_qid;
+    v_watermark := COALESCE(v_watermark, '-infinity');
+    v_pending := EXISTS (
         SELECT 1
           FROM queen.log_partitions p
           LEFT JOIN queen.log_consumers c
             ON c.partition_id = p.id AND c.consumer_group = p_group
          WHERE p.queue_id = p_qid
-           AND p.last_write_at >= COALESCE(
-                 (SELECT m.scan_watermark FROM queen.consumer_groups_metadata m
-                   WHERE m.consumer_group = p_group AND m.queue_id = p_qid),
-                 '-infinity') - interval '2 minutes'
+           AND p.last_write_at >= v_watermark - interval '2 minutes'
            AND (c.partition_id IS NULL OR p.last_offset > c.committed));
+    -- The check just ran, so only the write is throttled: at most one every
+    -- 30 s per (queue, group), whatever checks ran in between.
+    IF NOT v_pending AND v_watermark < v_now - interval '30 seconds' THEN
+        PERFORM 1
+           FROM queen.consumer_groups_metadata m
+          WHERE m.consumer_group = p_group AND m.queue_id = p_qid
+            FOR UPDATE SKIP LOCKED;
+        IF FOUND THEN
+            UPDATE queen.consumer_groups_metadata m
+               SET watermark_checked_at = v_now, scan_watermark = v_now
+             WHERE m.consumer_group = p_group AND m.queue_id = p_qid;
+        END IF;
+    END IF;
+    RETURN v_pending;
 END;
 $$;
 
@@ -560,6 +588,8 @@ CREATE OR REPLACE FUNCTION queen.log_pop_wildcard_v1(
 )
 LANGUAGE plpgsql
 VOLATILE
+-- See log_has_pending_v1: the watermark must be planned as a value.
+SET plan_cache_mode = force_custom_plan
 AS $$
 DECLARE
     v_now       timestamptz := clock_timestamp();

@@ -3,4 +3,5 @@
 mod configure;
 mod health;
 mod pop;
+mod pop_mechanics;
 mod push;

@@ -66,6 +66,8 @@ pub struct LimiterStats {
     pub rtt_min: Option<Duration>,
     /// Recent RTT average, if any.
     pub rtt_recent: Option<Duration>,
+    /// Permits granted since start.
+    pub granted: u64,
 }
 
 #[derive(Debug)]
@@ -77,6 +79,7 @@ struct State {
     minima: VecDeque<(Instant, Duration)>,
     rtt_recent: Option<f64>,
     last_adjust: Option<Instant>,
+    granted: u64,
 }
 
 /// The limiter. Share it with `Arc`.
@@ -112,6 +115,7 @@ impl Limiter {
                 minima: VecDeque::new(),
                 rtt_recent: None,
                 last_adjust: None,
+                granted: 0,
             }),
             released: Notify::new(),
         })
@@ -127,6 +131,7 @@ impl Limiter {
                 let mut state = self.state.lock();
                 if state.in_flight < state.limit {
                     state.in_flight += 1;
+                    state.granted += 1;
                     return Permit {
                         limiter: Arc::clone(self),
                         started: Instant::now(),
@@ -146,6 +151,7 @@ impl Limiter {
             in_flight: state.in_flight,
             rtt_min: state.minima.front().map(|(_, rtt)| *rtt),
             rtt_recent: state.rtt_recent.map(Duration::from_secs_f64),
+            granted: state.granted,
         }
     }
 

@@ -19,7 +19,7 @@
 //! loops die on repeated 5xx).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -181,6 +181,27 @@ pub(crate) struct PopState {
     any_min_pop_wait: AtomicBool,
     /// Pop maintenance mode: every pop answers empty at once.
     pub(crate) maintenance: AtomicBool,
+    /// Pops in progress (serving or parked); a cancelled pop (client gone)
+    /// leaves at once.
+    pub(crate) parked: AtomicUsize,
+    /// Connections checked out by the pop path.
+    checkouts: AtomicU64,
+}
+
+/// Counts a pop in progress for as long as it lives.
+struct ParkedGuard<'a>(&'a AtomicUsize);
+
+impl<'a> ParkedGuard<'a> {
+    fn new(counter: &'a AtomicUsize) -> ParkedGuard<'a> {
+        counter.fetch_add(1, Ordering::Relaxed);
+        ParkedGuard(counter)
+    }
+}
+
+impl Drop for ParkedGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl PopState {
@@ -209,6 +230,7 @@ impl Engine {
             PopTarget::Discovery { .. } => self.gates.gate(DISCOVERY_GATE),
         };
         self.hold_for_min_pop_wait(&request, deadline).await;
+        let _parked = ParkedGuard::new(&self.pop_state.parked);
         let mut attempt = 0u32;
         loop {
             let seen = gate.generation();
@@ -238,6 +260,30 @@ impl Engine {
     /// Enable or disable pop maintenance mode (every pop answers empty).
     pub fn set_pop_maintenance(&self, enabled: bool) {
         self.pop_state.maintenance.store(enabled, Ordering::Relaxed);
+    }
+
+    /// A pooled connection for the pop path, counted.
+    async fn pop_client(&self) -> Result<deadpool_postgres::Object, EngineError> {
+        self.pop_state.checkouts.fetch_add(1, Ordering::Relaxed);
+        Ok(self.pool.get().await.map_err(queen_sql::SqlError::from)?)
+    }
+
+    /// Connections the pop path has checked out since start: each is at
+    /// least one SQL round trip. A caught-up queue polled through the
+    /// hot-list costs none.
+    pub fn pop_checkouts(&self) -> u64 {
+        self.pop_state.checkouts.load(Ordering::Relaxed)
+    }
+
+    /// Pops in progress right now, waiting or serving.
+    pub fn pops_in_progress(&self) -> usize {
+        self.pop_state.parked.load(Ordering::Relaxed)
+    }
+
+    /// Pooled connections handed out right now.
+    pub fn connections_in_use(&self) -> usize {
+        let status = self.pool.status();
+        status.size.saturating_sub(status.available)
     }
 
     /// Whether pop maintenance mode is on.
@@ -291,7 +337,7 @@ impl Engine {
             }
             PopTarget::Discovery { namespace, task } => {
                 let queues = {
-                    let client = self.pool.get().await.map_err(queen_sql::SqlError::from)?;
+                    let client = self.pop_client().await?;
                     queen_sql::pop::queues_by_namespace_task(
                         &**client,
                         DEFAULT_TENANT,
@@ -329,7 +375,7 @@ impl Engine {
         let params = params(request, worker, 1);
         let permit = self.limiter.acquire().await;
         let rows = {
-            let client = self.pool.get().await.map_err(queen_sql::SqlError::from)?;
+            let client = self.pop_client().await?;
             queen_sql::pop::pop_specific(&**client, DEFAULT_TENANT, queue, partition, &params)
                 .await?
         };
@@ -360,7 +406,7 @@ impl Engine {
         let params = params(request, worker, request.max_partitions);
         let permit = self.limiter.acquire().await;
         let (rows, candidates) = {
-            let client = self.pool.get().await.map_err(queen_sql::SqlError::from)?;
+            let client = self.pop_client().await?;
             if first_contact {
                 queen_sql::pop::first_contact(
                     &**client,
@@ -421,7 +467,7 @@ impl Engine {
         let key = (info.id, request.group.clone());
         let contacted = self.pop_state.contacted.lock().contains(&key);
         {
-            let client = self.pool.get().await.map_err(queen_sql::SqlError::from)?;
+            let client = self.pop_client().await?;
             if !contacted {
                 queen_sql::pop::first_contact(
                     &**client,
@@ -439,7 +485,7 @@ impl Engine {
         }
         let permit = self.limiter.acquire().await;
         let rows = {
-            let client = self.pool.get().await.map_err(queen_sql::SqlError::from)?;
+            let client = self.pop_client().await?;
             queen_sql::pop::pop_wildcard(&**client, info.id, &params).await?
         };
         permit.release();
@@ -466,6 +512,12 @@ impl Engine {
             };
             let outcome = match verdict {
                 Verdict::Delivered => Outcome::Delivered,
+                // A drained partition leaves the ring; a leased batch comes back
+                // at its lease expiry in case it is never acked.
+                Verdict::Drained => match to_instant(*revisit_at) {
+                    Some(at) => Outcome::RevisitAt(at),
+                    None => Outcome::Empty,
+                },
                 Verdict::Empty => Outcome::Empty,
                 Verdict::Leased => Outcome::RevisitAt(
                     to_instant(*revisit_at).unwrap_or_else(|| HotList::busy_revisit(now)),
@@ -570,7 +622,7 @@ impl Engine {
             }
         }
         let info = {
-            let client = self.pool.get().await.map_err(queen_sql::SqlError::from)?;
+            let client = self.pop_client().await?;
             queen_sql::pop::queue_info(&**client, DEFAULT_TENANT, queue).await?
         };
         if info.as_ref().is_some_and(|i| i.min_pop_wait_time > 0) {

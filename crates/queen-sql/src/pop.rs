@@ -88,8 +88,11 @@ pub enum PopRow {
 /// What a pop found in one partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
-    /// Messages were taken.
+    /// Messages were taken and more are pending.
     Delivered,
+    /// Messages were taken; nothing visible is left behind them (a leased
+    /// batch's `revisit_at` is its lease expiry).
+    Drained,
     /// Nothing pending for the group.
     Empty,
     /// Another worker holds a live lease.
@@ -329,6 +332,7 @@ fn decode(row: &Row) -> Result<PopRow, SqlError> {
         "verdict" => {
             let verdict = match row.try_get::<_, &str>("o_verdict")? {
                 "delivered" => Verdict::Delivered,
+                "drained" => Verdict::Drained,
                 "empty" => Verdict::Empty,
                 "leased" => Verdict::Leased,
                 "busy" => Verdict::Busy,

@@ -29,7 +29,9 @@ pub(crate) async fn post_pop(engine: &Engine, req: Request) -> Result<Response, 
     let bytes = crate::body::read(&parts.headers, body, crate::body::MAX_BODY_BYTES).await?;
     let body: Body = crate::body::json(&bytes)?;
     let Some(serde_json::Value::Bool(enabled)) = body.enabled else {
-        return Err(HttpError::Validation("enabled must be a boolean".to_owned()));
+        return Err(HttpError::Validation(
+            "enabled must be a boolean".to_owned(),
+        ));
     };
     engine.set_pop_maintenance(enabled);
     Ok(response::json(
