@@ -75,6 +75,9 @@ $$;
 --   min_pop_wait_time     milliseconds.
 --   dedup_window_seconds  how far back the push duplicate probe looks in the
 --                         hash sidecar (also a floor of the sidecar's purge age).
+--                         The probe reads every hash the partition stored in
+--                         the window, so its cost per flush is O(rate x window):
+--                         300 s by default (the SQS FIFO window), 0 turns it off.
 CREATE TABLE IF NOT EXISTS queen.queues (
     id                          uuid        PRIMARY KEY,
     tenant_id                   text        NOT NULL DEFAULT 'default',
@@ -98,7 +101,7 @@ CREATE TABLE IF NOT EXISTS queen.queues (
     dlq_enabled                 boolean     NOT NULL DEFAULT true,
     encryption_enabled          boolean     NOT NULL DEFAULT false,
     min_pop_wait_time           integer     NOT NULL DEFAULT 0,
-    dedup_window_seconds        integer     NOT NULL DEFAULT 3600,
+    dedup_window_seconds        integer     NOT NULL DEFAULT 300,
     created_at                  timestamptz NOT NULL DEFAULT now(),
     updated_at                  timestamptz NOT NULL DEFAULT now()
 );

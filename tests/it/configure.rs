@@ -173,13 +173,13 @@ async fn omitted_options_echo_and_store_the_configure_defaults() {
         "priority": 0, "delayedProcessing": 0, "windowBuffer": 0, "retentionEnabled": false,
         "retentionSeconds": 0, "completedRetentionSeconds": 0, "maxWaitTimeSeconds": 0,
         "deadLetterQueue": false, "dlqAfterMaxRetries": false, "dlqEnabled": true,
-        "encryptionEnabled": false, "minPopWaitTime": 0, "dedupWindowSeconds": 3600,
+        "encryptionEnabled": false, "minPopWaitTime": 0, "dedupWindowSeconds": 300,
     });
     assert_eq!(body["options"], defaults);
     let row = stored_queue(&broker, "bare").await.unwrap();
     assert_eq!(row["lease_time"], 300);
     assert_eq!(row["dlq_enabled"], true);
-    assert_eq!(row["dedup_window_seconds"], 3600);
+    assert_eq!(row["dedup_window_seconds"], 300);
     assert_eq!(row["retry_delay"], 1000);
     broker.stop().await;
 }

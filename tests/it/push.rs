@@ -753,3 +753,42 @@ async fn a_2xx_means_committed() {
     }
     broker.stop().await;
 }
+
+#[tokio::test]
+async fn deduplication_holds_inside_the_window_and_ends_after_it() {
+    let broker = TestBroker::start().await;
+    let configure = broker
+        .client
+        .post_json(
+            "/api/v1/configure",
+            &json!({"queue": "win", "options": {"dedupWindowSeconds": 1}}),
+        )
+        .await;
+    assert_eq!(configure.status, 200);
+    let push = |payload: i32| {
+        let client = broker.client.clone();
+        async move {
+            client
+                .post_json("/api/v1/push", &json!({"items": [{"queue": "win", "transactionId": "again", "payload": payload}]}))
+                .await
+                .json()[0]["status"]
+                .clone()
+        }
+    };
+    assert_eq!(push(1).await, "queued");
+    assert_eq!(push(2).await, "duplicate");
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    assert_eq!(push(3).await, "queued", "the window did not end");
+    // A window of 0 turns deduplication off.
+    broker
+        .client
+        .post_json(
+            "/api/v1/configure",
+            &json!({"queue": "win", "options": {"dedupWindowSeconds": 0}}),
+        )
+        .await;
+    assert_eq!(push(4).await, "queued");
+    let sql = broker.sql().await;
+    assert_eq!(stored(&sql, "win").await.len(), 3);
+    broker.stop().await;
+}

@@ -91,7 +91,7 @@ impl QueueSettings {
         dlq_enabled: true,
         encryption_enabled: false,
         min_pop_wait_time: 0,
-        dedup_window_seconds: 3600,
+        dedup_window_seconds: 300,
     };
 }
 

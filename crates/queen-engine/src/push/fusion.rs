@@ -431,6 +431,8 @@ struct BuiltSegment {
     blob: Vec<u8>,
     hashes: Vec<u8>,
     encrypted: bool,
+    /// Some transaction id came from a client: probe for duplicates.
+    probe: bool,
     n_frames: i32,
     namespace_task: (String, String),
 }
@@ -445,6 +447,7 @@ impl BuiltSegment {
             new_queue_id: Uuid::now_v7(),
             new_partition_id: Uuid::now_v7(),
             encrypted: self.encrypted,
+            probe: self.probe,
             n_frames: self.n_frames,
             blob: &self.blob,
             hashes: &self.hashes,
@@ -474,6 +477,7 @@ fn build_segment(
     };
     let mut frame_entries = Vec::with_capacity(lane.results.len());
     let mut hashes = Vec::with_capacity(lane.results.len() * queen_frame::HASH_LEN);
+    let mut probe = false;
     for (idx, entry) in lane.entries().enumerate() {
         if !lane.needs_write(idx) {
             continue;
@@ -495,6 +499,7 @@ fn build_segment(
             payload,
         })?;
         hashes.extend_from_slice(&entry.hash);
+        probe |= entry.client_id;
         frame_entries.push(idx);
     }
     let encoded = builder.finish()?;
@@ -505,6 +510,7 @@ fn build_segment(
         blob: encoded.blob,
         hashes,
         encrypted,
+        probe,
         namespace_task: (namespace.to_owned(), task.to_owned()),
     })
 }

@@ -68,6 +68,8 @@ pub struct PushOutcome {
 pub(crate) struct Entry {
     pub(crate) message_id: Uuid,
     pub(crate) transaction_id: String,
+    /// True when the client chose the transaction id (it may repeat).
+    pub(crate) client_id: bool,
     pub(crate) hash: [u8; queen_frame::HASH_LEN],
     pub(crate) trace_id: Option<Uuid>,
     pub(crate) producer_sub: Option<String>,
@@ -104,6 +106,7 @@ impl Engine {
         let mut group_of: HashMap<(String, String), usize> = HashMap::new();
         let mut answers: Vec<(String, Option<Uuid>, String, Uuid)> = Vec::with_capacity(n_items);
         for (index, item) in items.into_iter().enumerate() {
+            let client_id = item.transaction_id.is_some();
             let transaction_id = item
                 .transaction_id
                 .unwrap_or_else(|| Uuid::now_v7().to_string());
@@ -120,6 +123,7 @@ impl Engine {
                 message_id,
                 hash: queen_frame::txn_hash(&transaction_id),
                 transaction_id,
+                client_id,
                 trace_id: item.trace_id,
                 producer_sub: item.producer_sub,
                 payload: item.payload,

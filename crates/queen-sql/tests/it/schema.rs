@@ -137,7 +137,7 @@ async fn check_columns(client: &tokio_postgres::Client) {
             "dlq_enabled|boolean|not null|true",
             "encryption_enabled|boolean|not null|false",
             "min_pop_wait_time|integer|not null|0",
-            "dedup_window_seconds|integer|not null|3600",
+            "dedup_window_seconds|integer|not null|300",
             "created_at|timestamp with time zone|not null|now()",
             "updated_at|timestamp with time zone|not null|now()",
         ]
@@ -404,7 +404,7 @@ async fn an_implicitly_created_queue_gets_the_documented_defaults() {
     .iter()
     .map(|column| row.get(*column))
     .collect();
-    assert_eq!(ints, [60, 3, 1000, 0, 3600, 0, 0, 0, 0, 0, 0, 0, 3600]);
+    assert_eq!(ints, [60, 3, 1000, 0, 3600, 0, 0, 0, 0, 0, 0, 0, 300]);
     let bools: Vec<bool> = [
         "retention_enabled",
         "dead_letter_queue",
