@@ -1,5 +1,6 @@
 //! Cross-crate integration tests: the broker over real HTTP and PostgreSQL.
 
+mod ack;
 mod configure;
 mod health;
 mod pop;

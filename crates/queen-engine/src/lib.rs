@@ -7,14 +7,17 @@
 //!
 //! **Invariant:** nothing here knows about hyper, HTTP status codes or wire JSON.
 
+mod ack;
 mod configure;
 pub mod crypto;
+mod dlq;
 mod error;
 pub mod hotlist;
 pub mod limiter;
 pub mod naming;
 mod pop;
 mod push;
+pub mod registry;
 pub mod wake;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,14 +26,17 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+pub use ack::{AckItem, AckOutcome, AckStatus, LeaseError};
 pub use configure::{ConfigureQueue, Configured, QueueSettings, MAX_NAME_BYTES};
 pub use crypto::EncryptionKey;
+pub use dlq::DeadLetter;
 pub use error::EngineError;
 pub use limiter::{LimiterConfig, LimiterStats};
 pub use pop::{
     PopRequest, PopTarget, PopWait, Popped, PoppedMessage, SubscriptionMode, QUEUE_MODE_GROUP,
 };
 pub use push::{PushItem, PushOutcome, PushStats, PushStatus};
+pub use queen_sql::dlq::DlqFilter;
 pub use queen_sql::{error_chain, SqlError};
 
 /// Engine-wide settings.
@@ -81,6 +87,9 @@ pub struct Engine {
     hotlist: Arc<hotlist::HotList>,
     limiter: Arc<limiter::Limiter>,
     pop_state: pop::PopState,
+    registry: registry::AckRegistry,
+    /// (positional, by-hash) ack calls.
+    ack_counts: (std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64),
     shutting_down: Arc<AtomicBool>,
     wheel: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -135,6 +144,8 @@ impl Engine {
             gates,
             hotlist,
             pop_state: pop::PopState::default(),
+            registry: registry::AckRegistry::default(),
+            ack_counts: Default::default(),
             shutting_down,
             wheel: Mutex::new(Some(wheel)),
         })

@@ -600,12 +600,66 @@ impl Engine {
             }
         }
         let lease_id = (!messages.is_empty() && !request.auto_ack).then_some(worker);
+        if let Some(lease) = lease_id {
+            self.register_leased(queue, &request.group, lease, rows, &messages);
+        }
         Ok(Popped {
             queue: (!messages.is_empty()).then(|| queue.to_owned()),
             messages,
             lease_id,
             partitions_claimed: partitions.len(),
         })
+    }
+
+    /// Remember what a leased pop served, per partition, so a full ack is one
+    /// positional advance.
+    fn register_leased(
+        &self,
+        queue: &str,
+        group: &str,
+        lease: Uuid,
+        rows: &[PopRow],
+        messages: &[PoppedMessage],
+    ) {
+        let now = Instant::now();
+        let wall = SystemTime::now();
+        for row in rows {
+            let PopRow::Verdict {
+                partition_id,
+                partition,
+                verdict: Verdict::Delivered | Verdict::Drained,
+                revisit_at,
+            } = row
+            else {
+                continue;
+            };
+            let served: Vec<&PoppedMessage> = messages
+                .iter()
+                .filter(|m| m.partition_id == *partition_id)
+                .collect();
+            let Some(last) = served.last() else {
+                continue;
+            };
+            let lease_ends = revisit_at
+                .and_then(|at| at.duration_since(wall).ok())
+                .map_or(now, |left| now + left);
+            self.registry.register(
+                lease,
+                *partition_id,
+                crate::registry::Served {
+                    group: group.to_owned(),
+                    queue: queue.to_owned(),
+                    partition: partition.clone(),
+                    batch_end: last.offset,
+                    hashes: served
+                        .iter()
+                        .map(|m| queen_frame::txn_hash(&m.transaction_id))
+                        .collect(),
+                    forget_at: lease_ends,
+                },
+                lease_ends,
+            );
+        }
     }
 
     /// A queue's pop-relevant configuration, cached for a few seconds.

@@ -24,6 +24,12 @@ pub(crate) async fn route(app: &App, req: Request) -> Response {
         (&Method::GET, ["health"]) => Ok(handlers::health::get(engine).await),
         (&Method::POST, ["api", "v1", "configure"]) => handlers::configure::post(engine, req).await,
         (&Method::POST, ["api", "v1", "push"]) => handlers::push::post(engine, req).await,
+        (&Method::POST, ["api", "v1", "ack"]) => handlers::ack::single(engine, req).await,
+        (&Method::POST, ["api", "v1", "ack", "batch"]) => handlers::ack::batch(engine, req).await,
+        (&Method::POST, ["api", "v1", "lease", lease, "extend"]) => {
+            handlers::lease::extend(engine, req, lease).await
+        }
+        (&Method::GET, ["api", "v1", "dlq"]) => handlers::dlq::list(engine, &req).await,
         (&Method::GET, ["api", "v1", "pop"]) => handlers::pop::discovery(app, &req).await,
         (&Method::GET, ["api", "v1", "pop", "queue", queue]) => {
             handlers::pop::queue(app, &req, queue).await

@@ -12,8 +12,10 @@
 //!
 //! Nothing above this crate builds SQL text.
 
+pub mod ack;
 pub mod cluster;
 pub mod connect;
+pub mod dlq;
 mod error;
 pub mod pop;
 pub mod push;
@@ -24,3 +26,4 @@ pub mod segments;
 
 pub use error::{error_chain, SqlError};
 pub use schema::apply_schema;
+pub use tokio_postgres::GenericClient;

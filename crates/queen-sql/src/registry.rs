@@ -73,4 +73,9 @@ pub const FILES: &[SqlFile] = &[
         text: include_str!("../../../sql/procedures/pop.sql"),
         mode: ApplyMode::Transactional,
     },
+    SqlFile {
+        name: "procedures/ack.sql",
+        text: include_str!("../../../sql/procedures/ack.sql"),
+        mode: ApplyMode::Transactional,
+    },
 ];

@@ -1,8 +1,11 @@
 //! One module per endpoint: parse the request into a typed command, call the
 //! engine, encode the reply.
 
+pub(crate) mod ack;
 pub(crate) mod configure;
+pub(crate) mod dlq;
 pub(crate) mod health;
+pub(crate) mod lease;
 pub(crate) mod maintenance;
 pub(crate) mod pop;
 pub(crate) mod push;

@@ -1,0 +1,45 @@
+//! Browsing dead letters.
+
+use bytes::Bytes;
+use queen_sql::dlq::{DeadLetterRow, DlqFilter};
+
+use crate::naming::DEFAULT_TENANT;
+use crate::{Engine, EngineError};
+
+/// A dead letter with its payload opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// The stored row.
+    pub row: DeadLetterRow,
+    /// The payload, decrypted when it was sealed and the broker has the key;
+    /// `None` when it cannot be opened.
+    pub data: Option<Bytes>,
+}
+
+impl Engine {
+    /// Dead letters matching `filter`, newest first.
+    pub async fn dead_letters(
+        &self,
+        filter: &DlqFilter<'_>,
+        limit: i64,
+        offset: i64,
+    ) -> Result<Vec<DeadLetter>, EngineError> {
+        let client = self.pool.get().await.map_err(queen_sql::SqlError::from)?;
+        let rows = queen_sql::dlq::list(&**client, DEFAULT_TENANT, filter, limit, offset).await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| {
+                let data = if row.encrypted {
+                    self.config
+                        .encryption_key
+                        .as_ref()
+                        .and_then(|key| key.open(&row.payload).ok())
+                        .map(Bytes::from)
+                } else {
+                    Some(Bytes::from(row.payload.clone()))
+                };
+                DeadLetter { row, data }
+            })
+            .collect())
+    }
+}

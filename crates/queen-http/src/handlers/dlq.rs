@@ -1,0 +1,59 @@
+//! `GET /api/v1/dlq` (wire-api.md §2.9): dead letters, newest first.
+//!
+//! Query: `queue`, `consumerGroup`, `partition`, `limit` (100, at most 1000),
+//! `offset` (0). Answer `{"messages": [...], "pagination": {limit, offset}}`
+//! with each message's original payload as `data` (decrypted when sealed and
+//! the broker holds the key; `null` when it cannot be opened).
+
+use hyper::StatusCode;
+use queen_engine::{DlqFilter, Engine};
+
+use crate::error::HttpError;
+use crate::handlers::pop::format_micros;
+use crate::query::Query;
+use crate::response::{self, Response};
+use crate::server::Request;
+
+pub(crate) async fn list(engine: &Engine, req: &Request) -> Result<Response, HttpError> {
+    let query = Query::parse(req.uri().query());
+    let limit = query.int("limit", 100).clamp(1, 1000);
+    let offset = query.int("offset", 0).max(0);
+    let filter = DlqFilter {
+        queue: query.non_empty("queue"),
+        group: query.non_empty("consumerGroup"),
+        partition: query.non_empty("partition"),
+    };
+    let letters = engine.dead_letters(&filter, limit, offset).await?;
+    let messages: Vec<serde_json::Value> = letters
+        .iter()
+        .map(|letter| {
+            let row = &letter.row;
+            let data = letter
+                .data
+                .as_ref()
+                .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(bytes).ok())
+                .unwrap_or(serde_json::Value::Null);
+            serde_json::json!({
+                "id": row.message_id.to_string(),
+                "transactionId": row.transaction_id,
+                "partitionId": row.partition_id.to_string(),
+                "queue": row.queue,
+                "partition": row.partition,
+                "consumerGroup": row.consumer_group,
+                "errorMessage": row.error,
+                "retryCount": row.retry_count,
+                "data": data,
+                "producerSub": row.producer_sub,
+                "createdAt": format_micros(row.created_at),
+                "failedAt": format_micros(row.failed_at),
+            })
+        })
+        .collect();
+    Ok(response::json(
+        StatusCode::OK,
+        &serde_json::json!({
+            "messages": messages,
+            "pagination": {"limit": limit, "offset": offset},
+        }),
+    ))
+}

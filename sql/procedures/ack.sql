@@ -1,0 +1,341 @@
+-- procedures/ack.sql: acknowledgements (decisions.md §4).
+--
+-- A consumer group's progress is one cursor per partition, so an ack moves a
+-- cursor: acking offset N completes every earlier offset of the partition for
+-- the group. The cursor only ever moves forward.
+--
+--   log_ack_batch_v1  the common case: the whole leased batch completed, one
+--                     positional advance to batch_end, guarded by the lease.
+--   log_ack_v1        everything else: transaction-id hashes resolved to
+--                     offsets through the hash sidecar of the leased span,
+--                     then each status applied in offset order.
+--   log_dlq_head_v1   files one frame in queen.log_dlq (or drops it when
+--                     dead-lettering is off) and moves the cursor past exactly
+--                     that offset, in one transaction.
+--   log_lease_extend_v1  extends a lease on every partition it holds.
+--
+-- An ack whose lease is no longer the live one (another worker re-claimed the
+-- batch after expiry) is refused: the batch belongs to the new holder. An ack
+-- arriving after expiry but before anyone re-claimed is accepted: the work was
+-- done, and refusing it would only cause a redelivery.
+
+CREATE OR REPLACE FUNCTION queen.log_ack_batch_v1(
+    p_pid       uuid,
+    p_group     text,
+    p_lease     uuid,
+    p_batch_end bigint
+) RETURNS TABLE (o_acked boolean, o_pending boolean)
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    v_now       timestamptz := clock_timestamp();
+    v_committed bigint;
+BEGIN
+    UPDATE queen.log_consumers c
+       SET committed = p_batch_end,
+           total_consumed = c.total_consumed + (p_batch_end - c.committed),
+           last_consumed_at = v_now,
+           worker_id = NULL, lease_expires_at = NULL, lease_acquired_at = NULL,
+           batch_end = NULL, batch_retry_count = 0, attempt_count = 0
+     WHERE c.partition_id = p_pid AND c.consumer_group = p_group
+       AND c.worker_id = p_lease AND c.batch_end = p_batch_end
+    RETURNING c.committed INTO v_committed;
+    o_acked := FOUND;
+    o_pending := o_acked AND EXISTS (
+        SELECT 1 FROM queen.log_partitions p WHERE p.id = p_pid AND p.last_offset > v_committed);
+    RETURN NEXT;
+END;
+$$;
+
+-- Per-item acks by transaction-id hash. Items are applied in offset order.
+-- Each item answers one row:
+--   ok             applied (or already covered by the cursor: acks are idempotent)
+--   not_found      the hash is not in the partition's recent sidecar: not acked,
+--                  the message will be redelivered (never silently lost)
+--   invalid_lease  a lease id was given and it is not the live lease
+--   unknown_status nothing done
+--   dlq            the frame at o_dlq_offset must be filed: the broker decodes it
+--                  from o_dlq_blob and calls log_dlq_head_v1; processing stopped
+--   deferred       not processed (after a 'dlq' row); the broker resubmits it
+-- and a final 'state' row carries o_pending (data left behind the cursor) and
+-- o_lease_released for the hot-list's ack-promote.
+-- p_failed_to_dlq: transactions file 'failed' straight to the DLQ.
+CREATE OR REPLACE FUNCTION queen.log_ack_v1(
+    p_pid           uuid,
+    p_group         text,
+    p_lease         uuid,
+    p_hashes        bytea,
+    p_statuses      text[],
+    p_errors        text[],
+    p_failed_to_dlq boolean
+) RETURNS TABLE (
+    o_idx            integer,
+    o_result         text,
+    o_offset         bigint,
+    o_lease_released boolean,
+    o_dlq_offset     bigint,
+    o_dlq_base       bigint,
+    o_dlq_blob       bytea,
+    o_dlq_created_at timestamptz,
+    o_dlq_error      text,
+    o_retry_count    integer,
+    o_pending        boolean,
+    o_queue          text,
+    o_partition      text
+)
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    v_now         timestamptz := clock_timestamp();
+    v_queue       text;
+    v_partition   text;
+    v_retry_limit integer;
+    v_last_off    bigint;
+    v_c           record;
+    v_start       bigint;
+    v_upper       bigint;
+    v_item        record;
+    v_status      text;
+    v_released    boolean := false;
+    v_stopped     boolean := false;
+    v_changed     boolean := false;
+    v_n           integer := coalesce(array_length(p_statuses, 1), 0);
+BEGIN
+    SELECT q.name, p.name, q.retry_limit, p.last_offset
+      INTO v_queue, v_partition, v_retry_limit, v_last_off
+      FROM queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id
+     WHERE p.id = p_pid;
+    o_queue := v_queue; o_partition := v_partition;
+    IF NOT FOUND THEN
+        FOR v_i IN 0 .. v_n - 1 LOOP
+            o_idx := v_i; o_result := 'not_found'; RETURN NEXT;
+        END LOOP;
+        RETURN;
+    END IF;
+
+    SELECT c.committed, c.worker_id, c.batch_end, c.batch_retry_count, c.total_consumed
+      INTO v_c
+      FROM queen.log_consumers c
+     WHERE c.partition_id = p_pid AND c.consumer_group = p_group
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        FOR v_i IN 0 .. v_n - 1 LOOP
+            o_idx := v_i; o_result := 'not_found'; RETURN NEXT;
+        END LOOP;
+        RETURN;
+    END IF;
+    v_start := v_c.committed;
+
+    -- Resolve every hash through the sidecar: the span after the cursor (up to
+    -- the batch end, or everything written when there is no lease), plus the
+    -- last few rows before it, so a repeated ack of an already-covered message
+    -- answers ok instead of not_found.
+    v_upper := COALESCE(v_c.batch_end, v_last_off);
+    FOR v_item IN
+        WITH incoming AS MATERIALIZED (
+            SELECT n.idx, n.h FROM queen.log_unnest_hashes(p_hashes) n
+        ), span AS (
+            SELECT t.base_offset, t.hashes
+              FROM queen.log_txns t
+             WHERE t.partition_id = p_pid AND t.end_offset > v_c.committed
+               AND t.base_offset <= v_upper
+            UNION ALL
+            (SELECT t.base_offset, t.hashes
+               FROM queen.log_txns t
+              WHERE t.partition_id = p_pid AND t.end_offset <= v_c.committed
+              ORDER BY t.base_offset DESC
+              LIMIT 16)
+        ), matched AS (
+            SELECT i.idx, min(s.base_offset + u.idx) AS off
+              FROM span s
+             CROSS JOIN LATERAL queen.log_unnest_hashes(s.hashes) u
+              JOIN incoming i ON i.h = u.h
+             GROUP BY i.idx
+        )
+        SELECT i.idx, m.off
+          FROM incoming i LEFT JOIN matched m ON m.idx = i.idx
+         ORDER BY m.off NULLS FIRST, i.idx
+    LOOP
+        o_idx := v_item.idx;
+        o_offset := v_item.off;
+        o_dlq_offset := NULL; o_dlq_base := NULL; o_dlq_blob := NULL;
+        o_dlq_created_at := NULL; o_dlq_error := NULL; o_retry_count := NULL;
+        v_status := p_statuses[v_item.idx + 1];
+
+        IF v_stopped THEN
+            o_result := 'deferred'; RETURN NEXT; CONTINUE;
+        END IF;
+        IF v_item.off IS NULL THEN
+            o_result := 'not_found'; RETURN NEXT; CONTINUE;
+        END IF;
+        IF v_status NOT IN ('completed', 'success', 'failed', 'dlq', 'retry') THEN
+            o_result := 'unknown_status'; RETURN NEXT; CONTINUE;
+        END IF;
+        -- Already covered by the cursor: done, whoever holds the lease now
+        -- (acks are idempotent, and repeating one must not fail).
+        IF v_item.off <= v_c.committed THEN
+            o_result := 'ok'; RETURN NEXT; CONTINUE;
+        END IF;
+        IF p_lease IS NOT NULL AND v_c.worker_id IS DISTINCT FROM p_lease THEN
+            o_result := 'invalid_lease'; RETURN NEXT; CONTINUE;
+        END IF;
+
+        IF v_status = 'failed' AND p_failed_to_dlq THEN
+            v_status := 'dlq';
+        END IF;
+
+        IF v_status IN ('completed', 'success') THEN
+            v_c.committed := v_item.off;
+            v_changed := true;
+            IF v_c.batch_end IS NULL OR v_item.off >= v_c.batch_end THEN
+                v_c.worker_id := NULL; v_c.batch_end := NULL; v_c.batch_retry_count := 0;
+                v_released := true;
+            END IF;
+            o_result := 'ok';
+        ELSIF v_status = 'retry' THEN
+            -- Release without spending the retry budget; the cursor stays.
+            v_c.worker_id := NULL; v_c.batch_end := NULL;
+            v_changed := true; v_released := true;
+            o_result := 'ok';
+        ELSIF v_status = 'failed' AND v_c.batch_retry_count < v_retry_limit THEN
+            -- Spend one retry: the whole batch comes back from the cursor.
+            v_c.worker_id := NULL; v_c.batch_end := NULL;
+            v_c.batch_retry_count := v_c.batch_retry_count + 1;
+            v_changed := true; v_released := true;
+            o_result := 'ok';
+        ELSE
+            -- Budget spent ('failed'), or an explicit 'dlq': file a frame. A
+            -- failure files the head (the first unacked message); 'dlq' files
+            -- the message named. The broker decodes it and calls
+            -- log_dlq_head_v1; the rest of this call is deferred.
+            o_dlq_offset := CASE WHEN v_status = 'dlq' THEN v_item.off ELSE v_c.committed + 1 END;
+            SELECT s.base_offset, s.blob, s.created_at INTO o_dlq_base, o_dlq_blob, o_dlq_created_at
+              FROM queen.log_segments s
+             WHERE s.partition_id = p_pid AND s.base_offset <= o_dlq_offset
+             ORDER BY s.base_offset DESC
+             LIMIT 1;
+            o_dlq_error := COALESCE(NULLIF(p_errors[v_item.idx + 1], ''),
+                                    CASE WHEN v_status = 'dlq' THEN 'Moved to DLQ' ELSE 'Retries exhausted' END);
+            o_retry_count := v_c.batch_retry_count;
+            o_result := 'dlq';
+            v_stopped := true;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+
+    IF v_changed THEN
+        UPDATE queen.log_consumers c
+           SET committed = v_c.committed,
+               total_consumed = c.total_consumed + (v_c.committed - v_start),
+               last_consumed_at = CASE WHEN v_c.committed > v_start THEN v_now ELSE c.last_consumed_at END,
+               worker_id = v_c.worker_id,
+               batch_end = v_c.batch_end,
+               lease_expires_at = CASE WHEN v_c.worker_id IS NULL THEN NULL ELSE c.lease_expires_at END,
+               lease_acquired_at = CASE WHEN v_c.worker_id IS NULL THEN NULL ELSE c.lease_acquired_at END,
+               batch_retry_count = v_c.batch_retry_count,
+               attempt_count = CASE WHEN v_c.worker_id IS NULL AND v_c.committed > v_start THEN 0
+                                    ELSE c.attempt_count END
+         WHERE c.partition_id = p_pid AND c.consumer_group = p_group;
+    END IF;
+
+    o_idx := NULL; o_offset := NULL; o_result := 'state';
+    o_dlq_offset := NULL; o_dlq_base := NULL; o_dlq_blob := NULL;
+    o_dlq_created_at := NULL; o_dlq_error := NULL; o_retry_count := NULL;
+    o_lease_released := v_released;
+    o_pending := v_last_off > v_c.committed;
+    RETURN NEXT;
+END;
+$$;
+
+-- File one frame as a dead letter (or drop it when the queue's dlq_enabled is
+-- false) and move the cursor past exactly that offset: committed becomes
+-- GREATEST(committed, p_off) (a guard, never arithmetic: a stale caller cannot
+-- walk the cursor back), the lease is released and the retry and attempt
+-- counters reset, so the rest of the batch is redelivered at once. Idempotent:
+-- filing the same (partition, group, offset) twice keeps the first row.
+CREATE OR REPLACE FUNCTION queen.log_dlq_head_v1(
+    p_pid         uuid,
+    p_group       text,
+    p_off         bigint,
+    p_message_id  uuid,
+    p_txn         text,
+    p_trace       uuid,
+    p_sub         text,
+    p_payload     bytea,
+    p_encrypted   boolean,
+    p_created_at  timestamptz,
+    p_error       text,
+    p_retry_count integer
+) RETURNS TABLE (o_filed boolean, o_pending boolean)
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    v_enabled   boolean;
+    v_last_off  bigint;
+    v_committed bigint;
+BEGIN
+    SELECT q.dlq_enabled, p.last_offset INTO v_enabled, v_last_off
+      FROM queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id
+     WHERE p.id = p_pid;
+    o_filed := false;
+    IF COALESCE(v_enabled, true) THEN
+        INSERT INTO queen.log_dlq (partition_id, consumer_group, message_offset, message_id,
+                                   transaction_id, trace_id, producer_sub, payload, encrypted,
+                                   message_created_at, error, retry_count)
+        VALUES (p_pid, p_group, p_off, p_message_id, p_txn, p_trace, p_sub, p_payload,
+                p_encrypted, p_created_at, p_error, p_retry_count)
+        ON CONFLICT (partition_id, consumer_group, message_offset) DO NOTHING;
+        o_filed := true;
+    END IF;
+    UPDATE queen.log_consumers c
+       SET committed = GREATEST(c.committed, p_off),
+           total_consumed = c.total_consumed + GREATEST(p_off - c.committed, 0),
+           last_consumed_at = clock_timestamp(),
+           worker_id = NULL, lease_expires_at = NULL, lease_acquired_at = NULL,
+           batch_end = NULL, batch_retry_count = 0, attempt_count = 0, attempt_offset = NULL
+     WHERE c.partition_id = p_pid AND c.consumer_group = p_group
+    RETURNING c.committed INTO v_committed;
+    o_pending := v_last_off > COALESCE(v_committed, p_off);
+    RETURN NEXT;
+END;
+$$;
+
+-- Extend a lease on every partition it holds: lease_expires_at becomes
+-- GREATEST(current, now + p_seconds). p_pids narrows the search to partitions
+-- the broker knows the lease holds (its ack registry); NULL scans the group
+-- rows of every partition. Answers the new expiry, or NULL when no live
+-- lease has that id (o_found says whether an expired one was seen).
+CREATE OR REPLACE FUNCTION queen.log_lease_extend_v1(
+    p_lease   uuid,
+    p_seconds integer,
+    p_pids    uuid[]
+) RETURNS TABLE (o_expires_at timestamptz, o_found boolean)
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    IF p_pids IS NOT NULL THEN
+        UPDATE queen.log_consumers c
+           SET lease_expires_at = GREATEST(c.lease_expires_at, v_now + make_interval(secs => p_seconds))
+         WHERE c.partition_id = ANY (p_pids) AND c.worker_id = p_lease AND c.lease_expires_at > v_now;
+    ELSE
+        UPDATE queen.log_consumers c
+           SET lease_expires_at = GREATEST(c.lease_expires_at, v_now + make_interval(secs => p_seconds))
+         WHERE c.worker_id = p_lease AND c.lease_expires_at > v_now;
+    END IF;
+    SELECT max(c.lease_expires_at) INTO o_expires_at
+      FROM queen.log_consumers c
+     WHERE c.worker_id = p_lease
+       AND (p_pids IS NULL OR c.partition_id = ANY (p_pids))
+       AND c.lease_expires_at > v_now;
+    o_found := o_expires_at IS NOT NULL OR EXISTS (
+        SELECT 1 FROM queen.log_consumers c
+         WHERE c.worker_id = p_lease AND (p_pids IS NULL OR c.partition_id = ANY (p_pids)));
+    RETURN NEXT;
+END;
+$$;

@@ -1,0 +1,568 @@
+//! The ack path over real HTTP and PostgreSQL (issue: ack path).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use queen_engine::EngineConfig;
+use queen_tests::TestBroker;
+use serde_json::{json, Value};
+
+async fn push(broker: &TestBroker, queue: &str, partition: &str, payloads: &[Value]) {
+    let items: Vec<Value> = payloads
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            json!({"queue": queue, "partition": partition, "payload": p,
+                   "transactionId": format!("{queue}-{partition}-{i}-{}", uuid::Uuid::now_v7())})
+        })
+        .collect();
+    let reply = broker
+        .client
+        .post_json("/api/v1/push", &json!({"items": items}))
+        .await;
+    assert_eq!(reply.status, 201);
+}
+
+async fn configure(broker: &TestBroker, queue: &str, options: Value) {
+    let reply = broker
+        .client
+        .post_json(
+            "/api/v1/configure",
+            &json!({"queue": queue, "options": options}),
+        )
+        .await;
+    assert_eq!(reply.status, 200);
+}
+
+async fn pop(broker: &TestBroker, path: &str) -> Option<Value> {
+    let reply = broker.client.get(path).await;
+    match reply.status.as_u16() {
+        200 => Some(reply.json()),
+        204 => None,
+        other => panic!("{path}: {other} {:?}", String::from_utf8_lossy(&reply.body)),
+    }
+}
+
+fn messages(popped: &Value) -> Vec<Value> {
+    popped["messages"].as_array().unwrap().clone()
+}
+
+fn data(popped: &Value) -> Vec<Value> {
+    messages(popped).iter().map(|m| m["data"].clone()).collect()
+}
+
+/// Ack every message of `popped` with `status` in one batch.
+async fn ack_all(
+    broker: &TestBroker,
+    popped: &Value,
+    status: &str,
+    group: Option<&str>,
+) -> Vec<Value> {
+    let acks: Vec<Value> = messages(popped)
+        .iter()
+        .map(|m| {
+            json!({"transactionId": m["transactionId"], "partitionId": m["partitionId"],
+                   "leaseId": m["leaseId"], "status": status})
+        })
+        .collect();
+    let mut body = json!({"acknowledgments": acks});
+    if let Some(group) = group {
+        body["consumerGroup"] = json!(group);
+    }
+    let reply = broker.client.post_json("/api/v1/ack/batch", &body).await;
+    assert_eq!(
+        reply.status,
+        200,
+        "{:?}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    reply.json().as_array().unwrap().clone()
+}
+
+async fn ack_one(broker: &TestBroker, message: &Value, status: &str, error: Option<&str>) -> Value {
+    let mut body = json!({"transactionId": message["transactionId"], "partitionId": message["partitionId"],
+                          "leaseId": message["leaseId"], "status": status});
+    if let Some(error) = error {
+        body["error"] = json!(error);
+    }
+    let reply = broker.client.post_json("/api/v1/ack", &body).await;
+    assert_eq!(
+        reply.status,
+        200,
+        "{:?}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    let results = reply.json();
+    assert_eq!(results.as_array().unwrap().len(), 1);
+    results[0].clone()
+}
+
+async fn cursor(broker: &TestBroker, partition: &str) -> (i64, Option<uuid::Uuid>, i32, i32) {
+    let row = broker
+        .sql()
+        .await
+        .query_one(
+            "SELECT c.committed, c.worker_id, c.batch_retry_count, c.attempt_count \
+             FROM queen.log_consumers c JOIN queen.log_partitions p ON p.id = c.partition_id \
+             WHERE p.name = $1 AND c.consumer_group = '__QUEUE_MODE__'",
+            &[&partition],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1), row.get(2), row.get(3))
+}
+
+#[tokio::test]
+async fn a_full_batch_ack_is_one_positional_advance_and_frees_the_partition() {
+    let broker = TestBroker::start().await;
+    push(
+        &broker,
+        "acks",
+        "p",
+        &[json!(1), json!(2), json!(3), json!(4)],
+    )
+    .await;
+    let first = pop(&broker, "/api/v1/pop/queue/acks?batch=2")
+        .await
+        .unwrap();
+    assert_eq!(data(&first), [json!(1), json!(2)]);
+    let before = broker.engine.ack_stats();
+    let results = ack_all(&broker, &first, "completed", None).await;
+    for (i, result) in results.iter().enumerate() {
+        assert_eq!(result["index"], i);
+        assert_eq!(result["success"], true);
+        assert_eq!(result["leaseReleased"], true);
+        assert_eq!(result["dlq"], false);
+        assert_eq!(result["queueName"], "acks");
+        assert_eq!(result["partitionName"], "p");
+    }
+    let after = broker.engine.ack_stats();
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1),
+        (1, 0),
+        "not positional"
+    );
+    assert_eq!(cursor(&broker, "p").await.0, 1);
+    // Released: the next batch at once, no lease expiry needed.
+    let second = pop(&broker, "/api/v1/pop/queue/acks?batch=10")
+        .await
+        .unwrap();
+    assert_eq!(data(&second), [json!(3), json!(4)]);
+    // Repeating an ack is harmless.
+    let again = ack_all(&broker, &first, "completed", None).await;
+    assert!(again.iter().all(|r| r["success"] == true));
+    assert_eq!(cursor(&broker, "p").await.0, 1);
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn partial_acks_and_acks_at_another_broker_resolve_through_the_sidecar() {
+    let broker = TestBroker::start().await;
+    let other = TestBroker::serve(broker.db.clone(), EngineConfig::default()).await;
+    push(&broker, "partial", "p", &[json!(1), json!(2), json!(3)]).await;
+    let popped = pop(&broker, "/api/v1/pop/queue/partial?batch=3")
+        .await
+        .unwrap();
+    let msgs = messages(&popped);
+    // One message, acked at the broker that did not serve the pop.
+    let result = ack_one(&other, &msgs[0], "completed", None).await;
+    assert_eq!(result["success"], true);
+    assert_eq!(result["leaseReleased"], false);
+    let (committed, worker, _, _) = cursor(&broker, "p").await;
+    assert_eq!(committed, 0);
+    assert!(worker.is_some(), "a partial ack released the lease");
+    // Still leased: nobody else gets the rest yet.
+    assert!(pop(&broker, "/api/v1/pop/queue/partial?batch=3")
+        .await
+        .is_none());
+    // Acking the last one completes everything before it and releases.
+    let result = ack_one(&broker, &msgs[2], "completed", None).await;
+    assert_eq!(result["leaseReleased"], true);
+    assert_eq!(cursor(&broker, "p").await.0, 2);
+    other.stop().await;
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn unknown_messages_and_wrong_leases_are_refused_and_nothing_is_lost() {
+    let broker = TestBroker::start().await;
+    push(&broker, "refuse", "p", &[json!(1)]).await;
+    let popped = pop(&broker, "/api/v1/pop/queue/refuse?batch=1")
+        .await
+        .unwrap();
+    let message = &messages(&popped)[0];
+    let unknown = json!({"transactionId": "never-pushed", "partitionId": message["partitionId"],
+                         "leaseId": message["leaseId"]});
+    let result = ack_one(&broker, &unknown, "completed", None).await;
+    assert_eq!(result["success"], false);
+    assert_eq!(result["error"], "Message not found");
+    let mut wrong = message.clone();
+    wrong["leaseId"] = json!(uuid::Uuid::now_v7().to_string());
+    let result = ack_one(&broker, &wrong, "completed", None).await;
+    assert_eq!(result["success"], false);
+    assert_eq!(result["error"], "Invalid or expired lease");
+    let mut garbage = message.clone();
+    garbage["leaseId"] = json!("not-a-uuid");
+    assert_eq!(
+        ack_one(&broker, &garbage, "completed", None).await["error"],
+        "Invalid or expired lease"
+    );
+    // Nothing moved.
+    assert_eq!(cursor(&broker, "p").await.0, -1);
+    // An unknown status answers unsuccessful with a null error and does nothing.
+    let result = ack_one(&broker, message, "weird", None).await;
+    assert_eq!(result["success"], false);
+    assert!(result["error"].is_null());
+    assert_eq!(cursor(&broker, "p").await.0, -1);
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn malformed_acks_are_400_and_an_empty_batch_is_an_empty_array() {
+    let broker = TestBroker::start().await;
+    let cases = [
+        (
+            "/api/v1/ack",
+            json!({"partitionId": "x"}),
+            "transactionId is required",
+        ),
+        (
+            "/api/v1/ack",
+            json!({"transactionId": "t"}),
+            "partitionId is required to ensure message uniqueness",
+        ),
+        (
+            "/api/v1/ack",
+            json!({"transactionId": "t", "partitionId": "nope"}),
+            "partitionId must be a UUID",
+        ),
+        (
+            "/api/v1/ack/batch",
+            json!({}),
+            "acknowledgments array is required",
+        ),
+        (
+            "/api/v1/ack/batch",
+            json!({"acknowledgments": [{"partitionId": "x"}]}),
+            "Each acknowledgment must have a valid transactionId string (acknowledgments[0])",
+        ),
+        (
+            "/api/v1/ack/batch",
+            json!({"acknowledgments": [{"transactionId": "t", "partitionId": uuid::Uuid::now_v7().to_string()}, {"transactionId": "t"}]}),
+            "Each acknowledgment must have a valid partitionId string (acknowledgments[1])",
+        ),
+    ];
+    for (path, body, message) in cases {
+        let reply = broker.client.post_json(path, &body).await;
+        assert_eq!(reply.status, 400, "{body}");
+        assert_eq!(reply.json()["error"], message, "{body}");
+    }
+    let reply = broker
+        .client
+        .post_json("/api/v1/ack/batch", &json!({"acknowledgments": []}))
+        .await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.json(), json!([]));
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn failures_spend_the_retry_budget_then_dead_letter_the_head() {
+    let broker = TestBroker::start().await;
+    configure(&broker, "retries", json!({"retryLimit": 1})).await;
+    push(
+        &broker,
+        "retries",
+        "p",
+        &[json!("poison"), json!("good-1"), json!("good-2")],
+    )
+    .await;
+    // First failure: one retry spent, lease released, same message again.
+    let first = pop(&broker, "/api/v1/pop/queue/retries?batch=1")
+        .await
+        .unwrap();
+    assert_eq!(data(&first), [json!("poison")]);
+    let result = ack_one(&broker, &messages(&first)[0], "failed", Some("boom")).await;
+    assert_eq!(
+        (result["success"].clone(), result["dlq"].clone()),
+        (json!(true), json!(false))
+    );
+    assert_eq!(result["leaseReleased"], true);
+    assert_eq!(cursor(&broker, "p").await.2, 1, "retry not counted");
+    // Second failure: the budget (1) is spent, the head goes to the DLQ.
+    let second = pop(&broker, "/api/v1/pop/queue/retries?batch=1")
+        .await
+        .unwrap();
+    assert_eq!(data(&second), [json!("poison")]);
+    let result = ack_one(&broker, &messages(&second)[0], "failed", Some("boom again")).await;
+    assert_eq!(result["dlq"], true);
+    let (committed, worker, retries, _) = cursor(&broker, "p").await;
+    assert_eq!(
+        (committed, worker, retries),
+        (0, None, 0),
+        "cursor not moved past exactly the poison"
+    );
+    // The poison does not pin the partition: the good ones follow in order.
+    let next = pop(&broker, "/api/v1/pop/queue/retries?batch=10")
+        .await
+        .unwrap();
+    assert_eq!(data(&next), [json!("good-1"), json!("good-2")]);
+    // The dead letter is a snapshot with the error text.
+    let dlq = broker.client.get("/api/v1/dlq?queue=retries").await;
+    assert_eq!(dlq.status, 200);
+    let dlq = dlq.json();
+    let letters = dlq["messages"].as_array().unwrap();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0]["data"], "poison");
+    assert!(letters[0]["errorMessage"]
+        .as_str()
+        .unwrap()
+        .contains("boom again"));
+    assert_eq!(letters[0]["retryCount"], 1);
+    assert_eq!(
+        letters[0]["transactionId"],
+        messages(&second)[0]["transactionId"]
+    );
+    assert_eq!(letters[0]["consumerGroup"], "__QUEUE_MODE__");
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn with_dead_lettering_off_the_poison_is_dropped_and_the_cursor_still_moves() {
+    let broker = TestBroker::start().await;
+    configure(
+        &broker,
+        "nodlq",
+        json!({"retryLimit": 0, "dlqEnabled": false}),
+    )
+    .await;
+    push(&broker, "nodlq", "p", &[json!("poison"), json!("good")]).await;
+    let popped = pop(&broker, "/api/v1/pop/queue/nodlq?batch=1")
+        .await
+        .unwrap();
+    let result = ack_one(&broker, &messages(&popped)[0], "failed", None).await;
+    assert_eq!(result["success"], true);
+    assert_eq!(cursor(&broker, "p").await.0, 0);
+    let rows: i64 = broker
+        .sql()
+        .await
+        .query_one("SELECT count(*) FROM queen.log_dlq", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 0);
+    assert_eq!(
+        data(&pop(&broker, "/api/v1/pop/queue/nodlq").await.unwrap()),
+        [json!("good")]
+    );
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn retry_gives_the_batch_back_without_spending_budget_and_dlq_files_at_once() {
+    let broker = TestBroker::start().await;
+    push(&broker, "statuses", "p", &[json!("a"), json!("b")]).await;
+    let popped = pop(&broker, "/api/v1/pop/queue/statuses?batch=1")
+        .await
+        .unwrap();
+    let result = ack_one(&broker, &messages(&popped)[0], "retry", None).await;
+    assert_eq!(result["leaseReleased"], true);
+    assert_eq!(cursor(&broker, "p").await.2, 0, "retry spent budget");
+    let popped = pop(&broker, "/api/v1/pop/queue/statuses?batch=1")
+        .await
+        .unwrap();
+    assert_eq!(data(&popped), [json!("a")]);
+    let result = ack_one(&broker, &messages(&popped)[0], "dlq", Some("bad shape")).await;
+    assert_eq!(result["dlq"], true);
+    assert_eq!(cursor(&broker, "p").await.0, 0);
+    assert_eq!(
+        data(&pop(&broker, "/api/v1/pop/queue/statuses").await.unwrap()),
+        [json!("b")]
+    );
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn a_consumer_that_never_acks_loses_nothing_and_spends_no_budget() {
+    let broker = TestBroker::start().await;
+    configure(&broker, "crash", json!({"leaseTime": 1, "retryLimit": 1})).await;
+    push(&broker, "crash", "p", &[json!(1), json!(2)]).await;
+    let first = pop(&broker, "/api/v1/pop/queue/crash?batch=10")
+        .await
+        .unwrap();
+    assert_eq!(cursor(&broker, "p").await.3, 1);
+    // The consumer dies. Twice.
+    for attempt in 2..=3 {
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        let again = pop(
+            &broker,
+            "/api/v1/pop/queue/crash?batch=10&wait=true&timeout=3000",
+        )
+        .await
+        .unwrap();
+        assert_eq!(data(&again), data(&first));
+        let (committed, _, retries, attempts) = cursor(&broker, "p").await;
+        assert_eq!((committed, retries, attempts), (-1, 0, attempt));
+    }
+    // Lease expiry never spent the budget: a real failure still gets its retry.
+    let last = pop(
+        &broker,
+        "/api/v1/pop/queue/crash?batch=10&wait=true&timeout=3000",
+    )
+    .await
+    .unwrap();
+    let result = ack_one(&broker, &messages(&last)[0], "failed", None).await;
+    assert_eq!(
+        result["dlq"], false,
+        "the budget was spent by lease expiries"
+    );
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn lease_extend_pushes_the_expiry_of_every_partition_of_the_lease() {
+    let broker = TestBroker::start().await;
+    configure(&broker, "extend", json!({"leaseTime": 2})).await;
+    for p in ["a", "b"] {
+        push(&broker, "extend", p, &[json!(p)]).await;
+    }
+    let popped = pop(&broker, "/api/v1/pop/queue/extend?batch=10&partitions=2")
+        .await
+        .unwrap();
+    assert_eq!(popped["partitionsClaimed"], 2);
+    let lease = popped["leaseId"].as_str().unwrap().to_owned();
+    // The Python client sends no body at all.
+    let reply = broker
+        .client
+        .send(
+            hyper::Method::POST,
+            &format!("/api/v1/lease/{lease}/extend"),
+            bytes::Bytes::new(),
+        )
+        .await;
+    assert_eq!(reply.status, 200);
+    let body = reply.json();
+    assert_eq!(body["success"], true);
+    assert_eq!(body["leaseId"], lease);
+    assert!(body["newExpiresAt"].as_str().unwrap().ends_with('Z'));
+    let reply = broker
+        .client
+        .post_json(
+            &format!("/api/v1/lease/{lease}/extend"),
+            &json!({"seconds": 30}),
+        )
+        .await;
+    assert_eq!(reply.json()["success"], true);
+    let sql = broker.sql().await;
+    let min_left: f64 = sql
+        .query_one(
+            "SELECT extract(epoch FROM min(lease_expires_at) - now())::float8 FROM queen.log_consumers WHERE worker_id = $1",
+            &[&lease.parse::<uuid::Uuid>().unwrap()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        min_left > 20.0,
+        "a partition of the lease was not extended: {min_left}"
+    );
+    // Still leased after the original 2 s.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(
+        pop(&broker, "/api/v1/pop/queue/extend?batch=10&partitions=2")
+            .await
+            .is_none()
+    );
+    let unknown = broker
+        .client
+        .post_json(
+            &format!("/api/v1/lease/{}/extend", uuid::Uuid::now_v7()),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(unknown.json()["success"], false);
+    assert_eq!(unknown.json()["error"], "Lease not found");
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_hundred_thousand_messages_with_concurrent_consumers_and_acks_arrive_exactly_once() {
+    const TOTAL: usize = 100_000;
+    const PARTITIONS: usize = 20;
+    const CONSUMERS: usize = 16;
+    let broker = TestBroker::start().await;
+    let ids: Vec<String> = (0..TOTAL).map(|i| format!("m-{i}")).collect();
+    for chunk in ids.chunks(2000) {
+        let items: Vec<Value> = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, id)| {
+                json!({"queue": "bulk", "partition": format!("p{}", i % PARTITIONS),
+                       "transactionId": id, "payload": {"id": id}})
+            })
+            .collect();
+        let reply = broker
+            .client
+            .post_json("/api/v1/push", &json!({"items": items}))
+            .await;
+        assert_eq!(reply.status, 201);
+    }
+    let seen = Arc::new(parking_lot::Mutex::new(HashMap::<String, usize>::new()));
+    let mut consumers = Vec::new();
+    for _ in 0..CONSUMERS {
+        let client = broker.client.clone();
+        let seen = Arc::clone(&seen);
+        consumers.push(tokio::spawn(async move {
+            let mut empty = 0;
+            while empty < 3 {
+                let reply = client
+                    .get("/api/v1/pop/queue/bulk?batch=200&wait=true&timeout=500")
+                    .await;
+                if reply.status == 204 {
+                    empty += 1;
+                    continue;
+                }
+                empty = 0;
+                let body = reply.json();
+                let messages = body["messages"].as_array().unwrap();
+                {
+                    let mut seen = seen.lock();
+                    for m in messages {
+                        *seen
+                            .entry(m["transactionId"].as_str().unwrap().to_owned())
+                            .or_default() += 1;
+                    }
+                }
+                let acks: Vec<Value> = messages
+                    .iter()
+                    .map(|m| {
+                        json!({"transactionId": m["transactionId"], "partitionId": m["partitionId"],
+                                    "leaseId": m["leaseId"], "status": "completed"})
+                    })
+                    .collect();
+                let reply = client
+                    .post_json("/api/v1/ack/batch", &json!({"acknowledgments": acks}))
+                    .await;
+                assert_eq!(reply.status, 200);
+                assert!(reply
+                    .json()
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|r| r["success"] == true));
+            }
+        }));
+    }
+    for consumer in consumers {
+        consumer.await.unwrap();
+    }
+    let seen = seen.lock().clone();
+    assert_eq!(seen.len(), TOTAL, "lost {} messages", TOTAL - seen.len());
+    let repeated = seen.values().filter(|n| **n > 1).count();
+    assert_eq!(repeated, 0, "{repeated} messages delivered more than once");
+    let (positional, by_hash) = broker.engine.ack_stats();
+    eprintln!("100k messages: {positional} positional acks, {by_hash} by hash");
+    assert!(positional > by_hash, "the ack registry was bypassed");
+    broker.stop().await;
+}
