@@ -339,3 +339,24 @@ BEGIN
     RETURN NEXT;
 END;
 $$;
+
+-- Find a message's offset by its transaction-id hash among the partition's
+-- most recent sidecar rows (newest first, at most p_rows rows): used to check
+-- that a trace names a real message. NULL when not found.
+CREATE OR REPLACE FUNCTION queen.log_find_txn_v1(p_pid uuid, p_hash bytea, p_rows integer)
+RETURNS bigint
+LANGUAGE plpgsql
+STABLE
+AS $$
+BEGIN
+    RETURN (
+        SELECT min(r.base_offset + u.idx)
+          FROM (SELECT t.base_offset, t.hashes
+                  FROM queen.log_txns t
+                 WHERE t.partition_id = p_pid
+                 ORDER BY t.base_offset DESC
+                 LIMIT p_rows) r
+         CROSS JOIN LATERAL queen.log_unnest_hashes(r.hashes) u
+         WHERE u.h = p_hash);
+END;
+$$;

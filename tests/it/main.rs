@@ -6,3 +6,4 @@ mod health;
 mod pop;
 mod pop_mechanics;
 mod push;
+mod txn;

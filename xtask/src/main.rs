@@ -2,7 +2,8 @@
 //!
 //! - `ci`: everything CI checks, in order: PostgreSQL present (installed with
 //!   apt-get when missing and running as root), `cargo fmt --check`,
-//!   `cargo clippy --all-targets -- -D warnings`, `cargo test --workspace`.
+//!   `cargo clippy --all-targets -- -D warnings`, `cargo test --workspace`,
+//!   then the engine's embedding example (`queen-engine/examples/embedded.rs`).
 //!   This is the README's test command and what `.ci/run` runs.
 //! - `tidy`: the hygiene checks of `tidy.rs` (they also run as a `#[test]`).
 //! - `bench <scenario>`: build `queen-server` and `queen-load` in release mode
@@ -67,6 +68,15 @@ fn ci() -> Result<(), String> {
         "warnings",
     ])?;
     cargo(&["test", "--workspace"])?;
+    // The engine embedded without HTTP, as its example shows users doing it.
+    cargo(&[
+        "run",
+        "--quiet",
+        "-p",
+        "queen-engine",
+        "--example",
+        "embedded",
+    ])?;
     eprintln!("xtask ci: all green in {:.0?}", started.elapsed());
     Ok(())
 }

@@ -49,6 +49,10 @@ pub enum EngineError {
     #[error("push could not be completed; retry it")]
     PushUnresolved,
 
+    /// An operation of a transaction failed; everything was rolled back.
+    #[error("{message}")]
+    TransactionFailed { index: usize, message: String },
+
     /// A broken internal expectation; a bug, reported instead of panicking.
     #[error("internal error: {0}")]
     Internal(&'static str),
@@ -79,6 +83,7 @@ impl EngineError {
             | EngineError::Unseal
             | EngineError::Frame(_)
             | EngineError::BatchTooLarge
+            | EngineError::TransactionFailed { .. }
             | EngineError::Internal(_) => false,
             EngineError::InvalidConfiguration { .. } => false,
         }

@@ -18,6 +18,8 @@ pub mod naming;
 mod pop;
 mod push;
 pub mod registry;
+mod traces;
+mod txn;
 pub mod wake;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,6 +40,8 @@ pub use pop::{
 pub use push::{PushItem, PushOutcome, PushStats, PushStatus};
 pub use queen_sql::dlq::DlqFilter;
 pub use queen_sql::{error_chain, SqlError};
+pub use traces::TraceEvent;
+pub use txn::{TxnOp, TxnResult};
 
 /// Engine-wide settings.
 #[derive(Debug, Clone)]

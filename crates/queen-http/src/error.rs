@@ -115,7 +115,9 @@ fn engine_reply(error: &EngineError) -> (StatusCode, Cow<'static, str>) {
             StatusCode::SERVICE_UNAVAILABLE,
             Cow::Owned(error.to_string()),
         ),
-        EngineError::InvalidConfiguration { .. } | EngineError::BatchTooLarge => {
+        EngineError::InvalidConfiguration { .. }
+        | EngineError::BatchTooLarge
+        | EngineError::TransactionFailed { .. } => {
             (StatusCode::BAD_REQUEST, Cow::Owned(error.to_string()))
         }
         EngineError::EncryptionKeyMissing { .. }

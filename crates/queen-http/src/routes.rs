@@ -29,6 +29,10 @@ pub(crate) async fn route(app: &App, req: Request) -> Response {
         (&Method::POST, ["api", "v1", "lease", lease, "extend"]) => {
             handlers::lease::extend(engine, req, lease).await
         }
+        (&Method::POST, ["api", "v1", "transaction"]) => {
+            handlers::transaction::post(engine, req).await
+        }
+        (&Method::POST, ["api", "v1", "traces"]) => handlers::traces::post(engine, req).await,
         (&Method::GET, ["api", "v1", "dlq"]) => handlers::dlq::list(engine, &req).await,
         (&Method::GET, ["api", "v1", "pop"]) => handlers::pop::discovery(app, &req).await,
         (&Method::GET, ["api", "v1", "pop", "queue", queue]) => {

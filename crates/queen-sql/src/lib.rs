@@ -23,6 +23,7 @@ pub mod queues;
 pub mod registry;
 mod schema;
 pub mod segments;
+pub mod traces;
 
 pub use error::{error_chain, SqlError};
 pub use schema::apply_schema;

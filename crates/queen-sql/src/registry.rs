@@ -54,6 +54,11 @@ pub const FILES: &[SqlFile] = &[
         mode: ApplyMode::Transactional,
     },
     SqlFile {
+        name: "schema/006_traces.sql",
+        text: include_str!("../../../sql/schema/006_traces.sql"),
+        mode: ApplyMode::Transactional,
+    },
+    SqlFile {
         name: "schema/090_concurrent_indexes.sql",
         text: include_str!("../../../sql/schema/090_concurrent_indexes.sql"),
         mode: ApplyMode::Concurrent,

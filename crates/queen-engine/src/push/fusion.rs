@@ -193,6 +193,37 @@ impl Fusion {
         rx
     }
 
+    /// The cached `encryptionEnabled` of `queue` (a miss means plain).
+    pub(crate) fn encryption_flag(&self, queue: &str) -> bool {
+        self.shared
+            .encryption
+            .read()
+            .get(queue)
+            .copied()
+            .unwrap_or(false)
+    }
+
+    /// Record `queue`'s `encryptionEnabled` as PostgreSQL reported it.
+    pub(crate) fn set_encryption_flag(&self, queue: &str, enabled: bool) {
+        self.shared
+            .encryption
+            .write()
+            .insert(Arc::from(queue), enabled);
+    }
+
+    /// The at-rest key, if the broker has one.
+    pub(crate) fn key(&self) -> Option<&EncryptionKey> {
+        self.shared.key.as_ref()
+    }
+
+    /// After a commit outside fusion (a transaction): wake the queue's pops
+    /// and offer the partition to every group's ring.
+    pub(crate) fn committed(&self, queue: &str, partition: &str) {
+        self.shared.hotlist.mark_ready(queue, partition);
+        self.shared.gates.open(queue);
+        self.shared.gates.open(crate::pop::DISCOVERY_GATE);
+    }
+
     /// Forget the cached encryption flag of `queue` (it was reconfigured).
     pub(crate) fn forget_queue(&self, queue: &str) {
         self.shared.encryption.write().remove(queue);
@@ -466,22 +497,61 @@ fn build_segment(
         .get(&lane.key.queue)
         .copied()
         .unwrap_or(false);
-    let key = match (&shared.key, encrypted) {
+    let frame_entries: Vec<usize> = (0..lane.results.len())
+        .filter(|&idx| lane.needs_write(idx))
+        .collect();
+    let entries: Vec<&Entry> = lane.entries().collect();
+    let encoded = encode_entries(
+        frame_entries
+            .iter()
+            .filter_map(|&idx| entries.get(idx).copied()),
+        encrypted,
+        shared.key.as_ref(),
+        &lane.key.queue,
+        builder,
+    )?;
+    let (namespace, task) = derive_namespace_task(&lane.key.queue);
+    Ok(BuiltSegment {
+        n_frames: encoded.n_frames,
+        frame_entries,
+        blob: encoded.blob,
+        hashes: encoded.hashes,
+        encrypted,
+        probe: encoded.probe,
+        namespace_task: (namespace.to_owned(), task.to_owned()),
+    })
+}
+
+/// Frames of `entries`, packed and compressed, with their sidecar.
+pub(crate) struct Encoded {
+    pub(crate) blob: Vec<u8>,
+    pub(crate) hashes: Vec<u8>,
+    pub(crate) n_frames: i32,
+    /// Some transaction id came from a client: probe for duplicates.
+    pub(crate) probe: bool,
+}
+
+/// Pack `entries` into one segment, sealing payloads when `encrypted` (which
+/// needs `key`: without one the push fails, it never stores plaintext).
+pub(crate) fn encode_entries<'a>(
+    entries: impl Iterator<Item = &'a Entry>,
+    encrypted: bool,
+    key: Option<&EncryptionKey>,
+    queue: &str,
+    builder: &mut SegmentBuilder,
+) -> Result<Encoded, EngineError> {
+    let key = match (key, encrypted) {
         (_, false) => None,
         (Some(key), true) => Some(key),
         (None, true) => {
             return Err(EngineError::EncryptionKeyMissing {
-                queue: lane.key.queue.to_string(),
+                queue: queue.to_owned(),
             })
         }
     };
-    let mut frame_entries = Vec::with_capacity(lane.results.len());
-    let mut hashes = Vec::with_capacity(lane.results.len() * queen_frame::HASH_LEN);
+    let mut hashes = Vec::new();
     let mut probe = false;
-    for (idx, entry) in lane.entries().enumerate() {
-        if !lane.needs_write(idx) {
-            continue;
-        }
+    for entry in entries {
         let sealed;
         let payload: &[u8] = match key {
             Some(key) => {
@@ -500,18 +570,13 @@ fn build_segment(
         })?;
         hashes.extend_from_slice(&entry.hash);
         probe |= entry.client_id;
-        frame_entries.push(idx);
     }
     let encoded = builder.finish()?;
-    let (namespace, task) = derive_namespace_task(&lane.key.queue);
-    Ok(BuiltSegment {
+    Ok(Encoded {
         n_frames: i32::try_from(encoded.n_frames).map_err(|_| EngineError::BatchTooLarge)?,
-        frame_entries,
         blob: encoded.blob,
         hashes,
-        encrypted,
         probe,
-        namespace_task: (namespace.to_owned(), task.to_owned()),
     })
 }
 

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use uuid::Uuid;
 
 pub use fusion::PushStats;
-pub(crate) use fusion::{Fusion, FusionConfig};
+pub(crate) use fusion::{encode_entries, Fusion, FusionConfig};
 
 use crate::{Engine, EngineError};
 
@@ -76,6 +76,28 @@ pub(crate) struct Entry {
     pub(crate) payload: Bytes,
 }
 
+impl Entry {
+    /// The entry for `item`: a fresh message id (UUIDv7, so ids increase in
+    /// item order), the client's transaction id or a generated one, its hash.
+    /// Returns the queue and partition alongside.
+    pub(crate) fn from_item(item: PushItem) -> (String, String, Entry) {
+        let client_id = item.transaction_id.is_some();
+        let transaction_id = item
+            .transaction_id
+            .unwrap_or_else(|| Uuid::now_v7().to_string());
+        let entry = Entry {
+            message_id: Uuid::now_v7(),
+            hash: queen_frame::txn_hash(&transaction_id),
+            transaction_id,
+            client_id,
+            trace_id: item.trace_id,
+            producer_sub: item.producer_sub,
+            payload: item.payload,
+        };
+        (item.queue, item.partition, entry)
+    }
+}
+
 /// What fusion answers for one entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum EntryResult {
@@ -106,28 +128,21 @@ impl Engine {
         let mut group_of: HashMap<(String, String), usize> = HashMap::new();
         let mut answers: Vec<(String, Option<Uuid>, String, Uuid)> = Vec::with_capacity(n_items);
         for (index, item) in items.into_iter().enumerate() {
-            let client_id = item.transaction_id.is_some();
-            let transaction_id = item
-                .transaction_id
-                .unwrap_or_else(|| Uuid::now_v7().to_string());
-            let message_id = Uuid::now_v7();
-            let key = (item.queue, item.partition);
+            let (queue, partition, entry) = Entry::from_item(item);
+            let key = (queue, partition);
             let group_idx = *group_of.entry(key.clone()).or_insert_with(|| {
                 groups.push((key.0.clone(), key.1.clone(), Vec::new(), Vec::new()));
                 groups.len() - 1
             });
-            answers.push((transaction_id.clone(), item.trace_id, key.0, message_id));
+            answers.push((
+                entry.transaction_id.clone(),
+                entry.trace_id,
+                key.0,
+                entry.message_id,
+            ));
             let (_, _, indices, entries) = &mut groups[group_idx];
             indices.push(index);
-            entries.push(Entry {
-                message_id,
-                hash: queen_frame::txn_hash(&transaction_id),
-                transaction_id,
-                client_id,
-                trace_id: item.trace_id,
-                producer_sub: item.producer_sub,
-                payload: item.payload,
-            });
+            entries.push(entry);
         }
 
         let pending: Vec<_> = groups

@@ -9,3 +9,5 @@ pub(crate) mod lease;
 pub(crate) mod maintenance;
 pub(crate) mod pop;
 pub(crate) mod push;
+pub(crate) mod traces;
+pub(crate) mod transaction;

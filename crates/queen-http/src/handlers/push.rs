@@ -68,15 +68,23 @@ fn parse(bytes: &Bytes) -> Result<Vec<PushItem>, HttpError> {
     raw_items
         .iter()
         .enumerate()
-        .map(|(index, raw)| parse_item(bytes, index, raw))
+        .map(|(index, raw)| parse_item(bytes, "items", index, raw, b"null"))
         .collect()
 }
 
-fn parse_item(body: &Bytes, index: usize, raw: &RawValue) -> Result<PushItem, HttpError> {
+/// One push item at `{list}[{index}]`; a missing payload becomes
+/// `default_payload` (`null` for a push, `{}` inside a transaction).
+pub(crate) fn parse_item(
+    body: &Bytes,
+    list: &str,
+    index: usize,
+    raw: &RawValue,
+    default_payload: &'static [u8],
+) -> Result<PushItem, HttpError> {
     let invalid =
-        |field: &str, rule: &str| HttpError::Validation(format!("items[{index}].{field} {rule}"));
+        |field: &str, rule: &str| HttpError::Validation(format!("{list}[{index}].{field} {rule}"));
     let item: RawItem<'_> = serde_json::from_str(raw.get())
-        .map_err(|_| HttpError::Validation(format!("items[{index}] must be an object")))?;
+        .map_err(|_| HttpError::Validation(format!("{list}[{index}] must be an object")))?;
 
     let queue = string_field(item.queue)
         .map_err(|()| invalid("queue", "must be a string"))?
@@ -108,7 +116,7 @@ fn parse_item(body: &Bytes, index: usize, raw: &RawValue) -> Result<PushItem, Ht
     // The payload is the exact bytes the client sent: a slice of the body.
     let payload = match item.payload {
         Some(raw) => body.slice_ref(raw.get().as_bytes()),
-        None => Bytes::from_static(b"null"),
+        None => Bytes::from_static(default_payload),
     };
 
     Ok(PushItem {
@@ -145,7 +153,7 @@ fn check_name(name: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
-fn render((index, outcome): (usize, &PushOutcome)) -> serde_json::Value {
+pub(crate) fn render((index, outcome): (usize, &PushOutcome)) -> serde_json::Value {
     let status = match outcome.status {
         PushStatus::Queued => "queued",
         PushStatus::Duplicate => "duplicate",

@@ -4,3 +4,4 @@
 mod boot;
 mod harness;
 mod inspect;
+mod sdk;

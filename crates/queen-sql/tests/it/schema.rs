@@ -102,6 +102,7 @@ async fn apply_twice_on_an_empty_database_builds_the_whole_schema() {
             "log_partitions",
             "log_segments",
             "log_txns",
+            "message_traces",
             "queues",
         ]
     );

@@ -1,0 +1,43 @@
+//! Message traces: events a consumer records against a message it processes.
+
+use uuid::Uuid;
+
+use crate::{Engine, EngineError};
+
+/// A trace to record.
+#[derive(Debug, Clone)]
+pub struct TraceEvent {
+    /// The message's partition.
+    pub partition_id: Uuid,
+    /// The message's transaction id.
+    pub transaction_id: String,
+    /// Consumer group.
+    pub group: String,
+    /// Event type.
+    pub event_type: String,
+    /// Trace names.
+    pub names: Vec<String>,
+    /// The event data (a JSON object).
+    pub data: serde_json::Value,
+}
+
+impl Engine {
+    /// Record `event`; `None` when its message is not found.
+    pub async fn record_trace(&self, event: &TraceEvent) -> Result<Option<Uuid>, EngineError> {
+        let client = self.pool.get().await.map_err(queen_sql::SqlError::from)?;
+        let hash = queen_frame::txn_hash(&event.transaction_id);
+        Ok(queen_sql::traces::record(
+            &**client,
+            &queen_sql::traces::Trace {
+                partition_id: event.partition_id,
+                transaction_id: &event.transaction_id,
+                hash: &hash,
+                group: &event.group,
+                event_type: &event.event_type,
+                names: &event.names,
+                data: &event.data,
+            },
+        )
+        .await?)
+    }
+}

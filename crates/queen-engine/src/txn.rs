@@ -1,0 +1,205 @@
+//! Transactions (`POST /api/v1/transaction`): push and ack operations applied
+//! in order in one PostgreSQL transaction; any failure rolls back everything.
+//!
+//! Differences from the plain routes (wire-api.md §2.6): a pushed transaction
+//! id that is already stored fails the whole transaction (there is no
+//! `duplicate` answer here); an ack of a missing message or with a wrong lease
+//! fails it too; `failed` acks go straight to the dead-letter queue.
+//! Pushes here bypass fusion (they must share the transaction), and are
+//! announced to the hot-list and wake gates only after the commit.
+
+use std::collections::HashMap;
+
+use queen_frame::SegmentBuilder;
+use queen_sql::push::{SegmentWrite, SlotOutcome};
+use uuid::Uuid;
+
+use crate::ack::{AckItem, AckOutcome, AckStatus};
+use crate::naming::{derive_namespace_task, DEFAULT_TENANT};
+use crate::push::{encode_entries, Entry, PushItem, PushOutcome, PushStatus};
+use crate::{Engine, EngineError};
+
+/// One operation of a transaction.
+#[derive(Debug, Clone)]
+pub enum TxnOp {
+    /// Push these items.
+    Push(Vec<PushItem>),
+    /// Acknowledge one message for a group.
+    Ack {
+        /// Consumer group.
+        group: String,
+        /// The acknowledgement.
+        item: AckItem,
+    },
+}
+
+/// The result of one operation, in input order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxnResult {
+    /// What the push stored.
+    Push(Vec<PushOutcome>),
+    /// What the ack did.
+    Ack(AckOutcome),
+}
+
+impl Engine {
+    /// Apply `ops` atomically. On failure nothing is applied and the error
+    /// names the operation (`EngineError::TransactionFailed`).
+    pub async fn transaction(&self, ops: Vec<TxnOp>) -> Result<Vec<TxnResult>, EngineError> {
+        let mut client = self.pool.get().await.map_err(queen_sql::SqlError::from)?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(queen_sql::SqlError::from)?;
+        let mut results = Vec::with_capacity(ops.len());
+        let mut pushed: Vec<(String, String)> = Vec::new();
+        for (index, op) in ops.into_iter().enumerate() {
+            let result = match op {
+                TxnOp::Push(items) => {
+                    let (outcomes, partitions) = self.txn_push(&*tx, index, items).await?;
+                    pushed.extend(partitions);
+                    TxnResult::Push(outcomes)
+                }
+                TxnOp::Ack { group, item } => {
+                    if let AckStatus::Other(status) = &item.status {
+                        return Err(EngineError::TransactionFailed {
+                            index,
+                            message: format!("ACK operation failed: unknown status {status:?}"),
+                        });
+                    }
+                    let outcomes = self
+                        .ack_group(
+                            &*tx,
+                            &group,
+                            item.partition_id,
+                            item.lease_id,
+                            &[&item],
+                            true,
+                        )
+                        .await?;
+                    let outcome = outcomes.into_iter().next().unwrap_or_default();
+                    if !outcome.success {
+                        return Err(EngineError::TransactionFailed {
+                            index,
+                            message: format!(
+                                "ACK operation failed: {}",
+                                outcome.error.as_deref().unwrap_or("not applied")
+                            ),
+                        });
+                    }
+                    TxnResult::Ack(outcome)
+                }
+            };
+            results.push(result);
+        }
+        tx.commit().await.map_err(queen_sql::SqlError::from)?;
+        for (queue, partition) in pushed {
+            self.fusion.committed(&queue, &partition);
+        }
+        Ok(results)
+    }
+
+    /// The pushes of one operation, inside the transaction.
+    async fn txn_push(
+        &self,
+        client: &impl queen_sql::GenericClient,
+        index: usize,
+        items: Vec<PushItem>,
+    ) -> Result<(Vec<PushOutcome>, Vec<(String, String)>), EngineError> {
+        let duplicate = |transaction_id: &str| EngineError::TransactionFailed {
+            index,
+            message: format!("PUSH operation failed: duplicate transactionId {transaction_id}"),
+        };
+        let mut groups: Vec<(String, String, Vec<usize>, Vec<Entry>)> = Vec::new();
+        let mut group_of: HashMap<(String, String), usize> = HashMap::new();
+        let mut entries_by_item: Vec<(usize, usize)> = Vec::with_capacity(items.len());
+        for item in items {
+            let (queue, partition, entry) = Entry::from_item(item);
+            let key = (queue, partition);
+            let slot = *group_of.entry(key.clone()).or_insert_with(|| {
+                groups.push((key.0.clone(), key.1.clone(), Vec::new(), Vec::new()));
+                groups.len() - 1
+            });
+            let group = &mut groups[slot];
+            if group.3.iter().any(|e| e.hash == entry.hash) {
+                return Err(duplicate(&entry.transaction_id));
+            }
+            entries_by_item.push((slot, group.3.len()));
+            group.3.push(entry);
+        }
+        // Slots in (queue, partition) order: the same lock order as fusion.
+        let mut order: Vec<usize> = (0..groups.len()).collect();
+        order.sort_by(|a, b| (&groups[*a].0, &groups[*a].1).cmp(&(&groups[*b].0, &groups[*b].1)));
+
+        let mut partition_ids: Vec<Option<Uuid>> = vec![None; groups.len()];
+        let mut builder = SegmentBuilder::with_level(self.config.zstd_level);
+        for &slot in &order {
+            let (queue, partition, _, entries) = &groups[slot];
+            let (namespace, task) = derive_namespace_task(queue);
+            // At most two attempts: the cached encryption flag may be stale.
+            for _attempt in 0..2 {
+                let encrypted = self.fusion.encryption_flag(queue);
+                let encoded = encode_entries(
+                    entries.iter(),
+                    encrypted,
+                    self.fusion.key(),
+                    queue,
+                    &mut builder,
+                )?;
+                let write = SegmentWrite {
+                    queue,
+                    partition,
+                    namespace,
+                    task,
+                    new_queue_id: Uuid::now_v7(),
+                    new_partition_id: Uuid::now_v7(),
+                    encrypted,
+                    probe: encoded.probe,
+                    n_frames: encoded.n_frames,
+                    blob: &encoded.blob,
+                    hashes: &encoded.hashes,
+                };
+                let outcome = queen_sql::push::push_segments(client, DEFAULT_TENANT, &[write])
+                    .await?
+                    .into_iter()
+                    .next()
+                    .ok_or(EngineError::Internal("log_push_v1 answered no slot"))?;
+                match outcome {
+                    SlotOutcome::Queued { partition_id, .. } => {
+                        partition_ids[slot] = Some(partition_id);
+                        break;
+                    }
+                    SlotOutcome::EncryptionMismatch {
+                        encryption_enabled, ..
+                    } => self.fusion.set_encryption_flag(queue, encryption_enabled),
+                    SlotOutcome::Duplicates { duplicates, .. } => {
+                        let first = duplicates
+                            .first()
+                            .and_then(|d| entries.get(d.item))
+                            .map_or("", |e| e.transaction_id.as_str());
+                        return Err(duplicate(first));
+                    }
+                }
+            }
+        }
+
+        let mut outcomes = Vec::with_capacity(entries_by_item.len());
+        for (slot, position) in entries_by_item {
+            let (queue, _, _, entries) = &groups[slot];
+            let (Some(partition_id), Some(entry)) = (partition_ids[slot], entries.get(position))
+            else {
+                return Err(EngineError::Internal("a transaction push was not written"));
+            };
+            outcomes.push(PushOutcome {
+                status: PushStatus::Queued,
+                transaction_id: entry.transaction_id.clone(),
+                message_id: Some(entry.message_id),
+                partition_id,
+                trace_id: entry.trace_id,
+                queue: queue.clone(),
+            });
+        }
+        let partitions = groups.into_iter().map(|(q, p, _, _)| (q, p)).collect();
+        Ok((outcomes, partitions))
+    }
+}

@@ -1,0 +1,298 @@
+//! The official Python client against the real binary.
+//!
+//! `queen-mq` 0.15.0 from PyPI (pinned in `tests/sdk/requirements.txt`) is
+//! installed by this test into a virtual environment under the target
+//! directory (`target/sdk-venv`), created on first use and reused while the
+//! requirements file and the installed version still match. The script
+//! `tests/sdk/e2e.py` then drives a freshly booted broker the way the SDK's
+//! README shows users doing it: push, consume with a handler, ack, fail into
+//! the DLQ, renew a lease, commit a transaction, write traces.
+//!
+//! Needs `python3` (CPython 3.8 or later with the `venv` module) and, on the
+//! first run, access to PyPI.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use nix::fcntl::{Flock, FlockArg};
+use queen_testkit::TestDb;
+
+use crate::harness::Broker;
+
+/// The SDK version the script is written against.
+const SDK_VERSION: &str = "0.15.0";
+
+/// Creating the environment and installing the SDK (downloads included).
+const INSTALL_LIMIT: Duration = Duration::from_secs(600);
+
+/// The whole Python run; each scenario has its own 90 s limit inside.
+const SCRIPT_LIMIT: Duration = Duration::from_secs(600);
+
+/// The file recording which requirements the environment was built from.
+const STAMP: &str = ".queen-requirements";
+
+fn workspace_root() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    root.canonicalize().unwrap_or(root)
+}
+
+fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if Path::new(&dir).is_absolute() => PathBuf::from(dir),
+        Some(dir) => workspace_root().join(dir),
+        None => workspace_root().join("target"),
+    }
+}
+
+/// What a finished (or killed) child printed.
+struct Finished {
+    status: Option<ExitStatus>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Finished {
+    fn ok(&self) -> bool {
+        self.status.is_some_and(|status| status.success())
+    }
+
+    fn describe(&self) -> String {
+        let status = self.status.map_or_else(
+            || "killed after its time limit".to_owned(),
+            |s| s.to_string(),
+        );
+        format!(
+            "exit: {status}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.stdout, self.stderr
+        )
+    }
+}
+
+/// Run `cmd` to completion, killing it after `limit`.
+fn run_limited(cmd: &mut Command, limit: Duration) -> Result<Finished, String> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|error| format!("cannot run {cmd:?}: {error}"))?;
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut text = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut text);
+            }
+            String::from_utf8_lossy(&text).into_owned()
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child
+            .try_wait()
+            .map_err(|e| format!("wait for {cmd:?}: {e}"))?
+        {
+            break Some(status);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    Ok(Finished {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    })
+}
+
+/// The environment's interpreter, creating the environment when needed.
+/// Once per process; across processes a file lock lets one build it.
+fn sdk_python() -> Result<PathBuf, String> {
+    static PYTHON: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    PYTHON.get_or_init(prepare_venv).clone()
+}
+
+fn prepare_venv() -> Result<PathBuf, String> {
+    let requirements = workspace_root().join("tests/sdk/requirements.txt");
+    let wanted = std::fs::read_to_string(&requirements)
+        .map_err(|e| format!("read {}: {e}", requirements.display()))?;
+    let target = target_dir();
+    std::fs::create_dir_all(&target).map_err(|e| format!("create {}: {e}", target.display()))?;
+    let venv = target.join("sdk-venv");
+    let python = venv.join("bin/python");
+
+    let lock_path = target.join("sdk-venv.lock");
+    let lock_file = std::fs::File::create(&lock_path)
+        .map_err(|e| format!("create {}: {e}", lock_path.display()))?;
+    let _lock = Flock::lock(lock_file, FlockArg::LockExclusive)
+        .map_err(|(_, e)| format!("lock {}: {e}", lock_path.display()))?;
+
+    if venv_ready(&venv, &python, &wanted) {
+        return Ok(python);
+    }
+    let system_python = std::env::var("QUEEN_SDK_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let version = run_limited(
+        Command::new(&system_python).arg("--version"),
+        Duration::from_secs(30),
+    )
+    .map_err(|e| {
+        format!(
+            "the Python SDK test needs CPython >= 3.8 with the venv module as `{system_python}` \
+             (set QUEEN_SDK_PYTHON to use another interpreter; on Debian/Ubuntu: \
+             apt-get install python3 python3-venv): {e}"
+        )
+    })?;
+    if !version.ok() {
+        return Err(format!(
+            "`{system_python} --version` failed\n{}",
+            version.describe()
+        ));
+    }
+    eprintln!(
+        "sdk: creating {} ({}) and installing queen-mq {SDK_VERSION}",
+        venv.display(),
+        version.stdout.trim()
+    );
+    if venv.exists() {
+        std::fs::remove_dir_all(&venv)
+            .map_err(|e| format!("remove stale {}: {e}", venv.display()))?;
+    }
+    let created = run_limited(
+        Command::new(&system_python)
+            .arg("-m")
+            .arg("venv")
+            .arg(&venv),
+        INSTALL_LIMIT,
+    )?;
+    if !created.ok() {
+        return Err(format!(
+            "`{system_python} -m venv {}` failed (on Debian/Ubuntu: apt-get install python3-venv)\n{}",
+            venv.display(),
+            created.describe()
+        ));
+    }
+    let installed = run_limited(
+        Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .arg("--requirement")
+            .arg(&requirements)
+            .env("PIP_NO_INPUT", "1"),
+        INSTALL_LIMIT,
+    )?;
+    if !installed.ok() {
+        return Err(format!(
+            "pip install -r {} failed\n{}",
+            requirements.display(),
+            installed.describe()
+        ));
+    }
+    std::fs::write(venv.join(STAMP), &wanted).map_err(|e| format!("write stamp: {e}"))?;
+    if venv_ready(&venv, &python, &wanted) {
+        Ok(python)
+    } else {
+        Err(format!(
+            "queen-mq {SDK_VERSION} is still not importable from {} after installing it",
+            venv.display()
+        ))
+    }
+}
+
+/// Built from the current requirements, and `import queen` gives the pinned version.
+fn venv_ready(venv: &Path, python: &Path, wanted: &str) -> bool {
+    let stamp = std::fs::read_to_string(venv.join(STAMP)).unwrap_or_default();
+    if stamp != wanted || !python.is_file() {
+        return false;
+    }
+    let probe = format!(
+        "import queen, importlib.metadata as m, sys; \
+         sys.exit(0 if m.version('queen-mq') == '{SDK_VERSION}' else 1)"
+    );
+    run_limited(
+        Command::new(python).args(["-c", &probe]),
+        Duration::from_secs(60),
+    )
+    .is_ok_and(|done| done.ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_python_sdk_pushes_consumes_acks_dead_letters_renews_and_commits() {
+    let python = tokio::task::spawn_blocking(sdk_python)
+        .await
+        .expect("venv task")
+        .unwrap_or_else(|error| panic!("cannot prepare the Python SDK environment: {error}"));
+
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let db = TestDb::empty().await;
+    let url = db.url();
+    let broker = Broker::start(scratch.path(), &[("QUEEN_DATABASE_URL", &url)]).await;
+
+    let script = workspace_root().join("tests/sdk/e2e.py");
+    let base = broker.client.base().to_owned();
+    let no_proxy = match std::env::var("NO_PROXY") {
+        Ok(list) if !list.is_empty() => format!("{list},127.0.0.1,localhost"),
+        _ => "127.0.0.1,localhost".to_owned(),
+    };
+    let run = tokio::task::spawn_blocking(move || {
+        run_limited(
+            Command::new(&python)
+                .arg(&script)
+                .env("QUEEN_URL", base)
+                .env("PYTHONUNBUFFERED", "1")
+                .env("PYTHONDONTWRITEBYTECODE", "1")
+                .env("NO_PROXY", &no_proxy)
+                .env("no_proxy", &no_proxy),
+            SCRIPT_LIMIT,
+        )
+    })
+    .await
+    .expect("script task")
+    .unwrap_or_else(|error| panic!("{error}"));
+
+    println!("{}", run.describe());
+    if !run.ok() {
+        let log = broker.log_text();
+        let tail: String = log
+            .lines()
+            .rev()
+            .take(200)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+            .join("\n");
+        panic!(
+            "the Python SDK test failed\n{}\n--- broker log (last 200 lines) ---\n{tail}",
+            run.describe()
+        );
+    }
+    assert!(
+        run.stdout.contains("all scenarios passed"),
+        "the script exited 0 without running its scenarios\n{}",
+        run.describe()
+    );
+    let (status, log) = broker.terminate();
+    assert!(status.success(), "broker exit status {status}:\n{log}");
+}
