@@ -314,6 +314,14 @@ impl HotList {
             .retain(|(ring_queue, _), _| ring_queue != queue);
     }
 
+    /// Forget the rings of `group` (on `queue`, or on every queue): the group
+    /// was deleted or its cursors moved, so its next pop reseeds.
+    pub fn forget_group(&self, group: &str, queue: Option<&str>) {
+        self.rings.lock().retain(|(ring_queue, ring_group), _| {
+            ring_group != group || queue.is_some_and(|q| q != ring_queue)
+        });
+    }
+
     /// Number of rings (for metrics and tests).
     pub fn len(&self) -> usize {
         self.rings.lock().len()

@@ -199,6 +199,28 @@ impl Engine {
         Ok(())
     }
 
+    /// Forget everything cached about `queue` after it was deleted: hot-list
+    /// rings, configuration, encryption flag, ack registry entries; parked
+    /// pops on it answer empty at once.
+    pub fn queue_deleted(&self, name: &str) {
+        self.hotlist.forget_queue(name);
+        self.pop_state.forget_queue(name);
+        self.fusion.forget_queue(name);
+        self.registry.forget_queue(name);
+        self.gates.forget(name);
+    }
+
+    /// Forget cached state of consumer group `group` (on `queue`, or on every
+    /// queue) after its cursors were deleted or moved: its next pop contacts
+    /// SQL afresh and reseeds its rings.
+    pub fn group_changed(&self, group: &str, queue: Option<&str>) {
+        self.hotlist.forget_group(group, queue);
+        self.pop_state.forget_contacts(group);
+        if let Some(queue) = queue {
+            self.gates.open(queue);
+        }
+    }
+
     /// Stop background work after it has finished what was already submitted
     /// (push fusion writes every pending segment), then close the pool.
     /// The last step of the shutdown order.

@@ -208,6 +208,12 @@ impl PopState {
     pub(crate) fn forget_queue(&self, queue: &str) {
         self.queues.lock().remove(queue);
     }
+
+    /// Forget which (queue, group) pairs had their first contact (`queue`
+    /// `None`: every queue of the group).
+    pub(crate) fn forget_contacts(&self, group: &str) {
+        self.contacted.lock().retain(|(_, g)| g != group);
+    }
 }
 
 impl Engine {
@@ -242,7 +248,11 @@ impl Engine {
                 }
                 Err(error) => return Err(error),
             };
-            if !popped.messages.is_empty() || !request.wait || self.is_shutting_down() {
+            if !popped.messages.is_empty()
+                || !request.wait
+                || self.is_shutting_down()
+                || gate.is_closed()
+            {
                 return Ok(popped);
             }
             let now = Instant::now();

@@ -20,12 +20,19 @@ use tokio::sync::Notify;
 pub struct Gate {
     generation: AtomicU64,
     notify: Notify,
+    /// Set when the queue was deleted: parked pops answer empty at once.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl Gate {
     /// The current generation; pass it to [`Gate::wait_past`].
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
+    }
+
+    /// True once the queue was deleted: waiters should stop waiting.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
     }
 
     /// Open the gate: every waiter whose generation is older wakes.
@@ -85,10 +92,12 @@ impl WakeGates {
         }
     }
 
-    /// Forget `queue`'s gate after waking its waiters (the queue was deleted).
+    /// Forget `queue`'s gate (the queue was deleted): its waiters see it
+    /// closed and answer empty; later pops get a fresh gate.
     pub fn forget(&self, queue: &str) {
         let gate = self.gates.lock().remove(queue);
         if let Some(gate) = gate {
+            gate.closed.store(true, Ordering::Release);
             gate.open();
         }
     }
