@@ -314,6 +314,7 @@ async fn failures_spend_the_retry_budget_then_dead_letter_the_head() {
     let dlq = dlq.json();
     let letters = dlq["messages"].as_array().unwrap();
     assert_eq!(letters.len(), 1);
+    assert_eq!(dlq["total"], 1);
     assert_eq!(letters[0]["data"], "poison");
     assert!(letters[0]["errorMessage"]
         .as_str()

@@ -387,7 +387,7 @@ async def dead_letters(queen, wire):
 async def lease_renewal(queen, wire):
     """queen.renew(message) keeps a lease past leaseTime; renew_lease() does it in consume."""
     q = name("slow")
-    created = await queen.queue(q).config({"leaseTime": 2}).create()
+    created = await queen.queue(q).config({"leaseTime": 3}).create()
     check(created.get("configured") is True, "configure failed", created)
     check_pushed(
         await queen.queue(q).push([{"data": {"job": "long-1"}}, {"data": {"job": "long-2"}}]),
@@ -410,27 +410,33 @@ async def lease_renewal(queen, wire):
           "renewal did not push the expiry well past leaseTime (default extension is 60 s)",
           renewed)
 
-    # Past the configured 2 s lease: still ours, so nobody gets the partition
+    # Past the configured 3 s lease: still ours, so nobody gets the partition
     # and the ack with our leaseId is accepted.
-    await asyncio.sleep(3)
+    await asyncio.sleep(4)
     stolen = await queen.queue(q).wait(False).pop()
     check(stolen == [], "the renewed lease was treated as expired: messages redelivered", stolen)
     ack = await queen.ack(message, True)
     check(ack.get("success") is True, "ack after renewal refused (lease lost?)", ack)
 
     # README: await queen.queue('q').renew_lease(True, 60000).consume(handler)
-    # Here the handler outlives the 2 s lease; the SDK renews every 500 ms.
+    # Here the handler outlives the 3 s lease; the SDK renews every 500 ms.
+    # Past the 3 s, another consumer must still find the partition taken.
     mark = wire.mark()
     handled = []
+    competing = []
 
     async def slow(msg):
         handled.append(msg["data"]["job"])
         await asyncio.sleep(4)
+        competing.append(await queen.queue(q).wait(False).pop())
+        await asyncio.sleep(1)
 
     await consume_until_done(
         queen.queue(q).renew_lease(True, 500).limit(1).consume(slow), "consume with renew_lease"
     )
     check(handled == ["long-2"], "consume with renew_lease handled the wrong jobs", handled)
+    check(competing == [[]], "while auto-renewed, the lease expired: another pop got the job",
+          competing)
     extends = [e for e in wire.since(mark) if e.path.startswith("/api/v1/lease/")]
     check(len(extends) >= 3, f"expected >= 3 automatic lease extensions, saw {len(extends)}",
           [str(e) for e in extends])

@@ -17,16 +17,17 @@ pub struct DeadLetter {
 }
 
 impl Engine {
-    /// Dead letters matching `filter`, newest first.
+    /// Dead letters matching `filter`, newest first, and how many match in all.
     pub async fn dead_letters(
         &self,
         filter: &DlqFilter<'_>,
         limit: i64,
         offset: i64,
-    ) -> Result<Vec<DeadLetter>, EngineError> {
+    ) -> Result<(Vec<DeadLetter>, i64), EngineError> {
         let client = self.pool.get().await.map_err(queen_sql::SqlError::from)?;
         let rows = queen_sql::dlq::list(&**client, DEFAULT_TENANT, filter, limit, offset).await?;
-        Ok(rows
+        let total = queen_sql::dlq::count(&**client, DEFAULT_TENANT, filter).await?;
+        let letters = rows
             .into_iter()
             .map(|row| {
                 let data = if row.encrypted {
@@ -40,6 +41,7 @@ impl Engine {
                 };
                 DeadLetter { row, data }
             })
-            .collect())
+            .collect();
+        Ok((letters, total))
     }
 }

@@ -19,3 +19,9 @@ mod server;
 
 pub use error::HttpError;
 pub use server::{serve, ServeOptions, WireDefaults};
+
+/// The 200 body of a pop, exactly as the broker sends it (public for the
+/// rendering bench and for embedders that serve pops themselves).
+pub fn render_pop_response(popped: &queen_engine::Popped, group: &str) -> Vec<u8> {
+    handlers::pop::render(popped, group)
+}

@@ -21,6 +21,15 @@ const LIST: &str = "SELECT d.message_id, d.transaction_id, d.partition_id, q.nam
       ORDER BY d.failed_at DESC, d.message_offset DESC \
       LIMIT $5 OFFSET $6";
 
+const COUNT: &str = "SELECT count(*) \
+       FROM queen.log_dlq d \
+       JOIN queen.log_partitions p ON p.id = d.partition_id \
+       JOIN queen.queues q ON q.id = p.queue_id \
+      WHERE q.tenant_id = $1 \
+        AND ($2::text IS NULL OR q.name = $2) \
+        AND ($3::text IS NULL OR d.consumer_group = $3) \
+        AND ($4::text IS NULL OR p.name = $4)";
+
 /// A dead letter.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeadLetterRow {
@@ -106,4 +115,24 @@ pub async fn list(
             })
         })
         .collect()
+}
+
+/// How many dead letters match `filter`.
+pub async fn count(
+    client: &impl GenericClient,
+    tenant: &str,
+    filter: &DlqFilter<'_>,
+) -> Result<i64, SqlError> {
+    let row = client
+        .query_typed_one(
+            COUNT,
+            &[
+                (&tenant, Type::TEXT),
+                (&filter.queue, Type::TEXT),
+                (&filter.group, Type::TEXT),
+                (&filter.partition, Type::TEXT),
+            ],
+        )
+        .await?;
+    Ok(row.try_get(0)?)
 }

@@ -1,7 +1,8 @@
 //! `GET /api/v1/dlq` (wire-api.md §2.9): dead letters, newest first.
 //!
 //! Query: `queue`, `consumerGroup`, `partition`, `limit` (100, at most 1000),
-//! `offset` (0). Answer `{"messages": [...], "pagination": {limit, offset}}`
+//! `offset` (0). Answer `{"messages": [...], "total", "pagination": {limit, offset}}`
+//! (`total` counts every match; the Python SDK's README reads it)
 //! with each message's original payload as `data` (decrypted when sealed and
 //! the broker holds the key; `null` when it cannot be opened).
 
@@ -23,7 +24,7 @@ pub(crate) async fn list(engine: &Engine, req: &Request) -> Result<Response, Htt
         group: query.non_empty("consumerGroup"),
         partition: query.non_empty("partition"),
     };
-    let letters = engine.dead_letters(&filter, limit, offset).await?;
+    let (letters, total) = engine.dead_letters(&filter, limit, offset).await?;
     let messages: Vec<serde_json::Value> = letters
         .iter()
         .map(|letter| {
@@ -53,6 +54,7 @@ pub(crate) async fn list(engine: &Engine, req: &Request) -> Result<Response, Htt
         StatusCode::OK,
         &serde_json::json!({
             "messages": messages,
+            "total": total,
             "pagination": {"limit": limit, "offset": offset},
         }),
     ))

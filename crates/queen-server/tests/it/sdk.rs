@@ -271,7 +271,6 @@ async fn the_official_python_sdk_pushes_consumes_acks_dead_letters_renews_and_co
     .expect("script task")
     .unwrap_or_else(|error| panic!("{error}"));
 
-    println!("{}", run.describe());
     if !run.ok() {
         let log = broker.log_text();
         let tail: String = log
@@ -288,6 +287,7 @@ async fn the_official_python_sdk_pushes_consumes_acks_dead_letters_renews_and_co
             run.describe()
         );
     }
+    println!("{}", run.describe());
     assert!(
         run.stdout.contains("all scenarios passed"),
         "the script exited 0 without running its scenarios\n{}",
