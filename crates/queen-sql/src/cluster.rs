@@ -103,6 +103,9 @@ pub struct ClusterOptions {
     pub max_connections: u32,
     /// Look for the server binaries only here (see [`PgBinaries::locate`]).
     pub bin_dir: Option<PathBuf>,
+    /// Extra server settings, `name=value` each, passed as `-c` at start
+    /// (benchmarks compare settings this way).
+    pub settings: Vec<String>,
 }
 
 impl ClusterOptions {
@@ -113,6 +116,7 @@ impl ClusterOptions {
             durable: true,
             max_connections: 200,
             bin_dir: None,
+            settings: Vec::new(),
         }
     }
 
@@ -123,6 +127,7 @@ impl ClusterOptions {
             durable: false,
             max_connections: 300,
             bin_dir: None,
+            settings: Vec::new(),
         }
     }
 }
@@ -230,6 +235,12 @@ impl Cluster {
             format!("-c port={PORT}"),
             format!("-c max_connections={}", self.options.max_connections),
         ];
+        settings.extend(
+            self.options
+                .settings
+                .iter()
+                .map(|setting| format!("-c {setting}")),
+        );
         if !self.options.durable {
             settings.extend(
                 [
