@@ -9,10 +9,14 @@
 //!
 //! Shutdown order, on SIGINT or SIGTERM:
 //! 1. stop accepting connections;
-//! 2. ask every connection to finish its in-flight request and close
-//!    (bounded by `QUEEN_SHUTDOWN_TIMEOUT_SECONDS`);
-//! 3. close the pool;
-//! 4. stop the managed PostgreSQL, if this process started it.
+//! 2. wake every long-poll gate: parked pops answer empty at once, new pops
+//!    answer empty (`Engine::begin_shutdown`);
+//! 3. ask every connection to finish its in-flight request and close, while
+//!    push fusion keeps flushing so in-flight pushes still commit (bounded by
+//!    `QUEEN_SHUTDOWN_TIMEOUT_SECONDS`);
+//! 4. stop fusion after its last flush and the revisit wheel, then close the
+//!    pool (`Engine::shutdown`);
+//! 5. stop the managed PostgreSQL, if this process started it.
 
 mod config;
 
