@@ -249,3 +249,45 @@ async fn a_malformed_encryption_key_is_refused_at_boot() {
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_answers_parked_pops_at_once_and_exits_cleanly() {
+    let scratch = scratch();
+    let db = TestDb::empty().await;
+    let url = db.url();
+    let broker = Broker::start(scratch.path(), &[("QUEEN_DATABASE_URL", &url)]).await;
+    let pushed = broker
+        .client
+        .post_json(
+            "/api/v1/push",
+            &serde_json::json!({"items": [{"queue": "bye", "payload": 1}]}),
+        )
+        .await;
+    assert_eq!(pushed.status, 201);
+    let popped = broker
+        .client
+        .get("/api/v1/pop/queue/bye?autoAck=true")
+        .await;
+    assert_eq!(popped.status, 200);
+    let client = broker.client.clone();
+    let parked = tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let reply = client
+            .get("/api/v1/pop/queue/bye?wait=true&timeout=30000")
+            .await;
+        (reply.status, started.elapsed())
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let started = std::time::Instant::now();
+    let (status, log) = tokio::task::spawn_blocking(move || broker.terminate())
+        .await
+        .unwrap();
+    assert!(status.success(), "{log}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "shutdown waited for the parked pop's timeout"
+    );
+    let (pop_status, waited) = parked.await.unwrap();
+    assert_eq!(pop_status, 204);
+    assert!(waited < std::time::Duration::from_secs(10));
+}
