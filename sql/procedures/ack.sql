@@ -281,15 +281,9 @@ BEGIN
       FROM queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id
      WHERE p.id = p_pid;
     o_filed := false;
-    IF COALESCE(v_enabled, true) THEN
-        INSERT INTO queen.log_dlq (partition_id, consumer_group, message_offset, message_id,
-                                   transaction_id, trace_id, producer_sub, payload, encrypted,
-                                   message_created_at, error, retry_count)
-        VALUES (p_pid, p_group, p_off, p_message_id, p_txn, p_trace, p_sub, p_payload,
-                p_encrypted, p_created_at, p_error, p_retry_count)
-        ON CONFLICT (partition_id, consumer_group, message_offset) DO NOTHING;
-        o_filed := true;
-    END IF;
+    -- The cursor first: it locks the row, and if the partition was deleted
+    -- meanwhile (queue delete) there is no row and nothing is filed, so no
+    -- dead letter is orphaned.
     UPDATE queen.log_consumers c
        SET committed = GREATEST(c.committed, p_off),
            total_consumed = c.total_consumed + GREATEST(p_off - c.committed, 0),
@@ -298,6 +292,15 @@ BEGIN
            batch_end = NULL, batch_retry_count = 0, attempt_count = 0, attempt_offset = NULL
      WHERE c.partition_id = p_pid AND c.consumer_group = p_group
     RETURNING c.committed INTO v_committed;
+    IF FOUND AND COALESCE(v_enabled, true) THEN
+        INSERT INTO queen.log_dlq (partition_id, consumer_group, message_offset, message_id,
+                                   transaction_id, trace_id, producer_sub, payload, encrypted,
+                                   message_created_at, error, retry_count)
+        VALUES (p_pid, p_group, p_off, p_message_id, p_txn, p_trace, p_sub, p_payload,
+                p_encrypted, p_created_at, p_error, p_retry_count)
+        ON CONFLICT (partition_id, consumer_group, message_offset) DO NOTHING;
+        o_filed := true;
+    END IF;
     o_pending := v_last_off > COALESCE(v_committed, p_off);
     RETURN NEXT;
 END;

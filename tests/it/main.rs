@@ -3,6 +3,7 @@
 mod ack;
 mod configure;
 mod health;
+mod lifecycle;
 mod pop;
 mod pop_mechanics;
 mod push;

@@ -85,10 +85,12 @@ fn seal(c: &mut Criterion) {
     let mut group = c.benchmark_group("aes_gcm_1k");
     group.throughput(Throughput::Bytes(1024));
     group.bench_function("seal", |b| {
-        b.iter(|| black_box(key.seal(&payload).unwrap()))
+        b.iter(|| black_box(key.seal(&payload).unwrap()));
     });
     let sealed = key.seal(&payload).unwrap();
-    group.bench_function("open", |b| b.iter(|| black_box(key.open(&sealed).unwrap())));
+    group.bench_function("open", |b| {
+        b.iter(|| black_box(key.open(&sealed).unwrap()));
+    });
     group.finish();
 }
 

@@ -13,6 +13,7 @@ pub mod crypto;
 mod dlq;
 mod error;
 pub mod hotlist;
+mod lifecycle;
 pub mod limiter;
 pub mod naming;
 mod pop;
@@ -33,6 +34,7 @@ pub use configure::{ConfigureQueue, Configured, QueueSettings, MAX_NAME_BYTES};
 pub use crypto::EncryptionKey;
 pub use dlq::DeadLetter;
 pub use error::EngineError;
+pub use lifecycle::{CursorLag, GroupDeletion, GroupSummary, SeekTarget, Seeked, Subscription};
 pub use limiter::{LimiterConfig, LimiterStats};
 pub use pop::{
     PopRequest, PopTarget, PopWait, Popped, PoppedMessage, SubscriptionMode, QUEUE_MODE_GROUP,

@@ -2,7 +2,7 @@
 //!
 //! Path segments are percent-decoded before matching. Static segments come
 //! before parameters in the match, so `/consumer-groups/lagging` wins over
-//! `/consumer-groups/:group` when those routes land.
+//! `/consumer-groups/:group`.
 
 use hyper::{Method, StatusCode};
 
@@ -41,6 +41,34 @@ pub(crate) async fn route(app: &App, req: Request) -> Response {
         (&Method::GET, ["api", "v1", "pop", "queue", queue, "partition", partition]) => {
             handlers::pop::partition(app, &req, queue, partition).await
         }
+        (&Method::DELETE, ["api", "v1", "resources", "queues", queue]) => {
+            handlers::queues::delete(engine, queue).await
+        }
+        (&Method::GET, ["api", "v1", "consumer-groups"]) => {
+            handlers::consumer_groups::list(engine).await
+        }
+        (&Method::GET, ["api", "v1", "consumer-groups", "lagging"]) => {
+            handlers::consumer_groups::lagging(engine, &req).await
+        }
+        (&Method::GET, ["api", "v1", "consumer-groups", group]) => {
+            handlers::consumer_groups::get(engine, group).await
+        }
+        (&Method::DELETE, ["api", "v1", "consumer-groups", group]) => {
+            handlers::consumer_groups::delete(engine, &req, group, None).await
+        }
+        (&Method::DELETE, ["api", "v1", "consumer-groups", group, "queues", queue]) => {
+            handlers::consumer_groups::delete(engine, &req, group, Some(queue)).await
+        }
+        (&Method::POST, ["api", "v1", "consumer-groups", group, "subscription"]) => {
+            handlers::consumer_groups::subscription(engine, req, group).await
+        }
+        (&Method::POST, ["api", "v1", "consumer-groups", group, "queues", queue, "seek"]) => {
+            handlers::consumer_groups::seek(engine, req, group, queue, None).await
+        }
+        (
+            &Method::POST,
+            ["api", "v1", "consumer-groups", group, "queues", queue, "partitions", partition, "seek"],
+        ) => handlers::consumer_groups::seek(engine, req, group, queue, Some(partition)).await,
         (&Method::GET, ["api", "v1", "system", "maintenance", "pop"]) => {
             Ok(handlers::maintenance::get_pop(engine))
         }

@@ -70,13 +70,16 @@ pub enum SqlError {
 }
 
 impl SqlError {
-    /// True for a deadlock or serialization failure: the same statement may
+    /// True for a deadlock, a serialization failure, or a foreign-key
+    /// violation (a row the statement found was deleted under it, as when a
+    /// queue is deleted while a push to it flushes): the same statement may
     /// succeed if run again at once.
     pub fn is_conflict(&self) -> bool {
         match self {
             SqlError::Db(e) => e.code().is_some_and(|c| {
                 *c == tokio_postgres::error::SqlState::T_R_SERIALIZATION_FAILURE
                     || *c == tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED
+                    || *c == tokio_postgres::error::SqlState::FOREIGN_KEY_VIOLATION
             }),
             _ => false,
         }

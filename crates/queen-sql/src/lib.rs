@@ -17,6 +17,7 @@ pub mod cluster;
 pub mod connect;
 pub mod dlq;
 mod error;
+pub mod lifecycle;
 pub mod pop;
 pub mod push;
 pub mod queues;

@@ -83,4 +83,9 @@ pub const FILES: &[SqlFile] = &[
         text: include_str!("../../../sql/procedures/ack.sql"),
         mode: ApplyMode::Transactional,
     },
+    SqlFile {
+        name: "procedures/lifecycle.sql",
+        text: include_str!("../../../sql/procedures/lifecycle.sql"),
+        mode: ApplyMode::Transactional,
+    },
 ];

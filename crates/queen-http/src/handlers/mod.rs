@@ -3,11 +3,13 @@
 
 pub(crate) mod ack;
 pub(crate) mod configure;
+pub(crate) mod consumer_groups;
 pub(crate) mod dlq;
 pub(crate) mod health;
 pub(crate) mod lease;
 pub(crate) mod maintenance;
 pub(crate) mod pop;
 pub(crate) mod push;
+pub(crate) mod queues;
 pub(crate) mod traces;
 pub(crate) mod transaction;

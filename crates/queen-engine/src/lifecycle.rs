@@ -1,0 +1,299 @@
+//! The everyday lifecycle operations: deleting a queue, deleting a consumer
+//! group's cursors, seeking, re-timing a subscription, and the consumer-group
+//! views computed from the cursor model.
+//!
+//! Each write is one procedure call, so one transaction; a deadlock or
+//! serialisation failure (a seek or delete racing a multi-partition
+//! transaction) is retried a few times. After the commit the broker's caches
+//! are told: [`Engine::queue_deleted`] or [`Engine::group_changed`].
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::SystemTime;
+
+use queen_sql::lifecycle::{GroupDeleted, SeekMoved, SeekTo};
+use queen_sql::SqlError;
+
+use crate::naming::DEFAULT_TENANT;
+use crate::{Engine, EngineError};
+
+pub use queen_sql::lifecycle::{CursorLag, Subscription};
+
+/// How often a lifecycle write is tried when it conflicts (deadlock or
+/// serialisation failure) with concurrent work.
+const MAX_CONFLICT_ATTEMPTS: u32 = 3;
+
+/// Where a seek moves a consumer group's cursors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeekTarget {
+    /// To the end: everything pending now is skipped.
+    End,
+    /// Just before the first message stored at or after this instant: every
+    /// message from then on is delivered (again).
+    Timestamp(SystemTime),
+}
+
+/// What a seek did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seeked {
+    /// One entry per cursor moved or created: partition name and the new
+    /// committed offset (every offset up to it counts as consumed).
+    pub partitions: Vec<(String, i64)>,
+}
+
+/// What deleting a consumer group removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupDeletion {
+    /// Cursors (one per partition) deleted, with their leases.
+    pub partitions: u64,
+    /// Subscription records deleted (or, when they were kept, reset).
+    pub metadata_rows: u64,
+}
+
+/// One (consumer group, queue) pair, summarised from its cursors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupSummary {
+    /// Consumer group.
+    pub group: String,
+    /// Queue.
+    pub queue: String,
+    /// Live leases: partitions held by a consumer right now.
+    pub members: usize,
+    /// Cursors of the group on the queue.
+    pub partitions: usize,
+    /// Cursors with unconsumed messages behind them.
+    pub partitions_with_lag: usize,
+    /// Sum of the cursors' offset lags.
+    pub total_lag: i64,
+    /// The largest time lag of the cursors, seconds.
+    pub max_time_lag_seconds: i64,
+    /// The subscription record, when the group registered on the queue.
+    pub subscription: Option<Subscription>,
+}
+
+impl Engine {
+    /// Delete `queue` with everything it owns (partitions, segments, sidecar,
+    /// cursors, subscriptions, dead letters, traces) in one transaction, then
+    /// forget it in every cache; parked pops on it answer empty at once.
+    /// Returns whether it existed (deleting a missing queue succeeds).
+    pub async fn delete_queue(&self, queue: &str) -> Result<bool, EngineError> {
+        let existed = self
+            .retry_conflicts(|client| async move {
+                queen_sql::lifecycle::delete_queue(&**client, DEFAULT_TENANT, queue).await
+            })
+            .await?;
+        self.queue_deleted(queue);
+        Ok(existed)
+    }
+
+    /// Delete consumer group `group`'s cursors and leases on `queue` (`None`:
+    /// every queue), and its subscription records when `delete_metadata`
+    /// (kept records are reset, so the group's next pop seeds its cursors
+    /// again from them). A group that never existed deletes nothing.
+    pub async fn delete_consumer_group(
+        &self,
+        group: &str,
+        queue: Option<&str>,
+        delete_metadata: bool,
+    ) -> Result<GroupDeletion, EngineError> {
+        let GroupDeleted {
+            partitions,
+            metadata_rows,
+        } = self
+            .retry_conflicts(|client| async move {
+                queen_sql::lifecycle::delete_consumer_group(
+                    &**client,
+                    DEFAULT_TENANT,
+                    group,
+                    queue,
+                    delete_metadata,
+                )
+                .await
+            })
+            .await?;
+        self.group_changed(group, queue);
+        Ok(GroupDeletion {
+            partitions: u64::try_from(partitions).unwrap_or(0),
+            metadata_rows: u64::try_from(metadata_rows).unwrap_or(0),
+        })
+    }
+
+    /// Seek `group` on `queue`: every partition (`partition` `None`) or only
+    /// the one named. Every partition sought gets a cursor at the target,
+    /// leases are released, retry and attempt counters reset. `None` when
+    /// the queue does not exist; an unknown partition moves nothing.
+    pub async fn seek(
+        &self,
+        group: &str,
+        queue: &str,
+        partition: Option<&str>,
+        target: SeekTarget,
+    ) -> Result<Option<Seeked>, EngineError> {
+        let to = match target {
+            SeekTarget::End => SeekTo::End,
+            SeekTarget::Timestamp(at) => SeekTo::Timestamp(at),
+        };
+        let moved = self
+            .retry_conflicts(|client| async move {
+                queen_sql::lifecycle::seek(&**client, DEFAULT_TENANT, group, queue, partition, to)
+                    .await
+            })
+            .await?;
+        let Some(moved) = moved else {
+            return Ok(None);
+        };
+        self.group_changed(group, Some(queue));
+        Ok(Some(Seeked {
+            partitions: moved
+                .into_iter()
+                .map(
+                    |SeekMoved {
+                         partition,
+                         committed,
+                         ..
+                     }| (partition, committed),
+                )
+                .collect(),
+        }))
+    }
+
+    /// Set the stored subscription timestamp of every queue `group` is
+    /// registered on: partitions the group has no cursor on yet start there.
+    /// Existing cursors do not move. Returns the records updated.
+    pub async fn set_subscription_timestamp(
+        &self,
+        group: &str,
+        at: SystemTime,
+    ) -> Result<u64, EngineError> {
+        let rows = self
+            .retry_conflicts(|client| async move {
+                queen_sql::lifecycle::set_subscription_timestamp(
+                    &**client,
+                    DEFAULT_TENANT,
+                    group,
+                    at,
+                )
+                .await
+            })
+            .await?;
+        self.group_changed(group, None);
+        Ok(u64::try_from(rows).unwrap_or(0))
+    }
+
+    /// Every (consumer group, queue) pair that has a subscription record or a
+    /// cursor, summarised, ordered by group then queue.
+    pub async fn consumer_groups(&self) -> Result<Vec<GroupSummary>, EngineError> {
+        let (cursors, subscriptions) = {
+            let client = self.pool.get().await.map_err(SqlError::from)?;
+            let cursors =
+                queen_sql::lifecycle::cursors(&**client, DEFAULT_TENANT, None, None).await?;
+            let subscriptions =
+                queen_sql::lifecycle::subscriptions(&**client, DEFAULT_TENANT, None).await?;
+            (cursors, subscriptions)
+        };
+        Ok(summarise(cursors, subscriptions))
+    }
+
+    /// `group`'s cursors with their lag, by queue (queue name order; a queue
+    /// the group is registered on without any cursor yet has none). Empty for
+    /// an unknown group.
+    pub async fn consumer_group(
+        &self,
+        group: &str,
+    ) -> Result<Vec<(String, Vec<CursorLag>)>, EngineError> {
+        let (cursors, subscriptions) = {
+            let client = self.pool.get().await.map_err(SqlError::from)?;
+            let cursors =
+                queen_sql::lifecycle::cursors(&**client, DEFAULT_TENANT, Some(group), None).await?;
+            let subscriptions =
+                queen_sql::lifecycle::subscriptions(&**client, DEFAULT_TENANT, Some(group)).await?;
+            (cursors, subscriptions)
+        };
+        let mut queues: BTreeMap<String, Vec<CursorLag>> = subscriptions
+            .into_iter()
+            .map(|subscription| (subscription.queue, Vec::new()))
+            .collect();
+        for cursor in cursors {
+            queues.entry(cursor.queue.clone()).or_default().push(cursor);
+        }
+        Ok(queues.into_iter().collect())
+    }
+
+    /// Cursors of every group whose oldest unconsumed message is at least
+    /// `min_lag_seconds` old, most lagging first.
+    pub async fn lagging_partitions(
+        &self,
+        min_lag_seconds: i64,
+    ) -> Result<Vec<CursorLag>, EngineError> {
+        let mut cursors = {
+            let client = self.pool.get().await.map_err(SqlError::from)?;
+            queen_sql::lifecycle::cursors(&**client, DEFAULT_TENANT, None, Some(min_lag_seconds))
+                .await?
+        };
+        cursors.sort_by_key(|c| std::cmp::Reverse(c.time_lag_seconds));
+        Ok(cursors)
+    }
+
+    /// Run `op` on a pooled connection, again (on a fresh connection) when it
+    /// conflicted with concurrent work.
+    async fn retry_conflicts<T, F, Fut>(&self, op: F) -> Result<T, EngineError>
+    where
+        F: Fn(deadpool_postgres::Object) -> Fut,
+        Fut: Future<Output = Result<T, SqlError>>,
+    {
+        let mut attempt = 1;
+        loop {
+            let client = self.pool.get().await.map_err(SqlError::from)?;
+            match op(client).await {
+                Err(error) if error.is_conflict() && attempt < MAX_CONFLICT_ATTEMPTS => {
+                    tracing::debug!(attempt, "lifecycle write conflicted; retrying");
+                    attempt += 1;
+                }
+                result => return Ok(result?),
+            }
+        }
+    }
+}
+
+/// Group cursors and subscription records into one summary per
+/// (group, queue).
+fn summarise(cursors: Vec<CursorLag>, subscriptions: Vec<Subscription>) -> Vec<GroupSummary> {
+    let mut pairs: BTreeMap<(String, String), GroupSummary> = BTreeMap::new();
+    for subscription in subscriptions {
+        let summary = summary_of(&mut pairs, &subscription.group, &subscription.queue);
+        summary.subscription = Some(subscription);
+    }
+    for cursor in cursors {
+        let summary = summary_of(&mut pairs, &cursor.group, &cursor.queue);
+        summary.partitions += 1;
+        if cursor.lease_active {
+            summary.members += 1;
+        }
+        if cursor.offset_lag > 0 {
+            summary.partitions_with_lag += 1;
+            summary.total_lag = summary.total_lag.saturating_add(cursor.offset_lag);
+        }
+        summary.max_time_lag_seconds = summary.max_time_lag_seconds.max(cursor.time_lag_seconds);
+    }
+    pairs.into_values().collect()
+}
+
+/// The summary of (`group`, `queue`), created empty on first use.
+fn summary_of<'a>(
+    pairs: &'a mut BTreeMap<(String, String), GroupSummary>,
+    group: &str,
+    queue: &str,
+) -> &'a mut GroupSummary {
+    pairs
+        .entry((group.to_owned(), queue.to_owned()))
+        .or_insert_with(|| GroupSummary {
+            group: group.to_owned(),
+            queue: queue.to_owned(),
+            members: 0,
+            partitions: 0,
+            partitions_with_lag: 0,
+            total_lag: 0,
+            max_time_lag_seconds: 0,
+            subscription: None,
+        })
+}

@@ -1,0 +1,319 @@
+//! The consumer-group routes (wire-api.md §2.11 and the consumer-group rows of
+//! §5), computed from the cursor model.
+//!
+//! - `DELETE /api/v1/consumer-groups/:group[/queues/:queue]?deleteMetadata=`
+//!   (default true; `false` or `0` keeps the subscription records): the
+//!   group's cursors and leases, and its subscription records, are removed.
+//!   Answers `{success, consumerGroup, [queueName,] deletedPartitions,
+//!   metadataDeleted}`; a group that never existed answers `deletedPartitions: 0`.
+//! - `POST /api/v1/consumer-groups/:group/queues/:queue/seek` and
+//!   `.../partitions/:partition/seek`, body `{"timestamp": ISO}` or
+//!   `{"toEnd": true}` (`toEnd` wins when both are given; neither is 400
+//!   `Must specify either 'toEnd': true or 'timestamp'`). Cursors move to just
+//!   before the first message stored at or after the timestamp, or to the end;
+//!   every partition sought gets a cursor; leases are released. The queue seek
+//!   answers `{success, consumerGroup, queueName, seekToEnd, targetTimestamp,
+//!   partitionsUpdated}`; the partition seek `{success, consumerGroup,
+//!   queueName, partitionName, updated, cursorMovedTo}` where `cursorMovedTo`
+//!   is the new committed offset (every offset up to it counts as consumed; -1
+//!   is the beginning). The queue seek of an unknown queue answers
+//!   `{success: false, error: "Queue not found"}`; the partition seek of an
+//!   unknown partition (or queue) `{success: false, error: "Partition not
+//!   found"}`; both with status 200 like the other body-level signals
+//!   (clients read `success`).
+//! - `POST /api/v1/consumer-groups/:group/subscription`, body
+//!   `{"subscriptionTimestamp": ISO}` (missing is 400): every subscription
+//!   record of the group gets the timestamp, which decides where cursors the
+//!   group creates from now on start; existing cursors do not move. Answers
+//!   `{success, consumerGroup, newTimestamp, rowsUpdated}`.
+//! - `GET /api/v1/consumer-groups`: one entry per (group, queue) with a
+//!   subscription record or a cursor, `__QUEUE_MODE__` included: `{name,
+//!   topics: [queue], queueName, members, partitionsWithLag, totalLag,
+//!   maxTimeLag, state, subscriptionMode, subscriptionTimestamp,
+//!   subscriptionCreatedAt}`. `members` is the number of live leases (a
+//!   consumer holds one per partition it is processing); `totalLag` is the sum
+//!   of the cursors' offset lags (the reference answered `null`; the cursor
+//!   model makes the number cheap); `maxTimeLag` the largest time lag in
+//!   seconds. `state` is `"Lagging"` when some cursor's oldest unconsumed
+//!   message is more than 60 seconds old, otherwise `"Stable"` (the cursor
+//!   model has no consumer heartbeat, so `"Dead"` is never reported). The
+//!   subscription fields are `null` for a pair without a record (a group that
+//!   only popped single partitions).
+//! - `GET /api/v1/consumer-groups/:group`: `{"<queue>": {"partitions":
+//!   [{partition, workerId, lastConsumedAt, totalConsumed, offsetLag,
+//!   timeLagSeconds, leaseActive}]}}`, `{}` for an unknown group.
+//! - `GET /api/v1/consumer-groups/lagging?minLagSeconds=N` (default 3600): an
+//!   array of snake_case `{consumer_group, queue_name, partition_name,
+//!   partition_id, worker_id, offset_lag, time_lag_seconds, lag_hours,
+//!   oldest_unconsumed_at, last_consumed_at}`, most lagging first.
+//!
+//! Lag: offset lag is `last_offset - committed`; time lag is now minus the
+//! commit time of the oldest unconsumed message (the segment holding
+//! `committed + 1`). Timestamps are ISO-8601 UTC with milliseconds and `Z`.
+
+use std::time::SystemTime;
+
+use hyper::StatusCode;
+use queen_engine::{CursorLag, Engine, GroupSummary, SeekTarget};
+use serde_json::{json, Value};
+
+use crate::error::HttpError;
+use crate::query::Query;
+use crate::response::{self, Response};
+use crate::server::Request;
+
+/// A group is `"Lagging"` when some cursor's oldest unconsumed message is
+/// older than this many seconds.
+const LAGGING_AFTER_SECONDS: i64 = 60;
+
+/// `minLagSeconds` of the lagging view when the request leaves it out.
+const DEFAULT_MIN_LAG_SECONDS: i64 = 3600;
+
+pub(crate) async fn delete(
+    engine: &Engine,
+    req: &Request,
+    group: &str,
+    queue: Option<&str>,
+) -> Result<Response, HttpError> {
+    let query = Query::parse(req.uri().query());
+    let delete_metadata = !matches!(query.str("deleteMetadata"), Some("false" | "0"));
+    let deleted = engine
+        .delete_consumer_group(group, queue, delete_metadata)
+        .await?;
+    let mut answer = json!({
+        "success": true,
+        "consumerGroup": group,
+        "deletedPartitions": deleted.partitions,
+        "metadataDeleted": delete_metadata,
+    });
+    if let Some(queue) = queue {
+        answer["queueName"] = json!(queue);
+    }
+    Ok(response::json(StatusCode::OK, &answer))
+}
+
+pub(crate) async fn seek(
+    engine: &Engine,
+    req: Request,
+    group: &str,
+    queue: &str,
+    partition: Option<&str>,
+) -> Result<Response, HttpError> {
+    let body = read_object(req).await?;
+    let to_end = body.get("toEnd").and_then(Value::as_bool) == Some(true);
+    let target = if to_end {
+        SeekTarget::End
+    } else {
+        match body.get("timestamp") {
+            None | Some(Value::Null) => {
+                return Err(HttpError::Validation(
+                    "Must specify either 'toEnd': true or 'timestamp'".to_owned(),
+                ))
+            }
+            Some(value) => SeekTarget::Timestamp(timestamp(value, "timestamp")?),
+        }
+    };
+    let seeked = engine.seek(group, queue, partition, target).await?;
+    let target_timestamp = match target {
+        SeekTarget::End => Value::Null,
+        SeekTarget::Timestamp(at) => json!(format_millis(at)),
+    };
+    let answer = match (partition, seeked) {
+        (None, None) => json!({
+            "success": false,
+            "consumerGroup": group,
+            "queueName": queue,
+            "error": "Queue not found",
+        }),
+        (None, Some(seeked)) => json!({
+            "success": true,
+            "consumerGroup": group,
+            "queueName": queue,
+            "seekToEnd": to_end,
+            "targetTimestamp": target_timestamp,
+            "partitionsUpdated": seeked.partitions.len(),
+        }),
+        (Some(partition), seeked) => match seeked.and_then(|s| s.partitions.into_iter().next()) {
+            None => json!({"success": false, "error": "Partition not found"}),
+            Some((_, committed)) => json!({
+                "success": true,
+                "consumerGroup": group,
+                "queueName": queue,
+                "partitionName": partition,
+                "updated": true,
+                "cursorMovedTo": committed,
+            }),
+        },
+    };
+    Ok(response::json(StatusCode::OK, &answer))
+}
+
+pub(crate) async fn subscription(
+    engine: &Engine,
+    req: Request,
+    group: &str,
+) -> Result<Response, HttpError> {
+    let body = read_object(req).await?;
+    let at = match body.get("subscriptionTimestamp") {
+        None | Some(Value::Null) => {
+            return Err(HttpError::Validation(
+                "subscriptionTimestamp is required".to_owned(),
+            ))
+        }
+        Some(value) => timestamp(value, "subscriptionTimestamp")?,
+    };
+    let rows = engine.set_subscription_timestamp(group, at).await?;
+    Ok(response::json(
+        StatusCode::OK,
+        &json!({
+            "success": true,
+            "consumerGroup": group,
+            "newTimestamp": format_millis(at),
+            "rowsUpdated": rows,
+        }),
+    ))
+}
+
+pub(crate) async fn list(engine: &Engine) -> Result<Response, HttpError> {
+    let groups = engine.consumer_groups().await?;
+    let answer: Vec<Value> = groups.iter().map(summary).collect();
+    Ok(response::json(StatusCode::OK, &Value::Array(answer)))
+}
+
+pub(crate) async fn get(engine: &Engine, group: &str) -> Result<Response, HttpError> {
+    let queues = engine.consumer_group(group).await?;
+    let mut answer = serde_json::Map::new();
+    for (queue, cursors) in queues {
+        let partitions: Vec<Value> = cursors
+            .iter()
+            .map(|c| {
+                json!({
+                    "partition": c.partition,
+                    "workerId": c.worker_id.map(|id| id.to_string()),
+                    "lastConsumedAt": c.last_consumed_at.map(format_millis),
+                    "totalConsumed": c.total_consumed,
+                    "offsetLag": c.offset_lag,
+                    "timeLagSeconds": c.time_lag_seconds,
+                    "leaseActive": c.lease_active,
+                })
+            })
+            .collect();
+        answer.insert(queue, json!({"partitions": partitions}));
+    }
+    Ok(response::json(StatusCode::OK, &Value::Object(answer)))
+}
+
+pub(crate) async fn lagging(engine: &Engine, req: &Request) -> Result<Response, HttpError> {
+    let query = Query::parse(req.uri().query());
+    let min_lag = query.int("minLagSeconds", DEFAULT_MIN_LAG_SECONDS).max(0);
+    let cursors = engine.lagging_partitions(min_lag).await?;
+    let answer: Vec<Value> = cursors.iter().map(lagging_row).collect();
+    Ok(response::json(StatusCode::OK, &Value::Array(answer)))
+}
+
+fn summary(group: &GroupSummary) -> Value {
+    let subscription = group.subscription.as_ref();
+    let state = if group.max_time_lag_seconds > LAGGING_AFTER_SECONDS {
+        "Lagging"
+    } else {
+        "Stable"
+    };
+    json!({
+        "name": group.group,
+        "topics": [group.queue],
+        "queueName": group.queue,
+        "members": group.members,
+        "partitionsWithLag": group.partitions_with_lag,
+        "totalLag": group.total_lag,
+        "maxTimeLag": group.max_time_lag_seconds,
+        "state": state,
+        "subscriptionMode": subscription.map(|s| s.mode.as_str()),
+        "subscriptionTimestamp": subscription.and_then(|s| s.timestamp).map(format_millis),
+        "subscriptionCreatedAt": subscription.map(|s| format_millis(s.created_at)),
+    })
+}
+
+fn lagging_row(cursor: &CursorLag) -> Value {
+    // Two decimals, as a number.
+    #[allow(clippy::cast_precision_loss)] // seconds of lag fit an f64 exactly
+    let lag_hours = (cursor.time_lag_seconds as f64 / 36.0).round() / 100.0;
+    json!({
+        "consumer_group": cursor.group,
+        "queue_name": cursor.queue,
+        "partition_name": cursor.partition,
+        "partition_id": cursor.partition_id.to_string(),
+        "worker_id": cursor.worker_id.map(|id| id.to_string()),
+        "offset_lag": cursor.offset_lag,
+        "time_lag_seconds": cursor.time_lag_seconds,
+        "lag_hours": lag_hours,
+        "oldest_unconsumed_at": cursor.oldest_unconsumed_at.map(format_millis),
+        "last_consumed_at": cursor.last_consumed_at.map(format_millis),
+    })
+}
+
+/// The body as a JSON object; an empty body counts as `{}`.
+async fn read_object(req: Request) -> Result<Value, HttpError> {
+    let (parts, body) = req.into_parts();
+    let bytes = crate::body::read(&parts.headers, body, crate::body::MAX_BODY_BYTES).await?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(json!({}));
+    }
+    let value: Value = crate::body::json(&bytes)?;
+    if !value.is_object() {
+        return Err(HttpError::Validation(
+            "request body must be a JSON object".to_owned(),
+        ));
+    }
+    Ok(value)
+}
+
+/// A timestamp field: an ISO-8601 string, with an offset or `Z` (without
+/// one, UTC is assumed).
+fn timestamp(value: &Value, field: &str) -> Result<SystemTime, HttpError> {
+    value
+        .as_str()
+        .and_then(parse_iso)
+        .ok_or_else(|| HttpError::Validation(format!("{field} must be an ISO-8601 timestamp")))
+}
+
+fn parse_iso(text: &str) -> Option<SystemTime> {
+    use time::format_description::well_known::Rfc3339;
+    let text = text.trim();
+    if let Ok(at) = time::OffsetDateTime::parse(text, &Rfc3339) {
+        return Some(at.into());
+    }
+    const LOCAL: &[time::format_description::FormatItem<'static>] = time::macros::format_description!(
+        "[year]-[month]-[day][first [T][ ]][hour]:[minute]:[second][optional [.[subsecond]]]"
+    );
+    time::PrimitiveDateTime::parse(text, LOCAL)
+        .ok()
+        .map(|at| at.assume_utc().into())
+}
+
+/// `2026-01-01T00:00:00.123Z`: UTC with milliseconds, as the admin views
+/// answer.
+fn format_millis(at: SystemTime) -> String {
+    const FORMAT: &[time::format_description::FormatItem<'static>] = time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+    );
+    time::OffsetDateTime::from(at)
+        .format(FORMAT)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_parse_with_an_offset_a_z_or_none() {
+        let z = parse_iso("2026-01-02T03:04:05.678Z").unwrap();
+        assert_eq!(format_millis(z), "2026-01-02T03:04:05.678Z");
+        let offset = parse_iso("2026-01-02T05:04:05.678+02:00").unwrap();
+        assert_eq!(offset, z);
+        let naive = parse_iso("2026-01-02T03:04:05.678").unwrap();
+        assert_eq!(naive, z);
+        assert!(parse_iso("yesterday").is_none());
+        assert!(parse_iso("").is_none());
+    }
+}
