@@ -12,6 +12,7 @@
 mod body;
 mod error;
 mod handlers;
+mod json;
 mod query;
 mod response;
 mod routes;

@@ -19,6 +19,7 @@ use hyper::StatusCode;
 use queen_engine::{PopRequest, PopTarget, Popped, SubscriptionMode, QUEUE_MODE_GROUP};
 
 use crate::error::HttpError;
+use crate::json::{push_str, push_uuid};
 use crate::query::Query;
 use crate::response::{self, Response};
 use crate::server::{App, Request};
@@ -152,7 +153,11 @@ pub(crate) fn format_micros(at: SystemTime) -> String {
 pub(crate) fn render(popped: &Popped, group: &str) -> Vec<u8> {
     let payload_bytes: usize = popped.messages.iter().map(|m| m.payload.len()).sum();
     let mut out = Vec::with_capacity(256 + payload_bytes + popped.messages.len() * 384);
-    let lease = popped.lease_id.map(|id| id.to_string()).unwrap_or_default();
+    let mut lease_buf = uuid::Uuid::encode_buffer();
+    let lease: &str = match popped.lease_id {
+        Some(id) => id.hyphenated().encode_lower(&mut lease_buf),
+        None => "",
+    };
     let first = popped.messages.first();
     out.extend_from_slice(b"{\"success\":true,\"queue\":");
     push_str(&mut out, popped.queue.as_deref().unwrap_or(""));
@@ -166,25 +171,23 @@ pub(crate) fn render(popped: &Popped, group: &str) -> Vec<u8> {
             .unwrap_or_default(),
     );
     out.extend_from_slice(b",\"leaseId\":");
-    push_str(&mut out, &lease);
+    push_str(&mut out, lease);
     out.extend_from_slice(b",\"consumerGroup\":");
     push_str(&mut out, group);
     out.extend_from_slice(b",\"partitionsClaimed\":");
     out.extend_from_slice(popped.partitions_claimed.to_string().as_bytes());
     out.extend_from_slice(b",\"messages\":[");
+    let mut created: Option<(SystemTime, String)> = None;
     for (idx, message) in popped.messages.iter().enumerate() {
         if idx > 0 {
             out.push(b',');
         }
         out.extend_from_slice(b"{\"id\":");
-        push_str(&mut out, &message.id.to_string());
+        push_uuid(&mut out, Some(message.id));
         out.extend_from_slice(b",\"transactionId\":");
         push_str(&mut out, &message.transaction_id);
         out.extend_from_slice(b",\"traceId\":");
-        match message.trace_id {
-            Some(id) => push_str(&mut out, &id.to_string()),
-            None => out.extend_from_slice(b"null"),
-        }
+        push_uuid(&mut out, message.trace_id);
         out.extend_from_slice(b",\"data\":");
         out.extend_from_slice(&message.payload);
         out.extend_from_slice(b",\"producerSub\":");
@@ -193,25 +196,29 @@ pub(crate) fn render(popped: &Popped, group: &str) -> Vec<u8> {
             None => out.extend_from_slice(b"null"),
         }
         out.extend_from_slice(b",\"createdAt\":");
-        push_str(&mut out, &format_micros(message.created_at));
+        // Every message of a segment shares its timestamp: format it once.
+        if created
+            .as_ref()
+            .is_none_or(|(at, _)| *at != message.created_at)
+        {
+            created = Some((message.created_at, format_micros(message.created_at)));
+        }
+        push_str(
+            &mut out,
+            created.as_ref().map_or("", |(_, text)| text.as_str()),
+        );
         out.extend_from_slice(b",\"partitionId\":");
-        push_str(&mut out, &message.partition_id.to_string());
+        push_uuid(&mut out, Some(message.partition_id));
         out.extend_from_slice(b",\"partition\":");
         push_str(&mut out, &message.partition);
         out.extend_from_slice(b",\"leaseId\":");
-        push_str(&mut out, &lease);
+        push_str(&mut out, lease);
         out.extend_from_slice(b",\"consumerGroup\":");
         push_str(&mut out, group);
         out.push(b'}');
     }
     out.extend_from_slice(b"]}");
     out
-}
-
-/// A JSON string literal, escaped by serde_json.
-fn push_str(out: &mut Vec<u8>, value: &str) {
-    // Writing a &str into a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut *out, value);
 }
 
 #[cfg(test)]
