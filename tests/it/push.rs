@@ -792,3 +792,54 @@ async fn deduplication_holds_inside_the_window_and_ends_after_it() {
     assert_eq!(stored(&sql, "win").await.len(), 3);
     broker.stop().await;
 }
+
+#[tokio::test]
+async fn a_broker_with_dedup_coverage_still_sees_duplicates_another_broker_wrote() {
+    let broker = TestBroker::start().await;
+    let other = TestBroker::serve(broker.db.clone(), EngineConfig::default()).await;
+    let push = |client: &queen_testkit::http::Client, txn: &str, payload: i32| {
+        let client = client.clone();
+        let txn = txn.to_owned();
+        async move {
+            let reply = client
+                .post_json(
+                    "/api/v1/push",
+                    &json!({"items": [{"queue": "cover", "partition": "p", "transactionId": txn, "payload": payload}]}),
+                )
+                .await;
+            assert_eq!(reply.status, 201);
+            reply.json()[0].clone()
+        }
+    };
+    // The first broker builds coverage of the partition with its own pushes.
+    for i in 0..5 {
+        assert_eq!(
+            push(&broker.client, &format!("own-{i}"), i).await["status"],
+            "queued"
+        );
+    }
+    // The other broker writes behind its back, then the first pushes the same id.
+    let winner = push(&other.client, "shared", 100).await;
+    assert_eq!(winner["status"], "queued");
+    let again = push(&broker.client, "shared", 101).await;
+    assert_eq!(again["status"], "duplicate");
+    assert_eq!(again["message_id"], winner["message_id"]);
+    // And its own earlier ids are still duplicates, from either broker.
+    assert_eq!(
+        push(&broker.client, "own-2", 102).await["status"],
+        "duplicate"
+    );
+    assert_eq!(
+        push(&other.client, "own-3", 103).await["status"],
+        "duplicate"
+    );
+    // A fresh id after all that is queued, and the log holds no duplicate.
+    assert_eq!(push(&broker.client, "fresh", 104).await["status"], "queued");
+    let sql = broker.sql().await;
+    let messages = stored(&sql, "cover").await;
+    let ids: HashSet<&str> = messages.iter().map(|m| m.transaction_id.as_str()).collect();
+    assert_eq!(ids.len(), messages.len(), "a duplicate was stored");
+    assert_eq!(messages.len(), 7);
+    other.stop().await;
+    broker.stop().await;
+}

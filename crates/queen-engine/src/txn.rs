@@ -155,6 +155,8 @@ impl Engine {
                     new_partition_id: Uuid::now_v7(),
                     encrypted,
                     probe: encoded.probe,
+                    // The full probe: a transaction does not use the cache.
+                    coverage: None,
                     n_frames: encoded.n_frames,
                     blob: &encoded.blob,
                     hashes: &encoded.hashes,

@@ -23,14 +23,15 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use parking_lot::{Mutex, RwLock};
 use queen_frame::{Frame, SegmentBuilder};
-use queen_sql::push::{SegmentWrite, SlotOutcome};
+use queen_sql::push::{Coverage, SegmentWrite, SlotOutcome};
 use tokio::sync::{mpsc, oneshot, watch};
 use uuid::Uuid;
 
+use super::dedup::DedupCache;
 use super::{Entry, EntryResult};
 use crate::crypto::EncryptionKey;
 use crate::hotlist::HotList;
@@ -119,6 +120,9 @@ struct Shared {
     key: Option<EncryptionKey>,
     zstd_level: i32,
     counters: Counters,
+    /// Sidecar hashes this broker already holds, so the duplicate probe reads
+    /// only what it does not (see `dedup.rs`).
+    dedup: DedupCache,
 }
 
 /// Push fusion: lanes, the ready queue and the flusher tasks.
@@ -153,6 +157,7 @@ impl Fusion {
             key,
             zstd_level,
             counters: Counters::default(),
+            dedup: DedupCache::default(),
         });
         let (stop, stop_rx) = watch::channel(false);
         let flushers = (0..n_flushers.max(1))
@@ -224,9 +229,11 @@ impl Fusion {
         self.shared.gates.open(crate::pop::DISCOVERY_GATE);
     }
 
-    /// Forget the cached encryption flag of `queue` (it was reconfigured).
+    /// Forget the cached encryption flag and dedup coverage of `queue` (it
+    /// was reconfigured or deleted).
     pub(crate) fn forget_queue(&self, queue: &str) {
         self.shared.encryption.write().remove(queue);
+        self.shared.dedup.forget_queue(queue);
     }
 
     pub(crate) fn stats(&self) -> PushStats {
@@ -464,6 +471,8 @@ struct BuiltSegment {
     encrypted: bool,
     /// Some transaction id came from a client: probe for duplicates.
     probe: bool,
+    /// The dedup cache's coverage of the partition, checked against this slot.
+    coverage: Option<Coverage>,
     n_frames: i32,
     namespace_task: (String, String),
 }
@@ -479,6 +488,7 @@ impl BuiltSegment {
             new_partition_id: Uuid::now_v7(),
             encrypted: self.encrypted,
             probe: self.probe,
+            coverage: self.coverage,
             n_frames: self.n_frames,
             blob: &self.blob,
             hashes: &self.hashes,
@@ -511,7 +521,13 @@ fn build_segment(
         builder,
     )?;
     let (namespace, task) = derive_namespace_task(&lane.key.queue);
+    let coverage = shared.dedup.coverage(
+        &(Arc::clone(&lane.key.queue), Arc::clone(&lane.key.partition)),
+        &encoded.hashes,
+        SystemTime::now(),
+    );
     Ok(BuiltSegment {
+        coverage,
         n_frames: encoded.n_frames,
         frame_entries,
         blob: encoded.blob,
@@ -611,7 +627,21 @@ fn apply_outcome(
     outcome: SlotOutcome,
 ) {
     match outcome {
-        SlotOutcome::Queued { partition_id, .. } => {
+        SlotOutcome::Queued {
+            partition_id,
+            base_offset,
+            window_seconds,
+            known,
+            ..
+        } => {
+            shared.dedup.record(
+                &(Arc::clone(&lane.key.queue), Arc::clone(&lane.key.partition)),
+                partition_id,
+                window_seconds,
+                &known,
+                Some((base_offset, &segment.hashes)),
+                SystemTime::now(),
+            );
             for &idx in &segment.frame_entries {
                 lane.results[idx] = Some(EntryResult::Queued { partition_id });
             }
@@ -640,6 +670,7 @@ fn apply_outcome(
         SlotOutcome::Duplicates {
             partition_id,
             duplicates,
+            ..
         } => {
             for duplicate in duplicates {
                 let Some(&idx) = segment.frame_entries.get(duplicate.item) else {

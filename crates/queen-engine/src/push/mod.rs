@@ -6,6 +6,7 @@
 //! partition's items to push fusion (`fusion.rs`). It answers only after the
 //! commits that carry its items.
 
+mod dedup;
 mod fusion;
 
 use std::collections::HashMap;
