@@ -1,37 +1,46 @@
-//! `cargo xtask bench <scenario> [options]`: build `queen-server` and the
+//! `cargo xtask bench [scenario] [options]`: build `queen-server` and the
 //! `queen-load` load generator in release mode, then run
 //! `queen-load <scenario> --broker <release queen-server> [options]`.
 //!
-//! Scenarios: `push` (see `benches/src/bin/queen-load/push.rs`). Options are
-//! passed to `queen-load` unchanged; the usual ones are `--duration SECS`,
-//! `--quick` and `--json PATH` (`cargo xtask bench push -- --help` lists all).
+//! Scenarios: `all` (the default: every one below on one cluster, plus push
+//! as a ratio to the ceiling and issue 6's targets), `push`, `pop`, `latency`,
+//! `ceiling` (see `benches/src/bin/queen-load/`). Options are passed to
+//! `queen-load` unchanged; the usual ones are `--duration SECS`, `--quick` and
+//! `--json PATH` (`cargo xtask bench push --help` lists all).
 
 use std::path::PathBuf;
 use std::process::Command;
 
-const SCENARIOS: &[&str] = &["push"];
+const SCENARIOS: &[&str] = &["all", "push", "pop", "latency", "ceiling"];
 
 pub(crate) const USAGE: &str =
-    "usage: cargo xtask bench <scenario> [--duration SECS] [--quick] [--json PATH] [...]
+    "usage: cargo xtask bench [scenario] [--duration SECS] [--quick] [--json PATH] [...]
 
 scenarios:
-  push    push throughput: batch 1/100/1000 x partitions 1/100 x producers 1/16
+  all      (default) every scenario below on one cluster, then push / ceiling
+           ratios and issue 6's targets; about 12 minutes, 5 with --quick
+           (longer when other work on the machine disturbs a case: it re-runs)
+  push     push throughput: batch 1/100/1000 x partitions 1/100 x producers 1/16,
+           10,000 partitions, and two brokers on one database
+  ceiling  the same segments inserted straight into PostgreSQL, no broker
+  pop      consume throughput, autoAck and pop + batch ack, 4/32 consumers,
+           with an exactly-once check
+  latency  single-message push-to-pop latency at 500 and 50 msg/s
 
 Builds queen-server and queen-load (release), then runs queen-load against a
 throwaway durable PostgreSQL. Options go to queen-load unchanged; see
-`cargo xtask bench push --help`.
+`cargo xtask bench <scenario> --help`.
 ";
 
-/// Build, then run the load generator with `args` (`args[0]` is the scenario).
+/// Build, then run the load generator with `args` (`args[0]` is the scenario,
+/// `all` when missing or when the arguments start with an option).
 pub(crate) fn run(args: &[String]) -> Result<(), String> {
-    let Some(scenario) = args.first() else {
-        return Err(format!("bench needs a scenario\n\n{USAGE}"));
-    };
-    if matches!(scenario.as_str(), "-h" | "--help" | "help") {
+    let (scenario, options) = split_scenario(args);
+    if matches!(scenario, "-h" | "help") {
         print!("{USAGE}");
         return Ok(());
     }
-    if !SCENARIOS.contains(&scenario.as_str()) {
+    if !SCENARIOS.contains(&scenario) {
         return Err(format!("unknown bench scenario `{scenario}`\n\n{USAGE}"));
     }
     crate::cargo(&[
@@ -51,8 +60,18 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     cmd.arg(scenario)
         .arg("--broker")
         .arg(release.join("queen-server"))
-        .args(&args[1..]);
+        .args(options);
     crate::run(&mut cmd)
+}
+
+/// The scenario and the options after it: `all` when the first argument is
+/// missing or an option (`--help` is handed to `queen-load all`, whose help
+/// lists its options; `-h` and `help` print this tool's usage).
+fn split_scenario(args: &[String]) -> (&str, &[String]) {
+    match args.first() {
+        Some(first) if first == "-h" || !first.starts_with('-') => (first.as_str(), &args[1..]),
+        _ => ("all", args),
+    }
 }
 
 /// Cargo's target directory: `CARGO_TARGET_DIR`, or `target/` in the workspace.
@@ -67,5 +86,24 @@ fn target_dir() -> PathBuf {
             }
         }
         None => crate::workspace_root().join("target"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scenario_defaults_to_all() {
+        let args = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let none = args(&[]);
+        assert_eq!(split_scenario(&none), ("all", &none[..]));
+        let quick = args(&["--quick"]);
+        assert_eq!(split_scenario(&quick), ("all", &quick[..]));
+        let pop = args(&["pop", "--quick"]);
+        assert_eq!(split_scenario(&pop), ("pop", &pop[1..]));
+        let help = args(&["-h"]);
+        assert_eq!(split_scenario(&help).0, "-h");
+        assert!(SCENARIOS.contains(&"ceiling"));
     }
 }

@@ -6,8 +6,9 @@
 //!   then the engine's embedding example (`queen-engine/examples/embedded.rs`).
 //!   This is the README's test command and what `.ci/run` runs.
 //! - `tidy`: the hygiene checks of `tidy.rs` (they also run as a `#[test]`).
-//! - `bench <scenario>`: build `queen-server` and `queen-load` in release mode
-//!   and run the end-to-end load generator (`bench.rs`).
+//! - `bench [scenario]`: build `queen-server` and `queen-load` in release mode
+//!   and run the end-to-end load generator, every scenario when none is named
+//!   (`bench.rs`).
 //!
 //! Dependencies are kept to the standard library on purpose: xtask builds first
 //! on a clean machine and must build fast.
@@ -24,7 +25,8 @@ const USAGE: &str = "usage: cargo xtask <command>
 commands:
   ci      install missing PostgreSQL (as root), then fmt check, clippy -D warnings, all tests
   tidy    hygiene checks (module docs, whitespace, banned attributes, SQL registry)
-  bench   release build, then the end-to-end load generator (`cargo xtask bench help`)
+  bench   release build, then the end-to-end load generator; no scenario runs all
+          of them (`cargo xtask bench help`)
 ";
 
 fn main() -> ExitCode {

@@ -1,5 +1,6 @@
-//! CPU time per process group, from `/proc`: the broker, PostgreSQL (the
-//! postmaster and all its children), this load generator, and the whole machine.
+//! CPU time per process group, from `/proc`: the brokers (one or several),
+//! PostgreSQL (the postmaster and all its children), this load generator, and
+//! the whole machine.
 //! Shows where the cores went during a window on a machine all three share.
 
 use std::time::Instant;
@@ -33,8 +34,8 @@ pub(crate) struct Usage {
     pub(crate) machine_busy_fraction: f64,
 }
 
-/// Read the counters now.
-pub(crate) fn sample(broker_pid: u32, postmaster_pid: u32) -> Sample {
+/// Read the counters now. `broker_pids` may be empty (the ceiling runs no broker).
+pub(crate) fn sample(broker_pids: &[u32], postmaster_pid: u32) -> Sample {
     let mut postgres = 0;
     if let Ok(entries) = std::fs::read_dir("/proc") {
         for entry in entries.filter_map(Result::ok) {
@@ -55,7 +56,10 @@ pub(crate) fn sample(broker_pid: u32, postmaster_pid: u32) -> Sample {
     let (machine_busy, machine_total) = machine_ticks();
     Sample {
         at: Instant::now(),
-        broker: proc_stat(&broker_pid.to_string()).map_or(0, |stat| stat.ticks),
+        broker: broker_pids
+            .iter()
+            .map(|pid| proc_stat(&pid.to_string()).map_or(0, |stat| stat.ticks))
+            .sum(),
         postgres,
         loadgen: proc_stat("self").map_or(0, |stat| stat.ticks),
         machine_busy,
@@ -91,6 +95,58 @@ pub(crate) fn usage(before: &Sample, after: &Sample) -> Usage {
             0.0
         },
     }
+}
+
+/// A case's figures, with the CPU used during its window.
+pub(crate) trait Measured {
+    /// Cores of other work on the machine during the window.
+    fn other_cpu(&self) -> f64;
+    /// Record how many times the case was run.
+    fn set_attempts(&mut self, attempts: u32);
+}
+
+/// Run a case until its window was not disturbed by other work on the
+/// machine (at most `max_other` cores), at most `1 + retries` times; keep the
+/// least disturbed result.
+pub(crate) async fn least_disturbed<R, F, Fut>(
+    max_other: f64,
+    retries: u32,
+    mut run: F,
+) -> crate::error::Result<R>
+where
+    R: Measured,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = crate::error::Result<R>>,
+{
+    let mut best: Option<R> = None;
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let result = run().await?;
+        let other = result.other_cpu();
+        if best.as_ref().is_none_or(|b| other < b.other_cpu()) {
+            best = Some(result);
+        }
+        if other <= max_other || attempts > retries {
+            break;
+        }
+        eprintln!(
+            "queen-load:   disturbed: other work used {other:.2} cores (limit {max_other:.2}); \
+             running the case again ({attempts}/{})",
+            retries + 1
+        );
+    }
+    let mut best = best.ok_or_else(|| crate::error::Error::msg("no attempt ran"))?;
+    best.set_attempts(attempts);
+    Ok(best)
+}
+
+/// `broker/postgres/loadgen/other` cores, for the tables.
+pub(crate) fn columns(usage: &Usage) -> String {
+    format!(
+        "{:.2}/{:.2}/{:.2}/{:.2}",
+        usage.broker, usage.postgres, usage.loadgen, usage.other
+    )
 }
 
 struct ProcStat {

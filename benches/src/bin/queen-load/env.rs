@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use queen_sql::cluster::{Cluster, ClusterOptions};
@@ -52,6 +53,14 @@ pub(crate) struct CommonArgs {
     /// failure.
     #[arg(long)]
     pub(crate) keep: bool,
+    /// A case is disturbed when other work on the machine (outside the broker,
+    /// PostgreSQL and this tool) used more than this many cores during its
+    /// window; a disturbed case is run again (see `--retries`).
+    #[arg(long, value_name = "CORES", default_value_t = 0.25)]
+    pub(crate) max_other_cpu: f64,
+    /// Extra attempts for a disturbed case; the least disturbed one is kept.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub(crate) retries: u32,
 }
 
 fn parse_key_value(text: &str) -> Result<(String, String), String> {
@@ -69,6 +78,8 @@ pub(crate) struct Env {
     /// databases and reads the statistics views. It never connects to a bench
     /// database, so it adds nothing to their counters.
     pub(crate) admin: tokio_postgres::Client,
+    /// Databases created so far: names stay unique across the scenarios of a run.
+    databases: AtomicUsize,
 }
 
 impl Env {
@@ -95,7 +106,54 @@ impl Env {
             cluster,
             dir,
             admin,
+            databases: AtomicUsize::new(0),
         })
+    }
+
+    /// Create a fresh database for one case of `scenario`: `<scenario>_<n>`.
+    pub(crate) async fn create_database(&self, scenario: &str) -> Result<String> {
+        let n = self.databases.fetch_add(1, Ordering::Relaxed);
+        let dbname = format!("{scenario}_{n}");
+        queen_sql::connect::create_database_if_missing(&self.admin, &dbname)
+            .await
+            .with_context(|| format!("create database {dbname}"))?;
+        Ok(dbname)
+    }
+
+    /// Drop a case's database, unless the run keeps everything for inspection.
+    pub(crate) async fn drop_database(&self, dbname: &str, keep: bool) -> Result<()> {
+        if keep {
+            return Ok(());
+        }
+        self.admin
+            .batch_execute(&format!("DROP DATABASE {dbname} WITH (FORCE)"))
+            .await
+            .with_context(|| format!("drop database {dbname}"))
+    }
+
+    /// Start `n` brokers on database `dbname`, one after the other (each
+    /// applies the schema at boot; the applier serialises them anyway), each
+    /// logging to `broker-<dbname>-<k>.log` in the run directory.
+    pub(crate) async fn start_brokers(
+        &self,
+        common: &CommonArgs,
+        dbname: &str,
+        n: usize,
+    ) -> Result<Vec<Broker>> {
+        let mut brokers = Vec::with_capacity(n);
+        for k in 0..n {
+            let log = self.dir().join(format!("broker-{dbname}-{k}.log"));
+            brokers.push(
+                Broker::start(
+                    &common.broker,
+                    &self.database_url(dbname),
+                    log,
+                    &common.broker_env,
+                )
+                .await?,
+            );
+        }
+        Ok(brokers)
     }
 
     /// The run directory.
@@ -313,6 +371,28 @@ impl Drop for Broker {
             let _ = self.child.wait();
         }
     }
+}
+
+/// Process ids of `brokers`, for [`crate::cpu::sample`].
+pub(crate) fn pids(brokers: &[Broker]) -> Vec<u32> {
+    brokers.iter().map(Broker::pid).collect()
+}
+
+/// Fail if any broker has exited.
+pub(crate) fn check_alive(brokers: &mut [Broker]) -> Result<()> {
+    brokers.iter_mut().try_for_each(Broker::check_alive)
+}
+
+/// Stop every broker (SIGTERM, clean exit); the first failure is returned
+/// after all were asked to stop.
+pub(crate) async fn stop_all(brokers: Vec<Broker>) -> Result<()> {
+    let mut failure = None;
+    for broker in brokers {
+        if let Err(error) = broker.stop().await {
+            failure.get_or_insert(error);
+        }
+    }
+    failure.map_or(Ok(()), Err)
 }
 
 /// A port nothing listens on right now.

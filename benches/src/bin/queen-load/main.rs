@@ -3,29 +3,51 @@
 //! It measures the real thing: the release `queen-server` binary, run as a child
 //! process against a throwaway but *durable* PostgreSQL cluster (`fsync` and
 //! `synchronous_commit` on), driven over HTTP/1.1 keep-alive connections, one
-//! connection per producer task.
+//! connection per producer or consumer task.
 //!
-//! Each scenario is a subcommand. `push` exists today (`push.rs`); `pop`,
-//! `latency`, `ceiling` and `all` are meant to join it and reuse the pieces:
-//! `env.rs` (cluster and broker lifecycle), `http.rs` (one keep-alive
-//! connection), `payload.rs` (request bodies), `stats.rs` (PostgreSQL counters),
-//! `cpu.rs` (CPU time per process group), `report.rs` (table and JSON).
+//! Each scenario is a subcommand; `all` runs every one on one cluster and
+//! adds what only a whole run can say (push as a fraction of the ceiling,
+//! issue 6's targets):
 //!
-//! Usually run as `cargo xtask bench push`, which builds both binaries in
-//! release mode first.
+//! - `push` (`push.rs`): push throughput over batch x partitions x producers,
+//!   and the same pushes through several brokers;
+//! - `ceiling` (`ceiling.rs`): the push's segments written straight into
+//!   PostgreSQL, no broker: what the database alone absorbs;
+//! - `pop` (`pop.rs`): consume throughput with `autoAck` and with batch acks,
+//!   and an exactly-once check of every message;
+//! - `latency` (`latency.rs`): single-message push-to-pop latency at a fixed
+//!   low rate.
+//!
+//! Shared pieces: `env.rs` (cluster and broker lifecycle), `http.rs` (one
+//! keep-alive connection), `payload.rs` (request bodies), `matrix.rs` (the
+//! push and ceiling shapes), `stats.rs` (PostgreSQL counters), `cpu.rs` (CPU
+//! time per process group), `report.rs` (tables and JSON).
+//!
+//! Usually run as `cargo xtask bench [scenario]`, which builds both binaries
+//! in release mode first.
 
+mod ceiling;
 mod cpu;
 mod env;
 mod error;
 mod http;
+mod latency;
+mod matrix;
 mod payload;
+mod pop;
 mod push;
 mod report;
 mod stats;
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
+
+use crate::env::{CommonArgs, Env};
+use crate::error::{Context, Error, Result};
+use crate::payload::Bodies;
+use crate::report::Report;
 
 /// Queen's end-to-end load generator.
 #[derive(Debug, Parser)]
@@ -37,9 +59,85 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Push throughput: batch size x partitions x producers, one fresh database
-    /// and broker per case.
+    /// Push throughput: batch size x partitions x producers (x brokers), one
+    /// fresh database and broker(s) per case.
     Push(push::PushArgs),
+    /// PostgreSQL alone: the push's segments inserted with one statement per
+    /// flush, no broker, same shapes as `push`.
+    Ceiling(ceiling::CeilingArgs),
+    /// Consume throughput (autoAck, and pop + batch ack) with an exactly-once
+    /// check.
+    Pop(pop::PopArgs),
+    /// Single-message push-to-pop latency at a fixed low rate.
+    Latency(latency::LatencyArgs),
+    /// Every scenario on one cluster: ceiling, push, pop, latency; then push
+    /// as a ratio to the ceiling and issue 6's targets.
+    All(AllArgs),
+}
+
+/// Arguments of `queen-load all`: each scenario runs with its defaults.
+#[derive(Debug, clap::Args)]
+struct AllArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Every scenario's reduced set of cases, with 2-second windows.
+    #[arg(long)]
+    quick: bool,
+    /// Seconds each case is measured [default: 5, or 2 with --quick].
+    #[arg(long, value_name = "SECS")]
+    duration: Option<f64>,
+}
+
+/// One scenario of a run, with its settings.
+enum Part {
+    Ceiling(ceiling::CeilingOpts),
+    Push(push::PushOpts),
+    Pop(pop::PopOpts),
+    Latency(latency::LatencyOpts),
+}
+
+impl Part {
+    fn name(&self) -> &'static str {
+        match self {
+            Part::Ceiling(_) => "ceiling",
+            Part::Push(_) => "push",
+            Part::Pop(_) => "pop",
+            Part::Latency(_) => "latency",
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        match self {
+            Part::Ceiling(opts) => opts.validate(),
+            Part::Push(opts) => opts.validate(),
+            Part::Pop(opts) => opts.validate(),
+            Part::Latency(opts) => opts.validate(),
+        }
+    }
+
+    fn settings(&self, bodies: &Bodies) -> serde_json::Value {
+        match self {
+            Part::Ceiling(opts) => opts.settings(bodies),
+            Part::Push(opts) => opts.settings(bodies),
+            Part::Pop(opts) => opts.settings(bodies),
+            Part::Latency(opts) => opts.settings(bodies),
+        }
+    }
+
+    async fn run(
+        &self,
+        env: &Env,
+        common: &CommonArgs,
+        bodies: &Arc<Bodies>,
+        report: &mut Report,
+    ) -> Result<()> {
+        match self {
+            Part::Ceiling(opts) => ceiling::run(env, common, opts, bodies, report).await,
+            Part::Push(opts) => push::run(env, common, opts, bodies, report).await,
+            Part::Pop(opts) => pop::run(env, common, opts, bodies, report).await,
+            Part::Latency(opts) => latency::run(env, common, opts, bodies, report).await,
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -54,16 +152,81 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(async {
-        match cli.command {
-            Command::Push(args) => push::run(args).await,
-        }
-    });
-    match result {
+    let (scenario, common, parts) = match cli.command {
+        Command::Push(args) => ("push", args.common, vec![Part::Push(args.opts)]),
+        Command::Ceiling(args) => ("ceiling", args.common, vec![Part::Ceiling(args.opts)]),
+        Command::Pop(args) => ("pop", args.common, vec![Part::Pop(args.opts)]),
+        Command::Latency(args) => ("latency", args.common, vec![Part::Latency(args.opts)]),
+        Command::All(args) => (
+            "all",
+            args.common,
+            vec![
+                Part::Ceiling(ceiling::CeilingOpts::for_all(args.quick, args.duration)),
+                Part::Push(push::PushOpts::for_all(args.quick, args.duration)),
+                Part::Pop(pop::PopOpts::for_all(args.quick, args.duration)),
+                Part::Latency(latency::LatencyOpts::for_all(args.quick, args.duration)),
+            ],
+        ),
+    };
+    match runtime.block_on(execute(scenario, &common, &parts)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("queen-load: {error}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Run `parts` in order on one cluster, then print the tables and the JSON
+/// report. A failing scenario does not stop the next one; the run fails at
+/// the end if any did.
+async fn execute(scenario: &'static str, common: &CommonArgs, parts: &[Part]) -> Result<()> {
+    for part in parts {
+        part.validate()?;
+    }
+    if !(common.max_other_cpu.is_finite() && common.max_other_cpu >= 0.0) {
+        return Err(Error::msg("--max-other-cpu must be a number of cores >= 0"));
+    }
+    if parts.iter().any(|part| !matches!(part, Part::Ceiling(_))) && !common.broker.is_file() {
+        return Err(Error::msg(format!(
+            "--broker {}: no such file",
+            common.broker.display()
+        )));
+    }
+    let started_at = std::time::SystemTime::now();
+    let mut env = Env::start(&common.work_dir).await?;
+    let machine = report::machine(&env, &common.broker).await?;
+    let bodies = Arc::new(Bodies::generate());
+    let mut report = Report::new(scenario, started_at, machine, common.max_other_cpu);
+    let mut failed = Vec::new();
+    for part in parts {
+        report
+            .settings
+            .insert(part.name().to_owned(), part.settings(&bodies));
+        if let Err(error) = part.run(&env, common, &bodies, &mut report).await {
+            eprintln!("queen-load: {} failed: {error}", part.name());
+            report.failures.push(format!("{}: {error}", part.name()));
+            failed.push(part.name());
+        }
+    }
+    report.derive();
+    if !failed.is_empty() || common.keep {
+        env.keep_dir();
+    }
+    drop(env);
+    if !report.is_empty() {
+        println!("{}", report.table());
+        let json = report.json()?;
+        if let Some(path) = &common.json {
+            std::fs::write(path, format!("{json}\n"))
+                .with_context(|| format!("write {}", path.display()))?;
+            eprintln!("queen-load: JSON report written to {}", path.display());
+        }
+        println!("{json}");
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::msg(format!("failed: {}", failed.join(", "))))
     }
 }

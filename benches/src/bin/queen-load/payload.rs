@@ -136,8 +136,36 @@ impl Bodies {
     }
 }
 
+/// How the items of a request get their transaction ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TxnIds {
+    /// A fresh UUIDv7 each, as the SDKs send (push, latency).
+    Fresh,
+    /// [`sequential_txn_id`] of the payload `id`, so a consumer can map every
+    /// delivered message back to the message it pushed (pop's exactly-once check).
+    Sequential,
+    /// None: the broker generates them (and, knowing they cannot repeat,
+    /// skips its duplicate probe).
+    Broker,
+}
+
+/// The transaction id of payload `id` under [`TxnIds::Sequential`]: UUID-shaped
+/// (36 characters, like the SDKs' UUIDv7), with `id` in the last 12 hex digits.
+pub(crate) fn sequential_txn_id(id: u64) -> String {
+    format!("00000000-0000-7000-8000-{id:012x}")
+}
+
+/// The payload `id` a [`sequential_txn_id`] was made from.
+pub(crate) fn parse_sequential_txn_id(text: &str) -> Option<u64> {
+    let hex = text.strip_prefix("00000000-0000-7000-8000-")?;
+    if hex.len() != 12 {
+        return None;
+    }
+    u64::from_str_radix(hex, 16).ok()
+}
+
 /// Append a whole push request body to `out`: `n` items for one partition, with
-/// message ids `first_id..first_id + n` and a fresh UUIDv7 transaction id each.
+/// message ids `first_id..first_id + n`.
 pub(crate) fn push_request(
     out: &mut Vec<u8>,
     bodies: &Bodies,
@@ -145,42 +173,112 @@ pub(crate) fn push_request(
     partition: &str,
     first_id: u64,
     n: usize,
+    txn: TxnIds,
 ) {
-    let ts = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|elapsed| elapsed.as_millis())
-        .unwrap_or_default();
-    let mut uuid_text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    let ts = unix_millis();
     out.extend_from_slice(b"{\"items\":[");
     for (i, id) in (first_id..).take(n).enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        let transaction_id = uuid::Uuid::now_v7()
-            .hyphenated()
-            .encode_lower(&mut uuid_text);
-        // Writing to a Vec cannot fail.
-        let _ = write!(
-            out,
-            "{{\"queue\":\"{queue}\",\"partition\":\"{partition}\",\"transactionId\":\"{transaction_id}\",\
-             \"payload\":{{\"id\":{id},\"ts\":{ts},\"body\":\"{}\"}}}}",
-            bodies.body(id)
-        );
+        item(out, bodies, queue, partition, id, ts, txn);
     }
     out.extend_from_slice(b"]}");
 }
 
-/// Bytes of one payload (the `payload` value only), for the report.
-pub(crate) fn payload_len(bodies: &Bodies) -> usize {
-    let mut out = Vec::new();
+/// Append a push request body with one item per partition of `partitions`
+/// (message ids `first_id..`): creates every partition in one request.
+pub(crate) fn push_request_spread(
+    out: &mut Vec<u8>,
+    bodies: &Bodies,
+    queue: &str,
+    partitions: &[String],
+    first_id: u64,
+    txn: TxnIds,
+) {
+    let ts = unix_millis();
+    out.extend_from_slice(b"{\"items\":[");
+    for (i, (partition, id)) in partitions.iter().zip(first_id..).enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        item(out, bodies, queue, partition, id, ts, txn);
+    }
+    out.extend_from_slice(b"]}");
+}
+
+/// One item of a push request.
+fn item(
+    out: &mut Vec<u8>,
+    bodies: &Bodies,
+    queue: &str,
+    partition: &str,
+    id: u64,
+    ts: u128,
+    txn: TxnIds,
+) {
+    let mut uuid_text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    let sequential;
+    let transaction_id: Option<&str> = match txn {
+        TxnIds::Fresh => Some(
+            uuid::Uuid::now_v7()
+                .hyphenated()
+                .encode_lower(&mut uuid_text),
+        ),
+        TxnIds::Sequential => {
+            sequential = sequential_txn_id(id);
+            Some(&sequential)
+        }
+        TxnIds::Broker => None,
+    };
+    // Writing to a Vec cannot fail.
     let _ = write!(
         out,
-        "{{\"id\":{},\"ts\":{},\"body\":\"{}\"}}",
-        1_000_000u64,
-        1_700_000_000_000u64,
-        bodies.body(0)
+        "{{\"queue\":\"{queue}\",\"partition\":\"{partition}\","
     );
-    out.len()
+    if let Some(transaction_id) = transaction_id {
+        let _ = write!(out, "\"transactionId\":\"{transaction_id}\",");
+    }
+    let _ = write!(out, "\"payload\":{}}}", Payload { bodies, id, ts });
+}
+
+/// The `payload` value of message `id`: `{"id":..,"ts":..,"body":".."}`.
+pub(crate) struct Payload<'a> {
+    pub(crate) bodies: &'a Bodies,
+    pub(crate) id: u64,
+    /// Unix milliseconds.
+    pub(crate) ts: u128,
+}
+
+impl std::fmt::Display for Payload<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{{\"id\":{},\"ts\":{},\"body\":\"{}\"}}",
+            self.id,
+            self.ts,
+            self.bodies.body(self.id)
+        )
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn unix_millis() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_millis())
+        .unwrap_or_default()
+}
+
+/// Bytes of one payload (the `payload` value only), for the report.
+pub(crate) fn payload_len(bodies: &Bodies) -> usize {
+    Payload {
+        bodies,
+        id: 1_000_000,
+        ts: 1_700_000_000_000,
+    }
+    .to_string()
+    .len()
 }
 
 #[cfg(test)]
@@ -191,7 +289,7 @@ mod tests {
     fn a_request_is_json_with_n_distinct_items() {
         let bodies = Bodies::generate();
         let mut out = Vec::new();
-        push_request(&mut out, &bodies, "q", "p0", 10, 3);
+        push_request(&mut out, &bodies, "q", "p0", 10, 3, TxnIds::Fresh);
         let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
         let items = value["items"].as_array().unwrap();
         assert_eq!(items.len(), 3);
@@ -199,7 +297,36 @@ mod tests {
         assert_eq!(items[0]["partition"], "p0");
         assert_ne!(items[0]["transactionId"], items[1]["transactionId"]);
         assert_ne!(items[0]["payload"]["body"], items[1]["payload"]["body"]);
+        out.clear();
+        push_request(&mut out, &bodies, "q", "p0", 10, 2, TxnIds::Broker);
+        let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert!(value["items"][1].get("transactionId").is_none());
+        assert_eq!(value["items"][1]["payload"]["id"], 11);
         let len = payload_len(&bodies);
         assert!((1000..1100).contains(&len), "{len}");
+    }
+
+    #[test]
+    fn sequential_ids_round_trip_and_spread_requests_hit_every_partition() {
+        let bodies = Bodies::generate();
+        let partitions: Vec<String> = (0..3).map(|p| format!("p{p}")).collect();
+        let mut out = Vec::new();
+        push_request_spread(&mut out, &bodies, "q", &partitions, 7, TxnIds::Sequential);
+        let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let items = value["items"].as_array().unwrap();
+        assert_eq!(items.len(), 3);
+        for (i, item) in items.iter().enumerate() {
+            assert_eq!(item["partition"], format!("p{i}"));
+            let txn = item["transactionId"].as_str().unwrap();
+            assert_eq!(txn.len(), 36);
+            let id = parse_sequential_txn_id(txn).unwrap();
+            assert_eq!(id, 7 + i as u64);
+            assert_eq!(item["payload"]["id"], id);
+        }
+        assert_eq!(parse_sequential_txn_id("nope"), None);
+        assert_eq!(
+            parse_sequential_txn_id(&sequential_txn_id(0xabc_def0_1234)),
+            Some(0xabc_def0_1234)
+        );
     }
 }

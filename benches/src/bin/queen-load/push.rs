@@ -5,129 +5,183 @@
 //! inherits another's dead tuples, autovacuum debt or caches, and so the
 //! database's commit counter can be read exactly (see `stats.rs`):
 //!
-//! 1. create database `bench_<i>`, start `queen-server` on it, open one
-//!    keep-alive connection per producer;
-//! 2. warm-up: producers push for `--warmup` seconds (this also creates the
-//!    queue and its partitions), then drain: no request in flight;
-//! 3. settle ([`stats::SETTLE`]) so every warm-up commit is counted, then read
+//! 1. create database `push_<n>`, start `queen-server` on it (`--brokers N`:
+//!    N of them, producer `k` talking to broker `k % N`), open one keep-alive
+//!    connection per producer;
+//! 2. create the queue and every partition: requests of one item per partition
+//!    (up to 1,000 items each), so even 10,000 partitions all exist, each with
+//!    one segment, before anything is measured;
+//! 3. warm-up: producers push for `--warmup` seconds, then drain: no request
+//!    in flight;
+//! 4. settle ([`stats::SETTLE`]) so every warm-up commit is counted, then read
 //!    the counters and the CPU clocks;
-//! 4. the window: producers push for `--duration` seconds, then drain; the
+//! 5. the window: producers push for `--duration` seconds, then drain; the
 //!    window's length runs until the last response;
-//! 5. read the exact counters (xids, WAL) and CPU clocks; stop the broker (its
-//!    sessions flush their statistics as they exit) and read `xact_commit`;
-//! 6. count the window's segments (created after the quiet point of step 3)
-//!    and check their messages equal the items acknowledged as `queued`;
-//!    drop the database (kept with `--keep`, for inspection).
+//! 6. read the exact counters (xids, WAL) and CPU clocks; stop the brokers
+//!    (their sessions flush their statistics as they exit) and read
+//!    `xact_commit`;
+//! 7. count the window's segments (created after the quiet point of step 4)
+//!    and check their messages equal the items acknowledged as `queued`, and
+//!    that every message and partition is there; drop the database (kept with
+//!    `--keep`, for inspection).
+//!
+//! The matrix is `matrix.rs`'s (shared with the ceiling), each shape with one
+//! broker, plus two shapes with two brokers on the same database; `--brokers`
+//! replaces that with shapes x the given broker counts.
 //!
 //! Producer `k`'s `j`-th request carries `batch` items for partition
 //! `(k + j * producers) % partitions`, so every partition gets traffic. Every
 //! response must be 201 with every item `queued`; any failure fails the run.
 
 use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hyper::StatusCode;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-use crate::cpu;
-use crate::env::{Broker, CommonArgs, Env};
+use crate::cpu::{self, Usage};
+use crate::env::{self, CommonArgs, Env};
 use crate::error::{Context, Error, Result};
 use crate::http::{Conn, Reply};
-use crate::payload::{self, Bodies};
-use crate::report::{self, CaseResult, Latency, Report};
+use crate::matrix::{Axes, Shape};
+use crate::payload::{self, Bodies, TxnIds};
+use crate::report::{Latency, Report};
 use crate::stats;
 
-/// The full matrix.
-const BATCHES: &[usize] = &[1, 100, 1000];
-const PARTITIONS: &[usize] = &[1, 100];
-const PRODUCERS: &[usize] = &[1, 16];
+/// Shapes pushed through several brokers by default: (shape, brokers).
+const MULTI_BROKER: &[(Shape, usize)] = &[
+    (Shape::new(100, 100, 16), 2),
+    (Shape::new(1000, 100, 16), 2),
+];
 
-/// The `--quick` matrix: (batch, partitions, producers).
-const QUICK: &[(usize, usize, usize)] = &[(1, 1, 1), (100, 100, 16), (1000, 1, 1)];
+/// The same, with `--quick`.
+const QUICK_MULTI_BROKER: &[(Shape, usize)] = &[(Shape::new(1000, 100, 16), 2)];
+
+/// Items per partition-creating request.
+const CREATE_CHUNK: usize = 1000;
 
 /// Measured seconds per case: default, and with `--quick`.
-const DURATION: f64 = 5.0;
-const QUICK_DURATION: f64 = 2.0;
+pub(crate) const DURATION: f64 = 5.0;
+pub(crate) const QUICK_DURATION: f64 = 2.0;
 
 /// Arguments of `queen-load push`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct PushArgs {
     #[command(flatten)]
-    common: CommonArgs,
+    pub(crate) common: CommonArgs,
+    #[command(flatten)]
+    pub(crate) opts: PushOpts,
+}
+
+/// The push scenario's settings.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct PushOpts {
     /// Seconds each case is measured [default: 5, or 2 with --quick].
     #[arg(long, value_name = "SECS")]
-    duration: Option<f64>,
+    pub(crate) duration: Option<f64>,
     /// Seconds of load before each window, not counted.
     #[arg(long, value_name = "SECS", default_value_t = 1.0)]
-    warmup: f64,
-    /// A reduced matrix (3 cases) with 2-second windows, for smoke tests.
+    pub(crate) warmup: f64,
+    /// A reduced matrix with 2-second windows, for smoke tests.
     #[arg(long)]
-    quick: bool,
-    /// Batch sizes (items per request) to run, comma-separated [default: 1,100,1000].
+    pub(crate) quick: bool,
+    #[command(flatten)]
+    pub(crate) axes: Axes,
+    /// Brokers on the same database, producers spread over them,
+    /// comma-separated [default: 1 for every shape, plus 2 for b100 and b1000
+    /// x p100 x c16].
     #[arg(long, value_name = "N,..", value_delimiter = ',')]
-    batches: Vec<usize>,
-    /// Partition counts to run [default: 1,100].
-    #[arg(long, value_name = "N,..", value_delimiter = ',')]
-    partitions: Vec<usize>,
-    /// Concurrent producer counts to run [default: 1,16].
-    #[arg(long, value_name = "N,..", value_delimiter = ',')]
-    producers: Vec<usize>,
+    pub(crate) brokers: Vec<usize>,
+    /// Who makes the transaction ids: `client` (a fresh UUIDv7 per item, as
+    /// the SDKs send; the broker probes for duplicates) or `broker` (none
+    /// sent; the broker generates them and skips the probe).
+    #[arg(long, value_enum, default_value_t = TxnSource::Client)]
+    pub(crate) transaction_ids: TxnSource,
     /// Seconds to wait after the warm-up drains, so PostgreSQL has flushed the
     /// warm-up's commit counts before the window starts (0 makes the commit
     /// figures approximate).
     #[arg(long, value_name = "SECS", default_value_t = stats::SETTLE.as_secs_f64())]
-    settle: f64,
+    pub(crate) settle: f64,
+}
+
+/// `--transaction-ids`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum TxnSource {
+    Client,
+    Broker,
+}
+
+impl TxnSource {
+    fn txn_ids(self) -> TxnIds {
+        match self {
+            TxnSource::Client => TxnIds::Fresh,
+            TxnSource::Broker => TxnIds::Broker,
+        }
+    }
 }
 
 /// One case of the matrix.
 #[derive(Debug, Clone, Copy)]
 struct Case {
-    batch: usize,
-    partitions: usize,
-    producers: usize,
+    shape: Shape,
+    brokers: usize,
 }
 
 impl Case {
     fn name(self) -> String {
-        format!("b{} p{} c{}", self.batch, self.partitions, self.producers)
+        if self.brokers == 1 {
+            self.shape.name()
+        } else {
+            format!("{} n{}", self.shape.name(), self.brokers)
+        }
     }
 }
 
-impl PushArgs {
+impl PushOpts {
+    /// The settings `all` runs with.
+    pub(crate) fn for_all(quick: bool, duration: Option<f64>) -> PushOpts {
+        PushOpts {
+            duration,
+            warmup: 1.0,
+            quick,
+            axes: Axes::default(),
+            brokers: Vec::new(),
+            transaction_ids: TxnSource::Client,
+            settle: stats::SETTLE.as_secs_f64(),
+        }
+    }
+
     fn matrix(&self) -> Vec<Case> {
-        let explicit =
-            !(self.batches.is_empty() && self.partitions.is_empty() && self.producers.is_empty());
-        if self.quick && !explicit {
-            return QUICK
+        let shapes = self.axes.shapes(self.quick);
+        if !self.brokers.is_empty() {
+            return shapes
                 .iter()
-                .map(|&(batch, partitions, producers)| Case {
-                    batch,
-                    partitions,
-                    producers,
+                .flat_map(|&shape| {
+                    self.brokers
+                        .iter()
+                        .map(move |&brokers| Case { shape, brokers })
                 })
                 .collect();
         }
-        let or = |given: &Vec<usize>, default: &[usize]| {
-            if given.is_empty() {
-                default.to_vec()
+        let mut cases: Vec<Case> = shapes
+            .iter()
+            .map(|&shape| Case { shape, brokers: 1 })
+            .collect();
+        if !self.axes.explicit() {
+            let extra = if self.quick {
+                QUICK_MULTI_BROKER
             } else {
-                given.clone()
-            }
-        };
-        let mut cases = Vec::new();
-        for batch in or(&self.batches, BATCHES) {
-            for partitions in or(&self.partitions, PARTITIONS) {
-                for producers in or(&self.producers, PRODUCERS) {
-                    cases.push(Case {
-                        batch,
-                        partitions,
-                        producers,
-                    });
-                }
-            }
+                MULTI_BROKER
+            };
+            cases.extend(
+                extra
+                    .iter()
+                    .map(|&(shape, brokers)| Case { shape, brokers }),
+            );
         }
         cases
     }
@@ -137,16 +191,7 @@ impl PushArgs {
             .unwrap_or(if self.quick { QUICK_DURATION } else { DURATION })
     }
 
-    fn validate(&self) -> Result<()> {
-        let seconds = |name: &str, value: f64| {
-            if value.is_finite() && value >= 0.0 {
-                Ok(())
-            } else {
-                Err(Error::msg(format!(
-                    "--{name} must be a number of seconds >= 0"
-                )))
-            }
-        };
+    pub(crate) fn validate(&self) -> Result<()> {
         seconds("duration", self.duration())?;
         seconds("warmup", self.warmup)?;
         seconds("settle", self.settle)?;
@@ -154,180 +199,161 @@ impl PushArgs {
             return Err(Error::msg("--duration must be more than 0"));
         }
         let matrix = self.matrix();
-        if matrix
-            .iter()
-            .any(|case| case.batch == 0 || case.partitions == 0 || case.producers == 0)
-        {
+        if matrix.iter().any(|case| {
+            case.shape.batch == 0
+                || case.shape.partitions == 0
+                || case.shape.concurrency == 0
+                || case.brokers == 0
+        }) {
             return Err(Error::msg(
-                "batch sizes, partitions and producers must be >= 1",
+                "batch sizes, partitions, producers and brokers must be >= 1",
             ));
-        }
-        if !self.common.broker.is_file() {
-            return Err(Error::msg(format!(
-                "--broker {}: no such file",
-                self.common.broker.display()
-            )));
         }
         Ok(())
     }
+
+    /// The settings, for the report.
+    pub(crate) fn settings(&self, bodies: &Bodies) -> serde_json::Value {
+        serde_json::json!({
+            "duration_seconds": self.duration(),
+            "warmup_seconds": self.warmup,
+            "settle_seconds": self.settle,
+            "quick": self.quick,
+            "cases": self.matrix().iter().map(|case| case.name()).collect::<Vec<_>>(),
+            "payload_bytes": payload::payload_len(bodies),
+            "transaction_ids": match self.transaction_ids {
+                TxnSource::Client => "a fresh UUIDv7 per item, sent by the client (so the \
+                                      broker runs its duplicate probe, as for SDK traffic)",
+                TxnSource::Broker => "none sent: generated by the broker, which skips its \
+                                      duplicate probe",
+            },
+        })
+    }
 }
 
-/// Run the scenario: every case, then the table and the JSON report.
-pub(crate) async fn run(args: PushArgs) -> Result<()> {
-    args.validate()?;
-    let started_at = std::time::SystemTime::now();
-    let mut env = Env::start(&args.common.work_dir).await?;
-    let machine = report::machine(&env, &args.common.broker).await?;
-    let bodies = Arc::new(Bodies::generate());
-    let mut report = Report::new(
-        "push",
-        started_at,
-        machine,
-        serde_json::json!({
-            "duration_seconds": args.duration(),
-            "warmup_seconds": args.warmup,
-            "settle_seconds": args.settle,
-            "quick": args.quick,
-            "payload_bytes": payload::payload_len(&bodies),
-            "broker_env": args.common.broker_env.iter()
-                .map(|(key, value)| format!("{key}={value}"))
-                .collect::<Vec<_>>(),
-            "postgres": "durable cluster (fsync, synchronous_commit and full_page_writes on), \
-                         Unix socket, defaults otherwise",
-        }),
-    );
-    let matrix = args.matrix();
-    let mut failure = None;
+/// `--name` must be a number of seconds >= 0.
+pub(crate) fn seconds(name: &str, value: f64) -> Result<()> {
+    if value.is_finite() && value >= 0.0 {
+        Ok(())
+    } else {
+        Err(Error::msg(format!(
+            "--{name} must be a number of seconds >= 0"
+        )))
+    }
+}
+
+/// Run every case, adding each result to `report` as it finishes; stop at
+/// the first failing case.
+pub(crate) async fn run(
+    env: &Env,
+    common: &CommonArgs,
+    opts: &PushOpts,
+    bodies: &Arc<Bodies>,
+    report: &mut Report,
+) -> Result<()> {
+    let matrix = opts.matrix();
     for (index, &case) in matrix.iter().enumerate() {
         eprintln!(
-            "queen-load: case {}/{} {}",
+            "queen-load: push case {}/{} {}",
             index + 1,
             matrix.len(),
             case.name()
         );
-        match run_case(&env, &args, &bodies, index, case).await {
-            Ok(result) => {
-                eprintln!("queen-load:   {}", report::summary_line(&result));
-                report.cases.push(result);
-            }
-            Err(error) => {
-                failure = Some(error.wrap(format!("case {}", case.name())));
-                break;
-            }
-        }
+        let result = cpu::least_disturbed(common.max_other_cpu, common.retries, || {
+            run_case(env, common, opts, bodies, case)
+        })
+        .await
+        .map_err(|error| error.wrap(format!("push case {}", case.name())))?;
+        eprintln!("queen-load:   {}", summary_line(&result));
+        report.push.push(result);
     }
-    if failure.is_some() || args.common.keep {
-        env.keep_dir();
-    }
-    drop(env);
-    if !report.cases.is_empty() {
-        println!("{}", report.table());
-        let json = report.json()?;
-        if let Some(path) = &args.common.json {
-            std::fs::write(path, format!("{json}\n"))
-                .with_context(|| format!("write {}", path.display()))?;
-            eprintln!("queen-load: JSON report written to {}", path.display());
-        }
-        println!("{json}");
-    }
-    match failure {
-        Some(error) => Err(error),
-        None => Ok(()),
-    }
+    Ok(())
 }
 
-/// One case on its own database and broker.
+/// One case on its own database and brokers.
 async fn run_case(
     env: &Env,
-    args: &PushArgs,
+    common: &CommonArgs,
+    opts: &PushOpts,
     bodies: &Arc<Bodies>,
-    index: usize,
     case: Case,
-) -> Result<CaseResult> {
-    let dbname = format!("bench_{index}");
-    queen_sql::connect::create_database_if_missing(&env.admin, &dbname)
-        .await
-        .with_context(|| format!("create database {dbname}"))?;
-    let log = env.dir().join(format!("broker-{index}.log"));
-    let mut broker = Broker::start(
-        &args.common.broker,
-        &env.database_url(&dbname),
-        log,
-        &args.common.broker_env,
-    )
-    .await?;
+) -> Result<PushResult> {
+    let shape = case.shape;
+    let dbname = env.create_database("push").await?;
+    let mut brokers = env.start_brokers(common, &dbname, case.brokers).await?;
     let postmaster = env.postmaster_pid()?;
+    let pids = env::pids(&brokers);
 
     let shared = Arc::new(Shared {
         queue: format!(
-            "bench.push.b{}-p{}-c{}",
-            case.batch, case.partitions, case.producers
+            "bench.push.b{}-p{}-c{}-n{}",
+            shape.batch, shape.partitions, shape.concurrency, case.brokers
         ),
-        partitions: (0..case.partitions).map(|p| format!("p{p}")).collect(),
-        case,
+        partitions: (0..shape.partitions).map(|p| format!("p{p}")).collect(),
+        shape,
         bodies: Arc::clone(bodies),
         next_id: AtomicU64::new(0),
+        txn: opts.transaction_ids.txn_ids(),
     });
-    let mut producers = Vec::with_capacity(case.producers);
-    for k in 0..case.producers {
+    let mut producers = Vec::with_capacity(shape.concurrency);
+    for k in 0..shape.concurrency {
         producers.push(Producer {
             k,
-            conn: Conn::connect(broker.addr()).await?,
+            conn: Conn::connect(brokers[k % brokers.len()].addr()).await?,
             sent: 0,
         });
     }
 
+    // The queue and every partition.
+    let created = create_partitions(&mut producers[0].conn, &shared).await?;
+
     // Warm-up, drained.
-    let warmup_deadline = Instant::now() + Duration::from_secs_f64(args.warmup);
+    let warmup_deadline = Instant::now() + Duration::from_secs_f64(opts.warmup);
     let (producers, warm) = phase(producers, &shared, warmup_deadline).await?;
     warm.check("warm-up")?;
-    broker.check_alive()?;
+    env::check_alive(&mut brokers)?;
 
     // Quiet point A: every warm-up commit counted.
-    tokio::time::sleep(Duration::from_secs_f64(args.settle)).await;
+    tokio::time::sleep(Duration::from_secs_f64(opts.settle)).await;
     let commits_before = stats::db_counters(&env.admin, &dbname).await?;
     let point_before = stats::cluster_point(&env.admin).await?;
-    let cpu_before = cpu::sample(broker.pid(), postmaster);
+    let cpu_before = cpu::sample(&pids, postmaster);
 
     // The window, drained.
     let started = Instant::now();
-    let deadline = started + Duration::from_secs_f64(args.duration());
+    let deadline = started + Duration::from_secs_f64(opts.duration());
     let (producers, window) = phase(producers, &shared, deadline).await?;
     let seconds = started.elapsed().as_secs_f64();
-    let cpu_after = cpu::sample(broker.pid(), postmaster);
+    let cpu_after = cpu::sample(&pids, postmaster);
     let point_after = stats::cluster_point(&env.admin).await?;
     window.check("window")?;
-    broker.check_alive()?;
+    env::check_alive(&mut brokers)?;
 
-    // Quiet point B: the broker's sessions flush their counts as they exit.
+    // Quiet point B: the brokers' sessions flush their counts as they exit.
     drop(producers);
-    broker.stop().await?;
+    env::stop_all(brokers).await?;
     stats::wait_sessions_gone(&env.admin, &dbname, Duration::from_secs(30)).await?;
     let commits_after = stats::db_counters(&env.admin, &dbname).await?;
 
     let (segments, all_segments, partitions) =
         stats::segments(&env.connect_config(&dbname), point_before.now).await?;
     let window_messages = i64::try_from(window.messages).context("message count")?;
-    let total_messages = i64::try_from(warm.messages + window.messages).context("message count")?;
+    let total_messages =
+        i64::try_from(created + warm.messages + window.messages).context("message count")?;
     if segments.messages != window_messages || all_segments.messages != total_messages {
         return Err(Error::msg(format!(
             "the database holds {} messages from the window ({} in all), but {} were \
-             acknowledged as queued ({} with the warm-up)",
+             acknowledged as queued ({} with the warm-up and partition creation)",
             segments.messages, all_segments.messages, window_messages, total_messages
         )));
     }
-    if partitions != i64::try_from(case.partitions).context("partition count")? {
+    if partitions != i64::try_from(shape.partitions).context("partition count")? {
         return Err(Error::msg(format!(
             "the database holds {partitions} partitions, expected {}",
-            case.partitions
+            shape.partitions
         )));
     }
-    if !args.common.keep {
-        env.admin
-            .batch_execute(&format!("DROP DATABASE {dbname} WITH (FORCE)"))
-            .await
-            .with_context(|| format!("drop database {dbname}"))?;
-    }
+    env.drop_database(&dbname, common.keep).await?;
 
     let messages = to_f64(window.messages);
     let per_message = |value: f64| {
@@ -340,11 +366,13 @@ async fn run_case(
     let commits = commits_after.xact_commit - commits_before.xact_commit;
     let write_xids = point_after.next_xid - point_before.next_xid;
     let wal_bytes = point_after.wal_lsn - point_before.wal_lsn;
-    Ok(CaseResult {
+    Ok(PushResult {
         name: case.name(),
-        batch: case.batch,
-        partitions: case.partitions,
-        producers: case.producers,
+        shape,
+        batch: shape.batch,
+        partitions: shape.partitions,
+        producers: shape.concurrency,
+        brokers: case.brokers,
         seconds,
         requests: window.requests,
         messages: window.messages,
@@ -366,18 +394,156 @@ async fn run_case(
         stored_bytes_per_message: per_message(to_f64_i(segments.blob_bytes)),
         wal_bytes_per_message: per_message(to_f64_i(wal_bytes)),
         cpu_cores: cpu::usage(&cpu_before, &cpu_after),
+        attempts: 1,
         messages_per_second_timeline: window.timeline,
     })
+}
+
+/// Create the queue and every partition with one message each, in requests of
+/// up to [`CREATE_CHUNK`] items (one per partition). Returns the messages pushed.
+async fn create_partitions(conn: &mut Conn, shared: &Shared) -> Result<u64> {
+    let mut created = 0;
+    for chunk in shared.partitions.chunks(CREATE_CHUNK) {
+        let n = u64::try_from(chunk.len()).context("chunk size")?;
+        let first_id = shared.next_id.fetch_add(n, Ordering::Relaxed);
+        let mut body = Vec::with_capacity(chunk.len() * 1200 + 64);
+        payload::push_request_spread(
+            &mut body,
+            &shared.bodies,
+            &shared.queue,
+            chunk,
+            first_id,
+            shared.txn,
+        );
+        let reply = conn.post_json("/api/v1/push", Bytes::from(body)).await?;
+        check_reply(&reply, chunk.len()).map_err(|error| error.wrap("create the partitions"))?;
+        created += n;
+    }
+    Ok(created)
+}
+
+/// The figures of one push case.
+#[derive(Debug, Serialize)]
+pub(crate) struct PushResult {
+    pub(crate) name: String,
+    #[serde(skip)]
+    pub(crate) shape: Shape,
+    pub(crate) batch: usize,
+    pub(crate) partitions: usize,
+    pub(crate) producers: usize,
+    /// Brokers on the database; producer `k` talks to broker `k % brokers`.
+    pub(crate) brokers: usize,
+    /// Measured seconds: from the window's start to its last response.
+    pub(crate) seconds: f64,
+    pub(crate) requests: u64,
+    /// Messages committed (every item answered `queued`) in the window.
+    pub(crate) messages: u64,
+    pub(crate) warmup_messages: u64,
+    pub(crate) messages_per_second: f64,
+    pub(crate) requests_per_second: f64,
+    pub(crate) latency_ms: Latency,
+    /// `pg_stat_database.xact_commit` of the case's database over the window
+    /// (every committed transaction, read-only ones included).
+    pub(crate) commits: i64,
+    pub(crate) commits_per_message: f64,
+    pub(crate) rollbacks: i64,
+    /// Transaction ids assigned cluster-wide over the window: transactions that wrote.
+    pub(crate) write_xids: i64,
+    pub(crate) write_xids_per_message: f64,
+    /// `queen.log_segments` rows written in the window.
+    pub(crate) segments: i64,
+    pub(crate) messages_per_segment: f64,
+    /// Stored (zstd) blob bytes per message.
+    pub(crate) stored_bytes_per_message: f64,
+    /// WAL bytes per message, cluster-wide.
+    pub(crate) wal_bytes_per_message: f64,
+    /// CPU cores used during the window, per process group.
+    pub(crate) cpu_cores: Usage,
+    /// Runs of the case (more than 1: earlier ones were disturbed by other
+    /// work on the machine; this is the least disturbed).
+    pub(crate) attempts: u32,
+    /// Messages committed in each second of the window (by response time),
+    /// to show whether throughput holds or decays within a case.
+    pub(crate) messages_per_second_timeline: Vec<u64>,
+}
+
+impl cpu::Measured for PushResult {
+    fn other_cpu(&self) -> f64 {
+        self.cpu_cores.other
+    }
+
+    fn set_attempts(&mut self, attempts: u32) {
+        self.attempts = attempts;
+    }
+}
+
+/// The push table.
+pub(crate) fn table(cases: &[PushResult]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<20} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7} {:>7} {:>8} {:>7} {:>7} {:>21}",
+        "case",
+        "msg/s",
+        "req/s",
+        "p50 ms",
+        "p99 ms",
+        "commits",
+        "commit/msg",
+        "xid/msg",
+        "segs",
+        "msg/seg",
+        "B/msg",
+        "WAL/msg",
+        "cpu brk/pg/load/other"
+    );
+    for case in cases {
+        let _ = writeln!(
+            out,
+            "{:<20} {:>9.0} {:>8.0} {:>8.2} {:>8.2} {:>8} {:>10.4} {:>7.4} {:>7} {:>8.1} {:>7.0} {:>7.0} {:>21}",
+            case.name,
+            case.messages_per_second,
+            case.requests_per_second,
+            case.latency_ms.p50,
+            case.latency_ms.p99,
+            case.commits,
+            case.commits_per_message,
+            case.write_xids_per_message,
+            case.segments,
+            case.messages_per_segment,
+            case.stored_bytes_per_message,
+            case.wal_bytes_per_message,
+            crate::cpu::columns(&case.cpu_cores),
+        );
+    }
+    out
+}
+
+/// One line for the progress log.
+fn summary_line(case: &PushResult) -> String {
+    format!(
+        "{:.0} msg/s, {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms, {:.4} commits/msg, {:.1} msg/segment, \
+         cpu {}, per second {:?}",
+        case.messages_per_second,
+        case.requests_per_second,
+        case.latency_ms.p50,
+        case.latency_ms.p99,
+        case.commits_per_message,
+        case.messages_per_segment,
+        crate::cpu::columns(&case.cpu_cores),
+        case.messages_per_second_timeline
+    )
 }
 
 /// What every producer task of a case shares.
 struct Shared {
     queue: String,
     partitions: Vec<String>,
-    case: Case,
+    shape: Shape,
     bodies: Arc<Bodies>,
     /// The next payload `id`.
     next_id: AtomicU64,
+    txn: TxnIds,
 }
 
 /// One producer: its connection and how many requests it has sent so far.
@@ -459,12 +625,12 @@ async fn produce(
     started: Instant,
     deadline: Instant,
 ) -> (Producer, PhaseStats) {
-    let case = shared.case;
+    let shape = shared.shape;
     let mut stats = PhaseStats::default();
-    let batch = u64::try_from(case.batch).unwrap_or(u64::MAX);
-    let capacity = case.batch * 1200 + 64;
+    let batch = u64::try_from(shape.batch).unwrap_or(u64::MAX);
+    let capacity = shape.batch * 1200 + 64;
     while Instant::now() < deadline {
-        let partition = (producer.k + producer.sent * case.producers) % case.partitions;
+        let partition = (producer.k + producer.sent * shape.concurrency) % shape.partitions;
         let first_id = shared.next_id.fetch_add(batch, Ordering::Relaxed);
         let mut body = Vec::with_capacity(capacity);
         payload::push_request(
@@ -473,14 +639,15 @@ async fn produce(
             &shared.queue,
             &shared.partitions[partition],
             first_id,
-            case.batch,
+            shape.batch,
+            shared.txn,
         );
         let sent_at = Instant::now();
         let outcome = producer
             .conn
             .post_json("/api/v1/push", Bytes::from(body))
             .await
-            .and_then(|reply| check_reply(&reply, case.batch));
+            .and_then(|reply| check_reply(&reply, shape.batch));
         producer.sent += 1;
         match outcome {
             Ok(()) => {
@@ -518,7 +685,7 @@ struct ItemResult<'a> {
 }
 
 /// 201, one result per item, every one `queued`.
-fn check_reply(reply: &Reply, batch: usize) -> Result<()> {
+pub(crate) fn check_reply(reply: &Reply, batch: usize) -> Result<()> {
     let snippet = || {
         let text = String::from_utf8_lossy(&reply.body);
         text.chars().take(300).collect::<String>()
@@ -551,10 +718,10 @@ fn check_reply(reply: &Reply, batch: usize) -> Result<()> {
     Ok(())
 }
 
-fn to_f64(value: u64) -> f64 {
+pub(crate) fn to_f64(value: u64) -> f64 {
     value as f64
 }
 
-fn to_f64_i(value: i64) -> f64 {
+pub(crate) fn to_f64_i(value: i64) -> f64 {
     value as f64
 }

@@ -1,4 +1,6 @@
-//! Results: one record per case, the machine they ran on, a human table and a
+//! Results: the machine a run measured, one section per scenario (each
+//! scenario module defines its record and its table), the derived sections
+//! (push as a ratio to the ceiling, issue 6's targets), as human tables and one
 //! JSON document.
 
 use std::fmt::Write as _;
@@ -8,9 +10,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use crate::cpu::Usage;
+use crate::ceiling::CeilingResult;
 use crate::env::Env;
 use crate::error::{Context, Result};
+use crate::latency::LatencyResult;
+use crate::pop::PopResult;
+use crate::push::PushResult;
 use crate::stats;
 
 /// The machine and build a run measured.
@@ -25,6 +30,10 @@ pub(crate) struct Machine {
     /// True when the working tree had uncommitted changes to tracked files.
     pub(crate) git_dirty: bool,
     pub(crate) broker_binary: String,
+    /// When the broker binary was built (its modification time, Unix
+    /// seconds): `git_commit` is the checkout at run time, which matches the
+    /// binary only when it was built from it (as `cargo xtask bench` does).
+    pub(crate) broker_binary_modified_unix: u64,
 }
 
 /// Request latency percentiles, in milliseconds.
@@ -62,53 +71,82 @@ impl Latency {
     }
 }
 
-/// The figures of one case.
-#[derive(Debug, Serialize)]
-pub(crate) struct CaseResult {
-    pub(crate) name: String,
-    pub(crate) batch: usize,
-    pub(crate) partitions: usize,
-    pub(crate) producers: usize,
-    /// Measured seconds: from the window's start to its last response.
-    pub(crate) seconds: f64,
-    pub(crate) requests: u64,
-    /// Messages committed (every item answered `queued`) in the window.
-    pub(crate) messages: u64,
-    pub(crate) warmup_messages: u64,
-    pub(crate) messages_per_second: f64,
-    pub(crate) requests_per_second: f64,
-    pub(crate) latency_ms: Latency,
-    /// `pg_stat_database.xact_commit` of the case's database over the window
-    /// (every committed transaction, read-only ones included).
-    pub(crate) commits: i64,
-    pub(crate) commits_per_message: f64,
-    pub(crate) rollbacks: i64,
-    /// Transaction ids assigned cluster-wide over the window: transactions that wrote.
-    pub(crate) write_xids: i64,
-    pub(crate) write_xids_per_message: f64,
-    /// `queen.log_segments` rows written in the window.
-    pub(crate) segments: i64,
-    pub(crate) messages_per_segment: f64,
-    /// Stored (zstd) blob bytes per message.
-    pub(crate) stored_bytes_per_message: f64,
-    /// WAL bytes per message, cluster-wide.
-    pub(crate) wal_bytes_per_message: f64,
-    /// CPU cores used during the window, per process group.
-    pub(crate) cpu_cores: Usage,
-    /// Messages committed in each second of the window (by response time),
-    /// to show whether throughput holds or decays within a case.
-    pub(crate) messages_per_second_timeline: Vec<u64>,
-}
-
-/// A whole run.
+/// A whole run: the figures of every scenario that ran, in one document.
 #[derive(Debug, Serialize)]
 pub(crate) struct Report {
     pub(crate) tool: &'static str,
+    /// `push`, `pop`, `latency`, `ceiling` or `all`.
     pub(crate) scenario: &'static str,
     pub(crate) started_at_unix: u64,
     pub(crate) machine: Machine,
-    pub(crate) settings: serde_json::Value,
-    pub(crate) cases: Vec<CaseResult>,
+    /// Each scenario's settings, by scenario name.
+    pub(crate) settings: serde_json::Map<String, serde_json::Value>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) push: Vec<PushResult>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) ceiling: Vec<CeilingResult>,
+    /// Every push case next to the ceiling case of the same shape.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) push_vs_ceiling: Vec<Ratio>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) pop: Vec<PopResult>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) latency: Vec<LatencyResult>,
+    /// Issue 6's targets, for those whose figures this run measured.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) targets: Vec<Target>,
+    /// Cases not run, and why (e.g. the ack route is not there yet).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) skipped: Vec<Skipped>,
+    /// Cases whose window still had more than `max_other_cpu` cores of other
+    /// work on the machine after every attempt: read their figures with care.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) disturbed: Vec<String>,
+    /// The limit of other work (cores) above which a case is disturbed.
+    pub(crate) max_other_cpu: f64,
+    /// Scenarios that failed, with the error; their finished cases are kept.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) failures: Vec<String>,
+}
+
+/// A push case as a fraction of what PostgreSQL alone absorbs.
+#[derive(Debug, Serialize)]
+pub(crate) struct Ratio {
+    pub(crate) push_case: String,
+    pub(crate) ceiling_case: String,
+    pub(crate) brokers: usize,
+    pub(crate) push_messages_per_second: f64,
+    pub(crate) ceiling_messages_per_second: f64,
+    /// push / ceiling messages per second.
+    pub(crate) ratio: f64,
+    /// The `+build` ceiling of the same shape (writers build each segment
+    /// before its flush), when it ran.
+    pub(crate) ceiling_with_build_messages_per_second: Option<f64>,
+    /// push / `+build` ceiling.
+    pub(crate) ratio_with_build: Option<f64>,
+    pub(crate) push_commits_per_message: f64,
+    pub(crate) ceiling_commits_per_message: f64,
+    pub(crate) push_cpu_machine: f64,
+    pub(crate) ceiling_cpu_machine: f64,
+}
+
+/// One of issue 6's targets.
+#[derive(Debug, Serialize)]
+pub(crate) struct Target {
+    pub(crate) target: String,
+    /// How it was computed, from which cases.
+    pub(crate) measured_as: String,
+    pub(crate) value: f64,
+    pub(crate) goal: String,
+    pub(crate) met: bool,
+}
+
+/// A case that did not run.
+#[derive(Debug, Serialize)]
+pub(crate) struct Skipped {
+    pub(crate) scenario: &'static str,
+    pub(crate) case: String,
+    pub(crate) reason: String,
 }
 
 impl Report {
@@ -116,7 +154,7 @@ impl Report {
         scenario: &'static str,
         started_at: SystemTime,
         machine: Machine,
-        settings: serde_json::Value,
+        max_other_cpu: f64,
     ) -> Report {
         Report {
             tool: "queen-load",
@@ -126,9 +164,84 @@ impl Report {
                 .map(|elapsed| elapsed.as_secs())
                 .unwrap_or_default(),
             machine,
-            settings,
-            cases: Vec::new(),
+            settings: serde_json::Map::new(),
+            push: Vec::new(),
+            ceiling: Vec::new(),
+            push_vs_ceiling: Vec::new(),
+            pop: Vec::new(),
+            latency: Vec::new(),
+            targets: Vec::new(),
+            skipped: Vec::new(),
+            disturbed: Vec::new(),
+            max_other_cpu,
+            failures: Vec::new(),
         }
+    }
+
+    /// True when no case finished.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.push.is_empty()
+            && self.ceiling.is_empty()
+            && self.pop.is_empty()
+            && self.latency.is_empty()
+            && self.skipped.is_empty()
+    }
+
+    /// Fill in the derived sections: push against the ceiling, and the targets.
+    pub(crate) fn derive(&mut self) {
+        self.push_vs_ceiling = self
+            .push
+            .iter()
+            .filter_map(|push| {
+                let ceiling = self
+                    .ceiling
+                    .iter()
+                    .find(|c| c.shape == push.shape && c.build == "pool")?;
+                let with_build = self
+                    .ceiling
+                    .iter()
+                    .find(|c| c.shape == push.shape && c.build == "inline")
+                    .map(|c| c.messages_per_second);
+                Some(Ratio {
+                    push_case: push.name.clone(),
+                    ceiling_case: ceiling.name.clone(),
+                    brokers: push.brokers,
+                    push_messages_per_second: push.messages_per_second,
+                    ceiling_messages_per_second: ceiling.messages_per_second,
+                    ratio: ratio(push.messages_per_second, ceiling.messages_per_second),
+                    ceiling_with_build_messages_per_second: with_build,
+                    ratio_with_build: with_build
+                        .map(|build| ratio(push.messages_per_second, build)),
+                    push_commits_per_message: push.commits_per_message,
+                    ceiling_commits_per_message: ceiling.commits_per_message,
+                    push_cpu_machine: push.cpu_cores.machine,
+                    ceiling_cpu_machine: ceiling.cpu_cores.machine,
+                })
+            })
+            .collect();
+        self.targets = targets(self);
+        let limit = self.max_other_cpu;
+        let mut disturbed = Vec::new();
+        let mut note = |scenario: &str, name: &str, other: f64, attempts: u32| {
+            if other > limit {
+                disturbed.push(format!(
+                    "{scenario} {name}: {other:.2} cores of other work (after {attempts} attempts)"
+                ));
+            }
+        };
+        for c in &self.push {
+            note("push", &c.name, c.cpu_cores.other, c.attempts);
+        }
+        for c in &self.ceiling {
+            note("ceiling", &c.name, c.cpu_cores.other, c.attempts);
+        }
+        for c in &self.pop {
+            note("pop", &c.name, c.cpu_cores.other, c.attempts);
+        }
+        for c in &self.latency {
+            note("latency", &c.name, c.cpu_cores.other, c.attempts);
+        }
+        self.disturbed = disturbed;
     }
 
     /// The JSON document, pretty-printed.
@@ -136,7 +249,7 @@ impl Report {
         serde_json::to_string_pretty(self).context("serialise the report")
     }
 
-    /// The human table.
+    /// The human tables, one per section that has rows.
     pub(crate) fn table(&self) -> String {
         let m = &self.machine;
         let mut out = String::new();
@@ -151,65 +264,200 @@ impl Report {
             short(&m.git_commit),
             if m.git_dirty { " (dirty)" } else { "" }
         );
-        let _ = writeln!(
-            out,
-            "{:<16} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7} {:>7} {:>8} {:>7} {:>7} {:>21}",
-            "case",
-            "msg/s",
-            "req/s",
-            "p50 ms",
-            "p99 ms",
-            "commits",
-            "commit/msg",
-            "xid/msg",
-            "segs",
-            "msg/seg",
-            "B/msg",
-            "WAL/msg",
-            "cpu brk/pg/load/other"
-        );
-        for case in &self.cases {
+        let cpu_note = "cpu = cores used in the window: broker/postgres/load generator/other";
+        if !self.push.is_empty() {
+            let _ = writeln!(out, "\npush ({cpu_note})");
+            out.push_str(&crate::push::table(&self.push));
+        }
+        if !self.ceiling.is_empty() {
             let _ = writeln!(
                 out,
-                "{:<16} {:>9.0} {:>8.0} {:>8.2} {:>8.2} {:>8} {:>10.4} {:>7.4} {:>7} {:>8.1} {:>7.0} {:>7.0} {:>21}",
-                case.name,
-                case.messages_per_second,
-                case.requests_per_second,
-                case.latency_ms.p50,
-                case.latency_ms.p99,
-                case.commits,
-                case.commits_per_message,
-                case.write_xids_per_message,
-                case.segments,
-                case.messages_per_segment,
-                case.stored_bytes_per_message,
-                case.wal_bytes_per_message,
-                format!(
-                    "{:.2}/{:.2}/{:.2}/{:.2}",
-                    case.cpu_cores.broker,
-                    case.cpu_cores.postgres,
-                    case.cpu_cores.loadgen,
-                    case.cpu_cores.other
-                ),
+                "\nceiling: PostgreSQL alone, one statement per flush, no broker ({cpu_note})"
             );
+            out.push_str(&crate::ceiling::table(&self.ceiling));
+        }
+        if !self.push_vs_ceiling.is_empty() {
+            let _ = writeln!(
+                out,
+                "\npush / ceiling (same batch, partitions, concurrency; +build: the ceiling \
+                 whose writers build every segment before its flush)"
+            );
+            let _ = writeln!(
+                out,
+                "{:<20} {:>10} {:>10} {:>7} {:>10} {:>7} {:>11} {:>11} {:>9} {:>9}",
+                "push case",
+                "push/s",
+                "ceiling/s",
+                "ratio",
+                "+build/s",
+                "ratio",
+                "push c/msg",
+                "ceil c/msg",
+                "push cpu",
+                "ceil cpu"
+            );
+            for r in &self.push_vs_ceiling {
+                let (build, build_ratio) =
+                    match (r.ceiling_with_build_messages_per_second, r.ratio_with_build) {
+                        (Some(build), Some(value)) => {
+                            (format!("{build:.0}"), format!("{:.0}%", value * 100.0))
+                        }
+                        _ => ("-".to_owned(), "-".to_owned()),
+                    };
+                let _ = writeln!(
+                    out,
+                    "{:<20} {:>10.0} {:>10.0} {:>6.0}% {:>10} {:>7} {:>11.4} {:>11.4} {:>9.2} {:>9.2}",
+                    r.push_case,
+                    r.push_messages_per_second,
+                    r.ceiling_messages_per_second,
+                    r.ratio * 100.0,
+                    build,
+                    build_ratio,
+                    r.push_commits_per_message,
+                    r.ceiling_commits_per_message,
+                    r.push_cpu_machine,
+                    r.ceiling_cpu_machine,
+                );
+            }
+        }
+        if !self.pop.is_empty() {
+            let _ = writeln!(out, "\npop ({cpu_note})");
+            out.push_str(&crate::pop::table(&self.pop));
+        }
+        if !self.latency.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nlatency: push send to pop receive, one message at a time ({cpu_note})"
+            );
+            out.push_str(&crate::latency::table(&self.latency));
+        }
+        if !self.targets.is_empty() {
+            let _ = writeln!(out, "\nissue 6 targets");
+            for t in &self.targets {
+                let _ = writeln!(
+                    out,
+                    "  [{}] {}: {} (goal {}) from {}",
+                    if t.met { "met" } else { "MISSED" },
+                    t.target,
+                    format_value(t.value, &t.goal),
+                    t.goal,
+                    t.measured_as
+                );
+            }
+        }
+        if !self.skipped.is_empty() {
+            let _ = writeln!(out, "\nskipped");
+            for s in &self.skipped {
+                let _ = writeln!(out, "  {} {}: {}", s.scenario, s.case, s.reason);
+            }
+        }
+        if !self.disturbed.is_empty() {
+            let _ = writeln!(
+                out,
+                "\ndisturbed (other work above {:.2} cores in the window)",
+                self.max_other_cpu
+            );
+            for d in &self.disturbed {
+                let _ = writeln!(out, "  {d}");
+            }
+        }
+        if !self.failures.is_empty() {
+            let _ = writeln!(out, "\nFAILED");
+            for failure in &self.failures {
+                let _ = writeln!(out, "  {failure}");
+            }
         }
         out
     }
 }
 
-/// One line for the progress log.
-pub(crate) fn summary_line(case: &CaseResult) -> String {
-    format!(
-        "{:.0} msg/s, {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms, {:.4} commits/msg, {:.1} msg/segment, \
-         per second {:?}",
-        case.messages_per_second,
-        case.requests_per_second,
-        case.latency_ms.p50,
-        case.latency_ms.p99,
-        case.commits_per_message,
-        case.messages_per_segment,
-        case.messages_per_second_timeline
-    )
+/// `a / b`, 0 when `b` is 0.
+pub(crate) fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        0.0
+    }
+}
+
+fn format_value(value: f64, goal: &str) -> String {
+    if goal.ends_with("ms") {
+        format!("{value:.2} ms")
+    } else {
+        format!("{:.0}%", value * 100.0)
+    }
+}
+
+/// Issue 6's targets, each from the cases this run has.
+fn targets(report: &Report) -> Vec<Target> {
+    let mut targets = Vec::new();
+    // Push with batch 1000 across 100 partitions at >= 60% of the ceiling.
+    for r in report
+        .push_vs_ceiling
+        .iter()
+        .filter(|r| r.brokers == 1 && r.push_case.starts_with("b1000 p100 "))
+    {
+        targets.push(Target {
+            target: "push batch 1000 x 100 partitions / ceiling".to_owned(),
+            measured_as: format!("push {} / ceiling {}", r.push_case, r.ceiling_case),
+            value: r.ratio,
+            goal: ">= 60%".to_owned(),
+            met: r.ratio >= 0.60,
+        });
+    }
+    // Consume with acks at >= 50% of the push rate (batch 1000, 100
+    // partitions, 16 producers: the push figure the first target is about).
+    let push_reference = report
+        .push
+        .iter()
+        .filter(|p| p.brokers == 1 && p.shape.batch == 1000 && p.shape.partitions == 100)
+        .max_by(|a, b| a.messages_per_second.total_cmp(&b.messages_per_second));
+    if let Some(push) = push_reference {
+        for pop in report.pop.iter().filter(|p| p.mode == "ack") {
+            let value = ratio(pop.messages_per_second, push.messages_per_second);
+            targets.push(Target {
+                target: "consume with acks / push".to_owned(),
+                measured_as: format!("pop {} / push {}", pop.name, push.name),
+                value,
+                goal: ">= 50%".to_owned(),
+                met: value >= 0.50,
+            });
+        }
+    }
+    // Single-message push-to-pop latency p99 under 20 ms at 500 msg/s.
+    for l in report.latency.iter().filter(|l| l.rate == 500) {
+        targets.push(Target {
+            target: "push-to-pop latency p99 at 500 msg/s".to_owned(),
+            measured_as: format!("latency {}", l.name),
+            value: l.latency_ms.p99,
+            goal: "< 20 ms".to_owned(),
+            met: l.latency_ms.p99 < 20.0 && l.missing == 0,
+        });
+    }
+    // Throughput at 10,000 partitions within 20% of 100.
+    for wide in report
+        .push
+        .iter()
+        .filter(|p| p.shape.partitions == 10_000 && p.brokers == 1)
+    {
+        let narrow = report.push.iter().find(|p| {
+            p.brokers == 1
+                && p.shape.partitions == 100
+                && p.shape.batch == wide.shape.batch
+                && p.shape.concurrency == wide.shape.concurrency
+        });
+        if let Some(narrow) = narrow {
+            let value = ratio(wide.messages_per_second, narrow.messages_per_second);
+            targets.push(Target {
+                target: "push at 10,000 partitions / at 100".to_owned(),
+                measured_as: format!("push {} / push {}", wide.name, narrow.name),
+                value,
+                goal: ">= 80%".to_owned(),
+                met: value >= 0.80,
+            });
+        }
+    }
+    targets
 }
 
 fn short(commit: &str) -> &str {
@@ -259,5 +507,10 @@ pub(crate) async fn machine(env: &Env, broker: &Path) -> Result<Machine> {
         git_commit,
         git_dirty,
         broker_binary: broker.display().to_string(),
+        broker_binary_modified_unix: std::fs::metadata(broker)
+            .and_then(|meta| meta.modified())
+            .ok()
+            .and_then(|at| at.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |elapsed| elapsed.as_secs()),
     })
 }
