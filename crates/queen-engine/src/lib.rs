@@ -7,6 +7,10 @@
 //!
 //! **Invariant:** nothing here knows about hyper, HTTP status codes or wire JSON.
 
+// A panic on input is a bug: no unwrap or expect outside tests (clippy.toml
+// allows them in tests).
+#![warn(clippy::unwrap_used, clippy::expect_used)]
+
 mod ack;
 mod configure;
 pub mod crypto;

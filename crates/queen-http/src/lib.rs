@@ -9,6 +9,10 @@
 //! **Invariant:** this crate never sees `tokio_postgres` types; it talks to
 //! `queen_engine::Engine` only.
 
+// A panic on input is a bug: no unwrap or expect outside tests (clippy.toml
+// allows them in tests).
+#![warn(clippy::unwrap_used, clippy::expect_used)]
+
 mod body;
 mod error;
 mod handlers;
