@@ -6,7 +6,9 @@
 //! as a ratio to the ceiling and issue 6's targets), `push`, `pop`, `latency`,
 //! `ceiling` (see `benches/src/bin/queen-load/`). Options are passed to
 //! `queen-load` unchanged; the usual ones are `--duration SECS`, `--quick` and
-//! `--json PATH` (`cargo xtask bench push --help` lists all).
+//! `--json PATH` and `--pg-setting NAME=VALUE` (repeatable: a PostgreSQL
+//! server setting for the bench cluster; `docs/postgresql.md` compares them);
+//! `cargo xtask bench push --help` lists all.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -29,7 +31,10 @@ scenarios:
 
 Builds queen-server and queen-load (release), then runs queen-load against a
 throwaway durable PostgreSQL. Options go to queen-load unchanged; see
-`cargo xtask bench <scenario> --help`.
+`cargo xtask bench <scenario> --help`. `--pg-setting NAME=VALUE` (repeatable)
+starts that PostgreSQL with a server setting, e.g.
+`cargo xtask bench push --pg-setting synchronous_commit=off`
+(docs/postgresql.md has the measured ones).
 ";
 
 /// Build, then run the load generator with `args` (`args[0]` is the scenario,

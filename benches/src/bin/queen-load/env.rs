@@ -61,12 +61,47 @@ pub(crate) struct CommonArgs {
     /// Extra attempts for a disturbed case; the least disturbed one is kept.
     #[arg(long, value_name = "N", default_value_t = 2)]
     pub(crate) retries: u32,
+    /// A PostgreSQL server setting for the bench cluster, passed as `-c` when
+    /// it starts; repeatable, e.g. `--pg-setting synchronous_commit=off
+    /// --pg-setting max_wal_size=4GB`. The report records each one and the
+    /// value the server actually runs with.
+    #[arg(long = "pg-setting", value_name = "NAME=VALUE", value_parser = parse_pg_setting)]
+    pub(crate) pg_settings: Vec<String>,
 }
 
 fn parse_key_value(text: &str) -> Result<(String, String), String> {
     text.split_once('=')
         .map(|(key, value)| (key.to_owned(), value.to_owned()))
         .ok_or_else(|| format!("`{text}` is not KEY=VALUE"))
+}
+
+/// A `--pg-setting`: `name=value`, the name a PostgreSQL parameter name, the
+/// value free of whitespace, quotes and shell characters (`pg_ctl` hands the
+/// options to the server through a shell, and a value needing quotes is not one
+/// this tool is for).
+fn parse_pg_setting(text: &str) -> Result<String, String> {
+    let (name, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("`{text}` is not NAME=VALUE"))?;
+    let name_ok = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '.');
+    if !name_ok {
+        return Err(format!(
+            "`{name}` is not a PostgreSQL parameter name (lower-case letters, digits, `_`, `.`)"
+        ));
+    }
+    let value_ok = !value.is_empty()
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '+' | ':' | '/'));
+    if !value_ok {
+        return Err(format!(
+            "`{value}`: a --pg-setting value is letters, digits and `._-+:/` only"
+        ));
+    }
+    Ok(format!("{name}={value}"))
 }
 
 /// The run directory and the cluster in it. Dropping it stops the cluster and
@@ -84,12 +119,18 @@ pub(crate) struct Env {
 
 impl Env {
     /// Create the run directory under `work_dir`, initialise and start a
-    /// durable cluster in it, and connect to it.
-    pub(crate) async fn start(work_dir: &Path) -> Result<Env> {
+    /// durable cluster in it with the extra server `settings` (`name=value`
+    /// each), and connect to it.
+    pub(crate) async fn start(work_dir: &Path, settings: &[String]) -> Result<Env> {
         let dir = RunDir::create(work_dir)?;
         let data_dir = dir.path.join("pg");
+        let settings = settings.to_vec();
         let cluster = tokio::task::spawn_blocking(move || -> Result<Cluster> {
-            let mut cluster = Cluster::init_or_reuse(ClusterOptions::durable(&data_dir))
+            let options = ClusterOptions {
+                settings,
+                ..ClusterOptions::durable(&data_dir)
+            };
+            let mut cluster = Cluster::init_or_reuse(options)
                 .context("initialise the bench PostgreSQL cluster")?;
             cluster
                 .start()
@@ -399,4 +440,29 @@ pub(crate) async fn stop_all(brokers: Vec<Broker>) -> Result<()> {
 fn free_port() -> Result<u16> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").context("bind a free port")?;
     Ok(listener.local_addr().context("local address")?.port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pg_settings_are_name_equals_value() {
+        assert_eq!(
+            parse_pg_setting("synchronous_commit=off").as_deref(),
+            Ok("synchronous_commit=off")
+        );
+        assert_eq!(
+            parse_pg_setting("max_wal_size=4GB").as_deref(),
+            Ok("max_wal_size=4GB")
+        );
+        assert!(parse_pg_setting("checkpoint_timeout=15min").is_ok());
+        assert!(parse_pg_setting("synchronous_commit").is_err());
+        assert!(parse_pg_setting("=on").is_err());
+        assert!(parse_pg_setting("fsync=").is_err());
+        assert!(parse_pg_setting("Shared_Buffers=1GB").is_err());
+        assert!(parse_pg_setting("work_mem=4MB -c fsync=off").is_err());
+        assert!(parse_pg_setting("search_path='a'").is_err());
+        assert!(parse_pg_setting("work_mem=1$(id)").is_err());
+    }
 }

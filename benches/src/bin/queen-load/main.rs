@@ -194,10 +194,14 @@ async fn execute(scenario: &'static str, common: &CommonArgs, parts: &[Part]) ->
         )));
     }
     let started_at = std::time::SystemTime::now();
-    let mut env = Env::start(&common.work_dir).await?;
+    let mut env = Env::start(&common.work_dir, &common.pg_settings).await?;
     let machine = report::machine(&env, &common.broker).await?;
     let bodies = Arc::new(Bodies::generate());
     let mut report = Report::new(scenario, started_at, machine, common.max_other_cpu);
+    report.settings.insert(
+        "postgresql".to_owned(),
+        stats::server_settings(&env.admin, &common.pg_settings).await?,
+    );
     let mut failed = Vec::new();
     for part in parts {
         report

@@ -393,6 +393,7 @@ async fn run_case(
         },
         stored_bytes_per_message: per_message(to_f64_i(segments.blob_bytes)),
         wal_bytes_per_message: per_message(to_f64_i(wal_bytes)),
+        checkpoints: point_after.checkpoints - point_before.checkpoints,
         cpu_cores: cpu::usage(&cpu_before, &cpu_after),
         attempts: 1,
         messages_per_second_timeline: window.timeline,
@@ -457,6 +458,8 @@ pub(crate) struct PushResult {
     pub(crate) stored_bytes_per_message: f64,
     /// WAL bytes per message, cluster-wide.
     pub(crate) wal_bytes_per_message: f64,
+    /// Checkpoints started during the window, cluster-wide.
+    pub(crate) checkpoints: i64,
     /// CPU cores used during the window, per process group.
     pub(crate) cpu_cores: Usage,
     /// Runs of the case (more than 1: earlier ones were disturbed by other
@@ -482,7 +485,7 @@ pub(crate) fn table(cases: &[PushResult]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<20} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7} {:>7} {:>8} {:>7} {:>7} {:>21}",
+        "{:<20} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7} {:>7} {:>8} {:>7} {:>7} {:>4} {:>21}",
         "case",
         "msg/s",
         "req/s",
@@ -495,12 +498,13 @@ pub(crate) fn table(cases: &[PushResult]) -> String {
         "msg/seg",
         "B/msg",
         "WAL/msg",
+        "ckpt",
         "cpu brk/pg/load/other"
     );
     for case in cases {
         let _ = writeln!(
             out,
-            "{:<20} {:>9.0} {:>8.0} {:>8.2} {:>8.2} {:>8} {:>10.4} {:>7.4} {:>7} {:>8.1} {:>7.0} {:>7.0} {:>21}",
+            "{:<20} {:>9.0} {:>8.0} {:>8.2} {:>8.2} {:>8} {:>10.4} {:>7.4} {:>7} {:>8.1} {:>7.0} {:>7.0} {:>4} {:>21}",
             case.name,
             case.messages_per_second,
             case.requests_per_second,
@@ -513,6 +517,7 @@ pub(crate) fn table(cases: &[PushResult]) -> String {
             case.messages_per_segment,
             case.stored_bytes_per_message,
             case.wal_bytes_per_message,
+            case.checkpoints,
             crate::cpu::columns(&case.cpu_cores),
         );
     }
@@ -523,13 +528,15 @@ pub(crate) fn table(cases: &[PushResult]) -> String {
 fn summary_line(case: &PushResult) -> String {
     format!(
         "{:.0} msg/s, {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms, {:.4} commits/msg, {:.1} msg/segment, \
-         cpu {}, per second {:?}",
+         {:.0} WAL B/msg, {} checkpoints, cpu {}, per second {:?}",
         case.messages_per_second,
         case.requests_per_second,
         case.latency_ms.p50,
         case.latency_ms.p99,
         case.commits_per_message,
         case.messages_per_segment,
+        case.wal_bytes_per_message,
+        case.checkpoints,
         crate::cpu::columns(&case.cpu_cores),
         case.messages_per_second_timeline
     )

@@ -79,7 +79,8 @@ pub(crate) struct Report {
     pub(crate) scenario: &'static str,
     pub(crate) started_at_unix: u64,
     pub(crate) machine: Machine,
-    /// Each scenario's settings, by scenario name.
+    /// Each scenario's settings, by scenario name, and `postgresql`: the
+    /// `--pg-setting`s and the values the server ran with.
     pub(crate) settings: serde_json::Map<String, serde_json::Value>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) push: Vec<PushResult>,
@@ -264,6 +265,16 @@ impl Report {
             short(&m.git_commit),
             if m.git_dirty { " (dirty)" } else { "" }
         );
+        let pg_settings: Vec<&str> = self
+            .settings
+            .get("postgresql")
+            .and_then(|pg| pg.get("pg_settings"))
+            .and_then(serde_json::Value::as_array)
+            .map(|list| list.iter().filter_map(serde_json::Value::as_str).collect())
+            .unwrap_or_default();
+        if !pg_settings.is_empty() {
+            let _ = writeln!(out, "PostgreSQL settings: {}", pg_settings.join(" "));
+        }
         let cpu_note = "cpu = cores used in the window: broker/postgres/load generator/other";
         if !self.push.is_empty() {
             let _ = writeln!(out, "\npush ({cpu_note})");

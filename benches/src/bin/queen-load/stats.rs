@@ -20,6 +20,10 @@
 //! it runs in, so this includes autovacuum/autoanalyze if they ran.
 //!
 //! **WAL** bytes are the difference of `pg_current_wal_lsn()`, cluster-wide.
+//!
+//! **Checkpoints** are the checkpointer's count of checkpoints started (timed
+//! and requested), cluster-wide; it is live, so a window's difference says
+//! whether a checkpoint (and its burst of full-page images) fell inside it.
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -43,6 +47,8 @@ pub(crate) struct ClusterPoint {
     pub(crate) next_xid: i64,
     /// The current WAL insert position, in bytes.
     pub(crate) wal_lsn: i64,
+    /// Checkpoints started so far (timed and requested).
+    pub(crate) checkpoints: i64,
     /// The server's clock.
     pub(crate) now: SystemTime,
 }
@@ -78,8 +84,88 @@ pub(crate) async fn cluster_point(admin: &tokio_postgres::Client) -> Result<Clus
     Ok(ClusterPoint {
         next_xid: row.get(0),
         wal_lsn: row.get(1),
+        checkpoints: checkpoints(admin).await?,
         now: row.get(2),
     })
+}
+
+/// Checkpoints started so far: `pg_stat_checkpointer` (PostgreSQL 17 and
+/// later), else `pg_stat_bgwriter`.
+async fn checkpoints(admin: &tokio_postgres::Client) -> Result<i64> {
+    if let Ok(row) = admin
+        .query_one(
+            "SELECT num_timed + num_requested FROM pg_stat_checkpointer",
+            &[],
+        )
+        .await
+    {
+        return Ok(row.get(0));
+    }
+    let row = admin
+        .query_one(
+            "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter",
+            &[],
+        )
+        .await
+        .context("read the checkpoint count")?;
+    Ok(row.get(0))
+}
+
+/// Server settings the push and latency figures depend on; the report records
+/// their values, with every `--pg-setting` name added.
+const REPORTED_SETTINGS: &[&str] = &[
+    "shared_buffers",
+    "synchronous_commit",
+    "fsync",
+    "full_page_writes",
+    "wal_compression",
+    "wal_level",
+    "wal_buffers",
+    "max_wal_size",
+    "min_wal_size",
+    "checkpoint_timeout",
+    "checkpoint_completion_target",
+    "commit_delay",
+    "commit_siblings",
+    "max_connections",
+];
+
+/// The `--pg-setting`s of the run and the value the server runs with for
+/// each of them and for [`REPORTED_SETTINGS`] (`current_setting` text, and
+/// where the value came from: `default`, `command line`, ...).
+pub(crate) async fn server_settings(
+    admin: &tokio_postgres::Client,
+    requested: &[String],
+) -> Result<serde_json::Value> {
+    let mut names: Vec<String> = REPORTED_SETTINGS.iter().map(|&n| n.to_owned()).collect();
+    for setting in requested {
+        let name = setting.split_once('=').map_or(setting.as_str(), |(n, _)| n);
+        if !names.iter().any(|n| n == name) {
+            names.push(name.to_owned());
+        }
+    }
+    let rows = admin
+        .query(
+            "SELECT name, current_setting(name), source FROM pg_settings \
+             WHERE name = ANY($1) ORDER BY name",
+            &[&names],
+        )
+        .await
+        .context("read the server settings")?;
+    let mut effective = serde_json::Map::new();
+    for row in rows {
+        let name: String = row.get(0);
+        let value: String = row.get(1);
+        let source: String = row.get(2);
+        effective.insert(
+            name,
+            serde_json::json!({ "value": value, "source": source }),
+        );
+    }
+    Ok(serde_json::json!({
+        "pg_settings": requested,
+        "effective": effective,
+    }))
 }
 
 /// Wait until no client session is connected to `dbname`.
