@@ -506,9 +506,7 @@ impl Engine {
     fn check_in(&self, queue: &str, group: &str, rows: &[PopRow], candidates: Vec<String>) {
         let now = Instant::now();
         let wall = SystemTime::now();
-        let to_instant = |at: Option<SystemTime>| {
-            at.map(|at| now + at.duration_since(wall).unwrap_or(Duration::ZERO))
-        };
+        let to_instant = |at: Option<SystemTime>| at.map(|at| instant_of(at, now, wall));
         let mut outcomes = Vec::new();
         for row in rows {
             let PopRow::Verdict {
@@ -650,9 +648,7 @@ impl Engine {
             let Some(last) = served.last() else {
                 continue;
             };
-            let lease_ends = revisit_at
-                .and_then(|at| at.duration_since(wall).ok())
-                .map_or(now, |left| now + left);
+            let lease_ends = revisit_at.map_or(now, |at| instant_of(at, now, wall));
             self.registry.register(
                 lease,
                 *partition_id,
@@ -700,6 +696,13 @@ impl Engine {
             .insert(queue.to_owned(), (now, info.clone()));
         Ok(info)
     }
+}
+
+/// The monotonic instant of a wall-clock time from PostgreSQL (a lease
+/// expiry, the end of a hold), given one reading of both clocks; a time
+/// already past is `now`.
+fn instant_of(at: SystemTime, now: Instant, wall: SystemTime) -> Instant {
+    now + at.duration_since(wall).unwrap_or(Duration::ZERO)
 }
 
 /// The gate discovery pops wait on; every push opens it.
