@@ -843,3 +843,53 @@ async fn a_broker_with_dedup_coverage_still_sees_duplicates_another_broker_wrote
     other.stop().await;
     broker.stop().await;
 }
+
+#[tokio::test]
+async fn the_dedup_cache_spares_the_full_probe_and_deduplication_holds_without_it() {
+    let broker = TestBroker::start().await;
+    let uncached = TestBroker::serve(
+        broker.db.clone(),
+        EngineConfig {
+            dedup_cache_bytes: 0,
+            ..EngineConfig::default()
+        },
+    )
+    .await;
+    let push = |client: &queen_testkit::http::Client, txn: String| {
+        let client = client.clone();
+        async move {
+            let reply = client
+                .post_json(
+                    "/api/v1/push",
+                    &json!({"items": [{"queue": "probe", "partition": "p", "transactionId": txn, "payload": 1}]}),
+                )
+                .await;
+            assert_eq!(reply.status, 201);
+            reply.json()[0]["status"].clone()
+        }
+    };
+    // With the cache, only the first flush (no coverage yet) reads the
+    // partition's sidecar rows; the next nine are checked in memory.
+    for i in 0..10 {
+        assert_eq!(push(&broker.client, format!("c-{i}")).await, "queued");
+    }
+    let stats = broker.engine.push_stats();
+    assert_eq!(stats.full_probes, 1, "{stats:?}");
+    assert_eq!(stats.dedup_cache_hashes, 10, "{stats:?}");
+    assert!(stats.dedup_cache_bytes > 0, "{stats:?}");
+    // Without it, every flush takes the full probe, and still finds the
+    // duplicates the other broker wrote.
+    for i in 0..3 {
+        assert_eq!(push(&uncached.client, format!("c-{i}")).await, "duplicate");
+        assert_eq!(push(&uncached.client, format!("u-{i}")).await, "queued");
+    }
+    let stats = uncached.engine.push_stats();
+    assert_eq!(stats.full_probes, 6, "{stats:?}");
+    assert_eq!(stats.dedup_cache_bytes, 0, "{stats:?}");
+    // And the cached broker sees the uncached one's writes.
+    assert_eq!(push(&broker.client, "u-1".to_owned()).await, "duplicate");
+    let sql = broker.sql().await;
+    assert_eq!(stored(&sql, "probe").await.len(), 13);
+    uncached.stop().await;
+    broker.stop().await;
+}

@@ -43,7 +43,7 @@ pub use limiter::{LimiterConfig, LimiterStats};
 pub use pop::{
     PopRequest, PopTarget, PopWait, Popped, PoppedMessage, SubscriptionMode, QUEUE_MODE_GROUP,
 };
-pub use push::{PushItem, PushOutcome, PushStats, PushStatus};
+pub use push::{PushItem, PushOutcome, PushStats, PushStatus, DEFAULT_DEDUP_CACHE_BYTES};
 pub use queen_sql::dlq::DlqFilter;
 pub use queen_sql::{error_chain, SqlError};
 pub use traces::TraceEvent;
@@ -61,6 +61,9 @@ pub struct EngineConfig {
     /// Push flusher tasks: how many flush transactions may run at once
     /// (`QUEEN_PUSH_FLUSHERS`).
     pub push_flushers: usize,
+    /// The push dedup cache's budget in bytes (`QUEEN_DEDUP_CACHE_MB`); 0
+    /// turns the cache off. See [`DEFAULT_DEDUP_CACHE_BYTES`].
+    pub dedup_cache_bytes: usize,
     /// Candidate selection by the in-memory hot-list (`QUEEN_HOTLIST`, default
     /// on); off means the SQL candidate scan.
     pub hotlist: bool,
@@ -79,6 +82,7 @@ impl Default for EngineConfig {
             encryption_key: None,
             zstd_level: queen_frame::DEFAULT_ZSTD_LEVEL,
             push_flushers: 4,
+            dedup_cache_bytes: DEFAULT_DEDUP_CACHE_BYTES,
             hotlist: true,
             hotlist_reseed: Duration::from_millis(5000),
             pop_wait: PopWait::default(),
@@ -135,6 +139,7 @@ impl Engine {
                 key: config.encryption_key.clone(),
                 zstd_level: config.zstd_level,
                 n_flushers: config.push_flushers,
+                dedup_cache_bytes: config.dedup_cache_bytes,
             },
             Arc::clone(&gates),
             Arc::clone(&hotlist),

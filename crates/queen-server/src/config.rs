@@ -77,6 +77,14 @@ pub(crate) struct Config {
     #[arg(long, env = "QUEEN_PUSH_FLUSHERS", default_value_t = 4)]
     pub(crate) push_flushers: usize,
 
+    /// Memory (MiB) for the push dedup cache: the transaction-id hashes of
+    /// recent segments, so the duplicate probe in PostgreSQL reads only what
+    /// the broker does not hold. It needs about 12 bytes per message inside
+    /// a queue's dedupWindowSeconds; past the budget, pushes with client
+    /// transaction ids slow down (the broker logs a warning). 0 turns it off.
+    #[arg(long, env = "QUEEN_DEDUP_CACHE_MB", default_value_t = 256)]
+    pub(crate) dedup_cache_mb: usize,
+
     /// Pop `batch` when the request leaves it out.
     #[arg(long, env = "DEFAULT_BATCH_SIZE", default_value_t = 200)]
     pub(crate) default_batch_size: usize,

@@ -153,6 +153,7 @@ fn engine_config(config: &Config) -> Result<queen_engine::EngineConfig, ServerEr
         encryption_key,
         zstd_level: config.zstd_level,
         push_flushers: config.push_flushers,
+        dedup_cache_bytes: config.dedup_cache_mb.saturating_mul(1 << 20),
         hotlist: config.hotlist,
         hotlist_reseed: Duration::from_millis(config.hotlist_reseed_ms),
         pop_wait: queen_engine::PopWait {

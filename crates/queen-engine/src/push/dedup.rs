@@ -1,5 +1,5 @@
-//! The broker's dedup cache: for partitions this broker pushes to, every
-//! transaction-id hash of a contiguous run of recent sidecar rows
+//! The broker's dedup cache: for partitions this broker pushes to, the
+//! transaction-id hashes of a contiguous run of recent sidecar rows
 //! `[cover_from, known_to]`.
 //!
 //! Why: the duplicate probe in `log_push_v1` reads every hash a partition
@@ -7,114 +7,214 @@
 //! with rate × window (measured: a single partition's push rate fell from
 //! 13,000 to 4,000 msg/s within 5 s). With coverage, a flush checks the slot
 //! against the cache here and SQL probes only the rows outside the coverage:
-//! older rows still in the window (only after a restart, and never more than
-//! one window's worth) and newer rows another broker wrote, which SQL sends
+//! older rows still in the window (after a restart, or after the cache
+//! outgrew its budget) and newer rows another broker wrote, which SQL sends
 //! back so the coverage stays contiguous.
 //!
 //! Correctness never depends on the cache: a slot that hits the cache, a
 //! partition without coverage, or coverage built on another partition id
 //! (a re-created partition) all fall back to the full SQL probe, which is
-//! also what finds the winner's message id for a duplicate.
+//! also what finds the winner's message id for a duplicate. The one promise
+//! the cache keeps is that every row in `[cover_from, known_to]` has its
+//! hashes here.
 //!
-//! Memory is bounded by [`MAX_CACHED_HASHES`] hashes in all (16 bytes each
-//! plus set overhead); past it, the least recently used partitions are
-//! dropped.
+//! Shape, chosen for memory: a partition's coverage is a queue of
+//! *generations*, each holding the hashes learned during a quarter of the
+//! window (and at most 57,344 of them), as 8-byte prefixes in an
+//! identity-hashed set (9 bytes a bucket, 10.3 a hash in a full generation,
+//! against about 44 for whole hashes plus a per-segment list). A generation
+//! is dropped whole once its newest hash is older than the window, so a
+//! partition holds at most 1.25 windows, and cover_from moves to the next
+//! generation's first offset. A prefix match may be a 2^-64 coincidence; it
+//! only sends the slot to the full probe, which decides exactly.
+//!
+//! Memory is bounded by a byte budget (`QUEEN_DEDUP_CACHE_MB`). Past it, the
+//! oldest generation of the whole cache goes first, whatever its partition:
+//! every partition's coverage shrinks from its old end, and SQL probes the
+//! uncovered part of the window. (The first version evicted whole partitions,
+//! least recently used; with producers cycling over more partitions than fit,
+//! every flush then ran the full probe, and a sustained push fell from 175k to
+//! 35k msg/s.) The probe's cost then grows with the uncovered part, so the
+//! broker warns, at most once a minute, how much of the window it still holds.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use nohash_hasher::IntSet;
 use parking_lot::Mutex;
 use queen_sql::push::{Coverage, KnownRow};
 use uuid::Uuid;
 
-/// Most hashes cached across all partitions (about 64 MiB with overhead).
-pub(crate) const MAX_CACHED_HASHES: usize = 2_000_000;
+/// The default budget, 256 MiB. Measured at about 12 bytes a hash (set slack
+/// included; broker RSS grew 165 MB over 12.5 million messages): a 300 s
+/// window of about 60,000 client-id messages a second, or about 130 s of
+/// 170,000.
+pub const DEFAULT_DEDUP_CACHE_BYTES: usize = 256 << 20;
 
-type Hash = [u8; queen_frame::HASH_LEN];
+/// Generations per window.
+const GENERATIONS: u32 = 4;
+
+/// Most hashes in one generation: 7/8 of 65,536, so a full generation's set
+/// fills 65,536 buckets (576 KiB) without growing to twice that. It is also
+/// the grain of eviction over budget: a partition loses at most this many
+/// hashes of coverage at a time.
+const GENERATION_HASHES: usize = 65_536 / 8 * 7;
+
+/// How often the over-budget warning may repeat.
+const WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// Bytes a set of `capacity` holds: hashbrown keeps an 8-byte slot and a
+/// control byte per bucket, and up to 7/8 of the buckets full.
+fn set_bytes(set: &IntSet<u64>) -> usize {
+    set.capacity() / 7 * 8 * 9 + std::mem::size_of::<Generation>()
+}
+
+/// The first 8 bytes of each 16-byte hash in `hashes`.
+fn prefixes(hashes: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    hashes
+        .chunks_exact(queen_frame::HASH_LEN)
+        .filter_map(|chunk| chunk.get(..8))
+        .filter_map(|head| <[u8; 8]>::try_from(head).ok())
+        .map(u64::from_le_bytes)
+}
 
 #[derive(Debug)]
-struct Segment {
-    base: i64,
-    end: i64,
-    /// When this broker learned it (an upper bound of its created_at).
-    seen: SystemTime,
-    hashes: Vec<Hash>,
+struct Generation {
+    /// The first offset it covers; it covers up to the next generation's
+    /// first offset (or the partition's `known_to`).
+    first_base: i64,
+    opened: SystemTime,
+    /// When its newest row was learned: an upper bound of that row's created_at.
+    newest: SystemTime,
+    set: IntSet<u64>,
+    bytes: usize,
 }
 
 #[derive(Debug)]
 struct Partition {
     partition_id: Uuid,
     window: Duration,
-    segments: VecDeque<Segment>,
-    set: HashSet<Hash>,
+    generations: VecDeque<Generation>,
     known_to: i64,
-    used: Instant,
+    bytes: usize,
 }
 
 impl Partition {
-    fn cover_from(&self) -> i64 {
-        self.segments
-            .front()
-            .map_or(self.known_to + 1, |segment| segment.base)
+    fn new(partition_id: Uuid, window: Duration, base: i64) -> Partition {
+        Partition {
+            partition_id,
+            window,
+            generations: VecDeque::new(),
+            known_to: base - 1,
+            bytes: 0,
+        }
     }
 
-    /// Drop segments older than the window: SQL does not probe them either.
+    fn cover_from(&self) -> i64 {
+        self.generations
+            .front()
+            .map_or(self.known_to + 1, |generation| generation.first_base)
+    }
+
+    fn holds(&self, prefix: u64) -> bool {
+        self.generations
+            .iter()
+            .any(|generation| generation.set.contains(&prefix))
+    }
+
+    /// Drop generations whose newest row is older than the window: SQL does
+    /// not probe those rows either. Returns the bytes freed.
     fn expire(&mut self, now: SystemTime) -> usize {
-        let mut dropped = 0;
-        while let Some(front) = self.segments.front() {
-            let age = now.duration_since(front.seen).unwrap_or(Duration::ZERO);
+        let mut freed = 0;
+        while let Some(front) = self.generations.front() {
+            let age = now.duration_since(front.newest).unwrap_or(Duration::ZERO);
             if age <= self.window {
                 break;
             }
-            if let Some(segment) = self.segments.pop_front() {
-                for hash in &segment.hashes {
-                    self.set.remove(hash);
-                }
-                dropped += segment.hashes.len();
+            if let Some(old) = self.generations.pop_front() {
+                freed += old.bytes;
             }
         }
-        dropped
+        self.bytes -= freed;
+        freed
     }
 
-    fn append(&mut self, segment: Segment) {
-        self.set.extend(segment.hashes.iter().copied());
-        self.known_to = segment.end;
-        self.segments.push_back(segment);
+    /// Learn the row `[base, end]` (contiguous with `known_to`).
+    fn append(&mut self, base: i64, end: i64, hashes: &[u8], now: SystemTime) {
+        let span = self.window / GENERATIONS;
+        let incoming = hashes.len() / queen_frame::HASH_LEN;
+        let open_new = self.generations.back().is_none_or(|newest| {
+            now.duration_since(newest.opened).unwrap_or(Duration::ZERO) >= span
+                || (!newest.set.is_empty() && newest.set.len() + incoming > GENERATION_HASHES)
+        });
+        if open_new {
+            self.generations.push_back(Generation {
+                first_base: base,
+                opened: now,
+                newest: now,
+                set: IntSet::default(),
+                bytes: 0,
+            });
+        }
+        self.known_to = end;
+        let Some(generation) = self.generations.back_mut() else {
+            return;
+        };
+        generation.newest = now;
+        generation.set.extend(prefixes(hashes));
+        let before = generation.bytes;
+        generation.bytes = set_bytes(&generation.set);
+        self.bytes += generation.bytes - before;
     }
 }
 
+type Key = (Arc<str>, Arc<str>);
+
 /// The cache, keyed by (queue, partition name).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct DedupCache {
+    budget: usize,
     inner: Mutex<Inner>,
 }
 
 #[derive(Debug, Default)]
 struct Inner {
-    partitions: HashMap<(Arc<str>, Arc<str>), Partition>,
-    total: usize,
+    partitions: HashMap<Key, Partition>,
+    bytes: usize,
+    warned: Option<Instant>,
+}
+
+/// What the cache holds, for tests and the operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct DedupStats {
+    pub(crate) partitions: usize,
+    pub(crate) generations: usize,
+    pub(crate) hashes: usize,
+    pub(crate) bytes: usize,
 }
 
 impl DedupCache {
+    /// A cache of at most `budget` bytes; 0 keeps nothing (every flush with
+    /// client transaction ids takes the full SQL probe).
+    pub(crate) fn new(budget: usize) -> DedupCache {
+        DedupCache {
+            budget,
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
     /// The coverage to send with a slot of `hashes`, or `None` when the slot
     /// must take the full probe (no coverage, or a hash the cache holds: the
     /// probe then finds the winner).
-    pub(crate) fn coverage(
-        &self,
-        key: &(Arc<str>, Arc<str>),
-        hashes: &[u8],
-        now: SystemTime,
-    ) -> Option<Coverage> {
+    pub(crate) fn coverage(&self, key: &Key, hashes: &[u8], now: SystemTime) -> Option<Coverage> {
         let mut inner = self.inner.lock();
-        let Inner { partitions, total } = &mut *inner;
+        let Inner {
+            partitions, bytes, ..
+        } = &mut *inner;
         let partition = partitions.get_mut(key)?;
-        *total = total.saturating_sub(partition.expire(now));
-        partition.used = Instant::now();
-        let hit = hashes
-            .chunks_exact(queen_frame::HASH_LEN)
-            .any(|chunk| <[u8; 16]>::try_from(chunk).is_ok_and(|h| partition.set.contains(&h)));
-        if hit {
+        *bytes -= partition.expire(now);
+        if prefixes(hashes).any(|prefix| partition.holds(prefix)) {
             return None;
         }
         Some(Coverage {
@@ -130,48 +230,35 @@ impl DedupCache {
     #[allow(clippy::too_many_arguments)] // one call site, each argument a fact of the flush
     pub(crate) fn record(
         &self,
-        key: &(Arc<str>, Arc<str>),
+        key: &Key,
         partition_id: Uuid,
         window_seconds: i32,
         known: &[KnownRow],
         own: Option<(i64, &[u8])>,
         now: SystemTime,
     ) {
-        let Ok(window) = u64::try_from(window_seconds) else {
-            return;
+        let window = match u64::try_from(window_seconds) {
+            Ok(seconds) if seconds > 0 && self.budget > 0 => Duration::from_secs(seconds),
+            _ => {
+                self.forget(key);
+                return;
+            }
         };
         let mut inner = self.inner.lock();
-        let Inner { partitions, total } = &mut *inner;
-        if window == 0 {
-            if let Some(old) = partitions.remove(key) {
-                *total = total.saturating_sub(old.set.len());
-            }
-            return;
-        }
-        let fresh = |base: i64| Partition {
-            partition_id,
-            window: Duration::from_secs(window),
-            segments: VecDeque::new(),
-            set: HashSet::new(),
-            known_to: base - 1,
-            used: Instant::now(),
-        };
-        let mut partition = match partitions.remove(key) {
+        let mut partition = match inner.partitions.remove(key) {
             Some(existing) if existing.partition_id == partition_id => existing,
-            Some(stale) => {
-                *total = total.saturating_sub(stale.set.len());
+            stale => {
+                if let Some(stale) = stale {
+                    inner.bytes -= stale.bytes;
+                }
                 match own {
-                    Some((base, _)) => fresh(base),
+                    Some((base, _)) => Partition::new(partition_id, window, base),
                     None => return,
                 }
             }
-            None => match own {
-                Some((base, _)) => fresh(base),
-                None => return,
-            },
         };
-        let before = partition.set.len();
-        partition.window = Duration::from_secs(window);
+        inner.bytes -= partition.bytes;
+        partition.window = window;
         let mut contiguous = true;
         for row in known {
             if row.end_offset <= partition.known_to {
@@ -181,59 +268,133 @@ impl DedupCache {
                 contiguous = false;
                 break;
             }
-            partition.append(segment(row.base_offset, row.end_offset, &row.hashes, now));
+            partition.append(row.base_offset, row.end_offset, &row.hashes, now);
         }
         if let Some((base, hashes)) = own {
-            let n = i64::try_from(hashes.len() / queen_frame::HASH_LEN).unwrap_or(0);
             if !contiguous || base != partition.known_to + 1 {
-                partition = fresh(base);
+                partition = Partition::new(partition_id, window, base);
             }
-            partition.append(segment(base, base + n - 1, hashes, now));
+            let n = i64::try_from(hashes.len() / queen_frame::HASH_LEN).unwrap_or(0);
+            partition.append(base, base + n - 1, hashes, now);
         } else if !contiguous {
-            *total = total.saturating_sub(before);
             return;
         }
-        *total = total.saturating_sub(before) + partition.set.len();
-        partitions.insert(key.clone(), partition);
-        // Over budget: drop the least recently used partitions.
-        while *total > MAX_CACHED_HASHES {
-            let Some(oldest) = partitions
-                .iter()
-                .min_by_key(|(_, p)| p.used)
-                .map(|(k, _)| k.clone())
-            else {
-                break;
-            };
-            if let Some(dropped) = partitions.remove(&oldest) {
-                *total = total.saturating_sub(dropped.set.len());
-            }
+        partition.expire(now);
+        inner.bytes += partition.bytes;
+        inner.partitions.insert(key.clone(), partition);
+        inner.enforce(self.budget, now);
+    }
+
+    /// Forget one partition (its window went to 0).
+    fn forget(&self, key: &Key) {
+        let mut inner = self.inner.lock();
+        if let Some(old) = inner.partitions.remove(key) {
+            inner.bytes -= old.bytes;
         }
     }
 
     /// Forget every partition of `queue` (reconfigured or deleted).
     pub(crate) fn forget_queue(&self, queue: &str) {
         let mut inner = self.inner.lock();
-        let Inner { partitions, total } = &mut *inner;
+        let Inner {
+            partitions, bytes, ..
+        } = &mut *inner;
         partitions.retain(|(q, _), partition| {
             if &**q == queue {
-                *total = total.saturating_sub(partition.set.len());
+                *bytes -= partition.bytes;
                 false
             } else {
                 true
             }
         });
     }
+
+    /// What the cache holds now.
+    pub(crate) fn stats(&self) -> DedupStats {
+        let inner = self.inner.lock();
+        let mut stats = DedupStats {
+            partitions: inner.partitions.len(),
+            bytes: inner.bytes,
+            ..DedupStats::default()
+        };
+        for partition in inner.partitions.values() {
+            stats.generations += partition.generations.len();
+            stats.hashes += partition
+                .generations
+                .iter()
+                .map(|generation| generation.set.len())
+                .sum::<usize>();
+        }
+        stats
+    }
+
+    #[cfg(test)]
+    fn cover(&self, key: &Key) -> Option<(i64, i64)> {
+        let inner = self.inner.lock();
+        let partition = inner.partitions.get(key)?;
+        Some((partition.cover_from(), partition.known_to))
+    }
 }
 
-fn segment(base: i64, end: i64, hashes: &[u8], now: SystemTime) -> Segment {
-    Segment {
-        base,
-        end,
-        seen: now,
-        hashes: hashes
-            .chunks_exact(queen_frame::HASH_LEN)
-            .filter_map(|chunk| <[u8; 16]>::try_from(chunk).ok())
-            .collect(),
+impl Inner {
+    /// Over budget: drop the oldest generation of the whole cache until under
+    /// it. Warns when what goes was still inside its window.
+    fn enforce(&mut self, budget: usize, now: SystemTime) {
+        let mut held: Option<(Duration, Duration)> = None;
+        while self.bytes > budget {
+            let oldest = self
+                .partitions
+                .iter()
+                .filter_map(|(key, partition)| {
+                    let front = partition.generations.front()?;
+                    Some((front.newest, key))
+                })
+                .min_by_key(|(newest, _)| *newest)
+                .map(|(_, key)| key.clone());
+            let Some(key) = oldest else {
+                break;
+            };
+            let Some(partition) = self.partitions.get_mut(&key) else {
+                break;
+            };
+            let Some(dropped) = partition.generations.pop_front() else {
+                break;
+            };
+            partition.bytes -= dropped.bytes;
+            self.bytes -= dropped.bytes;
+            let age = now.duration_since(dropped.newest).unwrap_or(Duration::ZERO);
+            if age < partition.window {
+                // How far back the partition's coverage still reaches.
+                let reach = partition
+                    .generations
+                    .front()
+                    .map_or(Duration::ZERO, |front| {
+                        now.duration_since(front.opened).unwrap_or(Duration::ZERO)
+                    });
+                held = Some((reach, partition.window));
+            }
+            if partition.generations.is_empty() {
+                self.partitions.remove(&key);
+            }
+        }
+        let Some((age, window)) = held else {
+            return;
+        };
+        if self.warned.is_some_and(|at| at.elapsed() < WARN_EVERY) {
+            return;
+        }
+        self.warned = Some(Instant::now());
+        tracing::warn!(
+            budget_mib = budget >> 20,
+            held_seconds = age.as_secs(),
+            window_seconds = window.as_secs(),
+            "the dedup cache is full: it holds about {}s of a {}s dedup window, and \
+             PostgreSQL probes the rest on every push with client transaction ids, \
+             which slows pushes; raise QUEEN_DEDUP_CACHE_MB or lower the queue's \
+             dedupWindowSeconds",
+            age.as_secs(),
+            window.as_secs(),
+        );
     }
 }
 
@@ -241,7 +402,7 @@ fn segment(base: i64, end: i64, hashes: &[u8], now: SystemTime) -> Segment {
 mod tests {
     use super::*;
 
-    fn key() -> (Arc<str>, Arc<str>) {
+    fn key() -> Key {
         (Arc::from("q"), Arc::from("p"))
     }
 
@@ -249,9 +410,20 @@ mod tests {
         ids.iter().flat_map(|id| [*id; 16]).collect()
     }
 
+    /// `n` distinct hashes starting at `from`.
+    fn many(from: u64, n: u64) -> Vec<u8> {
+        (from..from + n)
+            .flat_map(|i| {
+                let mut hash = [0u8; 16];
+                hash[..8].copy_from_slice(&i.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_le_bytes());
+                hash
+            })
+            .collect()
+    }
+
     #[test]
     fn coverage_grows_contiguously_and_a_cached_hash_forces_the_full_probe() {
-        let cache = DedupCache::default();
+        let cache = DedupCache::new(DEFAULT_DEDUP_CACHE_BYTES);
         let pid = Uuid::now_v7();
         let now = SystemTime::now();
         assert_eq!(cache.coverage(&key(), &hashes(&[1]), now), None);
@@ -276,7 +448,7 @@ mod tests {
 
     #[test]
     fn a_hole_or_another_partition_id_restarts_the_coverage() {
-        let cache = DedupCache::default();
+        let cache = DedupCache::new(DEFAULT_DEDUP_CACHE_BYTES);
         let pid = Uuid::now_v7();
         let now = SystemTime::now();
         cache.record(&key(), pid, 300, &[], Some((0, &hashes(&[1]))), now);
@@ -292,25 +464,151 @@ mod tests {
             (cover.partition_id, cover.cover_from, cover.known_to),
             (new_pid, 0, 0)
         );
+        // The bytes of the replaced coverages were given back.
+        assert_eq!(cache.stats().generations, 1);
+        assert_eq!(cache.stats().hashes, 1);
     }
 
     #[test]
-    fn rows_older_than_the_window_leave_the_coverage() {
-        let cache = DedupCache::default();
+    fn generations_leave_whole_once_their_newest_row_is_older_than_the_window() {
+        let cache = DedupCache::new(DEFAULT_DEDUP_CACHE_BYTES);
         let pid = Uuid::now_v7();
-        let then = SystemTime::now();
-        cache.record(&key(), pid, 1, &[], Some((0, &hashes(&[1]))), then);
+        let t0 = SystemTime::now();
+        let at = |secs: u64| t0 + Duration::from_secs(secs);
+        // Window 8 s: a generation spans 2 s. Rows at 0 and 1 s share one.
+        cache.record(&key(), pid, 8, &[], Some((0, &hashes(&[1]))), at(0));
+        cache.record(&key(), pid, 8, &[], Some((1, &hashes(&[2]))), at(1));
+        cache.record(&key(), pid, 8, &[], Some((2, &hashes(&[3]))), at(2));
+        assert_eq!(cache.stats().generations, 2);
+        // At 9 s the row of 0 s is out of the window, but its generation's
+        // newest row (1 s) is not: nothing leaves, hash 1 still forces the
+        // full probe.
+        assert_eq!(cache.coverage(&key(), &hashes(&[1]), at(9)), None);
+        // At 10 s the first generation is gone: coverage starts at offset 2.
+        let cover = cache.coverage(&key(), &hashes(&[1]), at(10)).unwrap();
+        assert_eq!((cover.cover_from, cover.known_to), (2, 2));
+        assert_eq!(cache.stats().generations, 1);
+    }
+
+    #[test]
+    fn over_budget_the_oldest_generation_goes_first_whatever_its_partition() {
+        // Room for about two generations of 3,000 hashes.
+        let one = {
+            let mut set = IntSet::default();
+            set.extend(prefixes(&many(0, 3_000)));
+            set_bytes(&set)
+        };
+        let cache = DedupCache::new(one * 5 / 2);
+        let (a, b) = (
+            (Arc::from("q"), Arc::from("a")),
+            (Arc::from("q"), Arc::from("b")),
+        );
+        let (pa, pb) = (Uuid::now_v7(), Uuid::now_v7());
+        let t0 = SystemTime::now();
+        let at = |secs: u64| t0 + Duration::from_secs(secs);
+        // Window 300 s, generations of 75 s: a@0 and a@100 are two
+        // generations of a, then b@200 is one of b.
+        cache.record(&a, pa, 300, &[], Some((0, &many(0, 3_000))), at(0));
+        cache.record(
+            &a,
+            pa,
+            300,
+            &[],
+            Some((3_000, &many(10_000, 3_000))),
+            at(100),
+        );
+        assert_eq!(cache.stats().generations, 2);
+        cache.record(&b, pb, 300, &[], Some((0, &many(20_000, 3_000))), at(200));
+        // The oldest generation (a's first) went, not the least recently used
+        // partition as a whole, and not b: a is still covered from 3,000.
+        let stats = cache.stats();
+        assert!(stats.bytes <= one * 5 / 2, "{stats:?}");
+        assert_eq!((stats.partitions, stats.generations), (2, 2));
+        assert_eq!(cache.cover(&a), Some((3_000, 5_999)));
+        assert_eq!(cache.cover(&b), Some((0, 2_999)));
+        // What a still holds is still checked.
+        assert_eq!(cache.coverage(&a, &many(10_000, 1), at(200)), None);
+        assert!(cache.coverage(&a, &many(0, 1), at(200)).is_some());
+    }
+
+    #[test]
+    fn a_generation_closes_when_full_so_a_busy_partition_is_evicted_in_parts() {
+        let cache = DedupCache::new(DEFAULT_DEDUP_CACHE_BYTES);
+        let pid = Uuid::now_v7();
+        let now = SystemTime::now();
+        for i in 0..60_u64 {
+            let base = i64::try_from(i * 1_000).unwrap();
+            cache.record(
+                &key(),
+                pid,
+                300,
+                &[],
+                Some((base, &many(i * 1_000, 1_000))),
+                now,
+            );
+        }
+        let stats = cache.stats();
+        // 57 segments fill the first generation; the rest open a second.
+        assert_eq!((stats.generations, stats.hashes), (2, 60_000), "{stats:?}");
+        // A full generation fills its buckets: about 10.5 bytes a hash.
+        assert!(stats.bytes < 60_000 * 11, "{stats:?}");
+        // Over budget, only the full generation goes.
+        let cache = DedupCache::new(stats.bytes - 1);
+        for i in 0..60_u64 {
+            let base = i64::try_from(i * 1_000).unwrap();
+            cache.record(
+                &key(),
+                pid,
+                300,
+                &[],
+                Some((base, &many(i * 1_000, 1_000))),
+                now,
+            );
+        }
+        assert_eq!(cache.cover(&key()), Some((57_000, 59_999)));
+    }
+
+    #[test]
+    fn a_zero_budget_or_window_keeps_nothing() {
+        let pid = Uuid::now_v7();
+        let now = SystemTime::now();
+        let off = DedupCache::new(0);
+        off.record(&key(), pid, 300, &[], Some((0, &hashes(&[1]))), now);
+        assert_eq!(off.stats(), DedupStats::default());
+        let cache = DedupCache::new(DEFAULT_DEDUP_CACHE_BYTES);
+        cache.record(&key(), pid, 300, &[], Some((0, &hashes(&[1]))), now);
+        assert_eq!(cache.stats().partitions, 1);
+        cache.record(&key(), pid, 0, &[], Some((1, &hashes(&[2]))), now);
+        assert_eq!(cache.stats(), DedupStats::default());
+    }
+
+    #[test]
+    fn forgetting_a_queue_gives_its_bytes_back() {
+        let cache = DedupCache::new(DEFAULT_DEDUP_CACHE_BYTES);
+        let now = SystemTime::now();
+        let other: Key = (Arc::from("other"), Arc::from("p"));
         cache.record(
             &key(),
-            pid,
-            1,
+            Uuid::now_v7(),
+            300,
             &[],
-            Some((1, &hashes(&[2]))),
-            then + Duration::from_secs(2),
+            Some((0, &many(0, 500))),
+            now,
         );
-        let cover = cache
-            .coverage(&key(), &hashes(&[1]), then + Duration::from_secs(2))
-            .expect("hash 1 expired with its segment");
-        assert_eq!((cover.cover_from, cover.known_to), (1, 1));
+        cache.record(
+            &other,
+            Uuid::now_v7(),
+            300,
+            &[],
+            Some((0, &many(500, 500))),
+            now,
+        );
+        let both = cache.stats().bytes;
+        cache.forget_queue("q");
+        let stats = cache.stats();
+        assert_eq!((stats.partitions, stats.hashes), (1, 500));
+        assert!(stats.bytes > 0 && stats.bytes < both);
+        cache.forget_queue("other");
+        assert_eq!(cache.stats(), DedupStats::default());
     }
 }

@@ -67,6 +67,14 @@ pub struct PushStats {
     pub segments: u64,
     /// Messages committed.
     pub messages: u64,
+    /// Slots with client transaction ids sent to PostgreSQL without dedup
+    /// coverage: unless the queue's dedup window is 0, each made
+    /// `log_push_v1` read every sidecar row of the partition inside the window.
+    pub full_probes: u64,
+    /// Bytes the dedup cache holds (see `QUEEN_DEDUP_CACHE_MB`).
+    pub dedup_cache_bytes: u64,
+    /// Transaction-id hashes the dedup cache holds.
+    pub dedup_cache_hashes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -90,6 +98,7 @@ struct Counters {
     flushes: AtomicU64,
     segments: AtomicU64,
     messages: AtomicU64,
+    full_probes: AtomicU64,
 }
 
 /// Settings of push fusion.
@@ -100,6 +109,8 @@ pub(crate) struct FusionConfig {
     pub(crate) zstd_level: i32,
     /// Flusher tasks.
     pub(crate) n_flushers: usize,
+    /// The dedup cache's budget in bytes.
+    pub(crate) dedup_cache_bytes: usize,
 }
 
 struct Shared {
@@ -144,6 +155,7 @@ impl Fusion {
             key,
             zstd_level,
             n_flushers,
+            dedup_cache_bytes,
         } = config;
         let (ready_tx, ready_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
@@ -157,7 +169,7 @@ impl Fusion {
             key,
             zstd_level,
             counters: Counters::default(),
-            dedup: DedupCache::default(),
+            dedup: DedupCache::new(dedup_cache_bytes),
         });
         let (stop, stop_rx) = watch::channel(false);
         let flushers = (0..n_flushers.max(1))
@@ -238,10 +250,14 @@ impl Fusion {
 
     pub(crate) fn stats(&self) -> PushStats {
         let counters = &self.shared.counters;
+        let dedup = self.shared.dedup.stats();
         PushStats {
             flushes: counters.flushes.load(Ordering::Relaxed),
             segments: counters.segments.load(Ordering::Relaxed),
             messages: counters.messages.load(Ordering::Relaxed),
+            full_probes: counters.full_probes.load(Ordering::Relaxed),
+            dedup_cache_bytes: dedup.bytes as u64,
+            dedup_cache_hashes: dedup.hashes as u64,
         }
     }
 
@@ -526,6 +542,9 @@ fn build_segment(
         &encoded.hashes,
         SystemTime::now(),
     );
+    if encoded.probe && coverage.is_none() {
+        shared.counters.full_probes.fetch_add(1, Ordering::Relaxed);
+    }
     Ok(BuiltSegment {
         coverage,
         n_frames: encoded.n_frames,

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use uuid::Uuid;
 
+pub use dedup::DEFAULT_DEDUP_CACHE_BYTES;
 pub use fusion::PushStats;
 pub(crate) use fusion::{encode_entries, Fusion, FusionConfig};
 

@@ -208,6 +208,7 @@ fn help_lists_every_setting_and_the_readme_documents_them() {
         "QUEEN_ENCRYPTION_KEY",
         "QUEEN_V2_ZSTD_LEVEL",
         "QUEEN_PUSH_FLUSHERS",
+        "QUEEN_DEDUP_CACHE_MB",
         "DEFAULT_BATCH_SIZE",
         "DEFAULT_TIMEOUT",
         "DEFAULT_SUBSCRIPTION_MODE",
