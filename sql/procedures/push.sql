@@ -74,7 +74,10 @@ DECLARE
     v_pid     uuid;
     v_now     timestamptz;
     v_last    bigint;
-    v_dup     record;
+    v_since   timestamptz;
+    v_below   boolean;
+    v_from    bigint;
+    v_newer   integer;
     v_has_dup boolean;
     v_cached  boolean;
     v_known   record;
@@ -144,6 +147,7 @@ BEGIN
         o_window := v_window;
         v_has_dup := false;
         v_cached := p_cache_pids[v_i] IS NOT DISTINCT FROM v_pid AND p_known_to[v_i] IS NOT NULL;
+        v_newer := 0;
         IF v_window > 0 AND v_cached THEN
             FOR v_known IN
                 SELECT t.base_offset, t.end_offset, t.hashes
@@ -151,6 +155,7 @@ BEGIN
                  WHERE t.partition_id = v_pid AND t.base_offset > p_known_to[v_i]
                  ORDER BY t.base_offset
             LOOP
+                v_newer := v_newer + 1;
                 o_status := 'known';
                 o_known_base := v_known.base_offset;
                 o_known_end := v_known.end_offset;
@@ -160,7 +165,28 @@ BEGIN
             o_known_base := NULL; o_known_end := NULL; o_known_hashes := NULL;
         END IF;
         IF v_window > 0 AND p_probe[v_i] THEN
-            FOR v_dup IN
+            v_since := clock_timestamp() - make_interval(secs => v_window);
+            -- With coverage, rows below it are in the window only if the
+            -- newest of them is (created_at is monotone in offset): one index
+            -- probe. Usually none is, and the probe reads only the rows above
+            -- the coverage (v_from: a range of the primary key, so the cost
+            -- no longer grows with the rows the partition holds); otherwise
+            -- every row of the partition in the window outside the coverage.
+            v_from := -1;  -- offsets start at 0: every row
+            IF v_cached THEN
+                SELECT t.created_at >= v_since INTO v_below
+                  FROM queen.log_txns t
+                 WHERE t.partition_id = v_pid AND t.base_offset < p_cover_from[v_i]
+                 ORDER BY t.base_offset DESC
+                 LIMIT 1;
+                IF NOT coalesce(v_below, false) THEN
+                    v_from := p_known_to[v_i];
+                END IF;
+            END IF;
+            -- Covered, nothing below the coverage in the window, nothing
+            -- above it (one broker writes this partition): nothing to probe.
+            IF v_from = -1 OR v_newer > 0 THEN
+                RETURN QUERY
                 WITH incoming AS MATERIALIZED (
                     SELECT n.idx, n.h FROM queen.log_unnest_hashes(p_hashes[v_i]) n
                 ), matches AS MATERIALIZED (
@@ -169,23 +195,19 @@ BEGIN
                      CROSS JOIN LATERAL queen.log_unnest_hashes(t.hashes) u
                       JOIN incoming i ON i.h = u.h
                      WHERE t.partition_id = v_pid
-                       AND t.created_at >= clock_timestamp() - make_interval(secs => v_window)
+                       AND t.base_offset > v_from
+                       AND t.created_at >= v_since
                        AND (NOT v_cached
                             OR t.base_offset < p_cover_from[v_i]
                             OR t.base_offset > p_known_to[v_i])
                 )
-                SELECT m.item, m.frame, s.blob
+                SELECT o_slot, 'duplicate'::text, v_qid, v_pid, NULL::bigint, NULL::timestamptz,
+                       v_enc, m.item, m.frame, s.blob, NULL::bigint, NULL::bigint, NULL::bytea, v_window
                   FROM matches m
                   LEFT JOIN queen.log_segments s
-                    ON s.partition_id = v_pid AND s.base_offset = m.base_offset
-            LOOP
-                v_has_dup := true;
-                o_status := 'duplicate';
-                o_dup_item := v_dup.item;
-                o_dup_frame := v_dup.frame;
-                o_dup_blob := v_dup.blob;
-                RETURN NEXT;
-            END LOOP;
+                    ON s.partition_id = v_pid AND s.base_offset = m.base_offset;
+                v_has_dup := FOUND;
+            END IF;
         END IF;
         IF v_has_dup THEN
             CONTINUE;

@@ -1,0 +1,126 @@
+//! How much of the hash sidecar `queen.log_push_v1`'s duplicate probe reads,
+//! measured with the session's own transaction statistics.
+
+use queen_sql::push::{push_segments, Coverage, SegmentWrite, SlotOutcome};
+use queen_testkit::TestDb;
+use uuid::Uuid;
+
+const ROWS: i64 = 300;
+
+/// A one-frame segment whose transaction-id hash is 16 copies of `n`'s bytes.
+fn hash_of(n: i64) -> Vec<u8> {
+    let mut hash = [0u8; 16];
+    hash[..8].copy_from_slice(&n.to_le_bytes());
+    hash[8..].copy_from_slice(&(!n).to_le_bytes());
+    hash.to_vec()
+}
+
+async fn push_one(
+    client: &tokio_postgres::Client,
+    n: i64,
+    coverage: Option<Coverage>,
+) -> SlotOutcome {
+    let hashes = hash_of(n);
+    let write = SegmentWrite {
+        queue: "probe",
+        partition: "p",
+        namespace: "probe",
+        task: "",
+        new_queue_id: Uuid::now_v7(),
+        new_partition_id: Uuid::now_v7(),
+        encrypted: false,
+        probe: true,
+        coverage,
+        n_frames: 1,
+        blob: b"blob",
+        hashes: &hashes,
+    };
+    let mut outcomes = push_segments(client, "", &[write]).await.unwrap();
+    assert_eq!(outcomes.len(), 1);
+    outcomes.remove(0)
+}
+
+/// Sidecar rows this session has read and not yet reported (the view holds
+/// earlier transactions' counts until the session flushes them).
+async fn sidecar_reads(client: &tokio_postgres::Client) -> i64 {
+    client
+        .query_one(
+            "SELECT COALESCE(sum(seq_tup_read + COALESCE(idx_tup_fetch, 0)), 0)::bigint \
+               FROM pg_stat_xact_user_tables \
+              WHERE schemaname = 'queen' AND relname = 'log_txns'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// Sidecar rows read by one push of `n` with `coverage` (rolled back), and
+/// its outcome.
+async fn rows_read(
+    client: &tokio_postgres::Client,
+    n: i64,
+    coverage: Option<Coverage>,
+) -> (i64, SlotOutcome) {
+    client.batch_execute("BEGIN").await.unwrap();
+    let before = sidecar_reads(client).await;
+    let outcome = push_one(client, n, coverage).await;
+    let read = sidecar_reads(client).await - before;
+    client.batch_execute("ROLLBACK").await.unwrap();
+    (read, outcome)
+}
+
+#[tokio::test]
+async fn with_coverage_the_probe_reads_only_rows_above_it() {
+    let db = TestDb::new().await;
+    let client = db.client().await;
+    let mut partition_id = Uuid::nil();
+    for n in 0..ROWS {
+        match push_one(&client, n, None).await {
+            SlotOutcome::Queued {
+                partition_id: id,
+                base_offset,
+                ..
+            } => {
+                assert_eq!(base_offset, n);
+                partition_id = id;
+            }
+            other => panic!("push {n}: {other:?}"),
+        }
+    }
+    let covering = |cover_from, known_to| {
+        Some(Coverage {
+            partition_id,
+            cover_from,
+            known_to,
+        })
+    };
+    // Everything covered: the probe reads no sidecar row, however many the
+    // partition holds in the window (it read all 300 when the coverage was
+    // only a filter).
+    let (read, outcome) = rows_read(&client, ROWS, covering(0, ROWS - 1)).await;
+    assert!(matches!(outcome, SlotOutcome::Queued { .. }), "{outcome:?}");
+    assert!(read <= 1, "read {read} sidecar rows");
+    // Ten rows above the coverage (another broker's): those ten, sent back.
+    let (read, outcome) = rows_read(&client, ROWS, covering(0, ROWS - 11)).await;
+    let SlotOutcome::Queued { known, .. } = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(known.len(), 10);
+    assert!(read <= 2 * 10 + 1, "read {read} sidecar rows");
+    // Coverage that starts inside the window: the rows below it are probed,
+    // so a duplicate there is still found.
+    let (read, outcome) = rows_read(&client, 5, covering(100, ROWS - 1)).await;
+    assert!(
+        matches!(&outcome, SlotOutcome::Duplicates { duplicates, .. } if duplicates.len() == 1),
+        "{outcome:?}"
+    );
+    assert!(read >= 100, "read {read} sidecar rows");
+    // No coverage: the whole window.
+    let (read, outcome) = rows_read(&client, 7, None).await;
+    assert!(
+        matches!(outcome, SlotOutcome::Duplicates { .. }),
+        "{outcome:?}"
+    );
+    assert!(read >= ROWS, "read {read} sidecar rows");
+}
