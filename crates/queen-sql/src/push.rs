@@ -114,10 +114,55 @@ pub struct Duplicate {
     pub winner_blob: Option<Vec<u8>>,
 }
 
+/// The parameter types of [`PUSH_SEGMENTS`].
+const PUSH_TYPES: [Type; 15] = [
+    Type::TEXT,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::UUID_ARRAY,
+    Type::UUID_ARRAY,
+    Type::BOOL_ARRAY,
+    Type::BOOL_ARRAY,
+    Type::UUID_ARRAY,
+    Type::INT8_ARRAY,
+    Type::INT8_ARRAY,
+    Type::INT4_ARRAY,
+    Type::BYTEA_ARRAY,
+    Type::BYTEA_ARRAY,
+];
+
 /// Write `writes` in one transaction (one statement). Returns one outcome per
 /// slot, in slot order.
+///
+/// The statement is parsed and planned on every call (one round trip all the
+/// same); [`push_segments_prepared`] is the flushers' variant.
 pub async fn push_segments(
     client: &impl GenericClient,
+    tenant: &str,
+    writes: &[SegmentWrite<'_>],
+) -> Result<Vec<SlotOutcome>, SqlError> {
+    push_with(client, None, tenant, writes).await
+}
+
+/// [`push_segments`] through a statement the pooled connection prepared once
+/// and keeps (deadpool's per-connection statement cache): PostgreSQL neither
+/// parses nor plans it again, and the call stays one round trip.
+pub async fn push_segments_prepared(
+    client: &deadpool_postgres::ClientWrapper,
+    tenant: &str,
+    writes: &[SegmentWrite<'_>],
+) -> Result<Vec<SlotOutcome>, SqlError> {
+    let statement = client
+        .prepare_typed_cached(PUSH_SEGMENTS, &PUSH_TYPES)
+        .await?;
+    push_with(&**client, Some(&statement), tenant, writes).await
+}
+
+async fn push_with(
+    client: &impl GenericClient,
+    prepared: Option<&tokio_postgres::Statement>,
     tenant: &str,
     writes: &[SegmentWrite<'_>],
 ) -> Result<Vec<SlotOutcome>, SqlError> {
@@ -144,30 +189,32 @@ pub async fn push_segments(
     let counts: Vec<i32> = writes.iter().map(|w| w.n_frames).collect();
     let blobs: Vec<&[u8]> = writes.iter().map(|w| w.blob).collect();
     let hashes: Vec<&[u8]> = writes.iter().map(|w| w.hashes).collect();
-    // `query_typed` sends parse, bind and execute together: one round trip,
-    // where `query` with SQL text would first prepare (a second round trip).
-    let rows = client
-        .query_typed(
-            PUSH_SEGMENTS,
-            &[
-                (&tenant, Type::TEXT),
-                (&queues, Type::TEXT_ARRAY),
-                (&partitions, Type::TEXT_ARRAY),
-                (&namespaces, Type::TEXT_ARRAY),
-                (&tasks, Type::TEXT_ARRAY),
-                (&queue_ids, Type::UUID_ARRAY),
-                (&partition_ids, Type::UUID_ARRAY),
-                (&encrypted, Type::BOOL_ARRAY),
-                (&probe, Type::BOOL_ARRAY),
-                (&cache_pids, Type::UUID_ARRAY),
-                (&cover_from, Type::INT8_ARRAY),
-                (&known_to, Type::INT8_ARRAY),
-                (&counts, Type::INT4_ARRAY),
-                (&blobs, Type::BYTEA_ARRAY),
-                (&hashes, Type::BYTEA_ARRAY),
-            ],
-        )
-        .await?;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 15] = [
+        &tenant,
+        &queues,
+        &partitions,
+        &namespaces,
+        &tasks,
+        &queue_ids,
+        &partition_ids,
+        &encrypted,
+        &probe,
+        &cache_pids,
+        &cover_from,
+        &known_to,
+        &counts,
+        &blobs,
+        &hashes,
+    ];
+    let rows = match prepared {
+        Some(statement) => client.query(statement, &params).await?,
+        // `query_typed` sends parse, bind and execute together: one round
+        // trip, where `query` with SQL text would first prepare (a second).
+        None => {
+            let typed: Vec<_> = params.iter().copied().zip(PUSH_TYPES).collect();
+            client.query_typed(PUSH_SEGMENTS, &typed).await?
+        }
+    };
 
     let mut outcomes: Vec<Option<SlotOutcome>> = vec![None; writes.len()];
     let mut known: Vec<Vec<KnownRow>> = vec![Vec::new(); writes.len()];

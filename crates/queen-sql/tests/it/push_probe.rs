@@ -124,3 +124,45 @@ async fn with_coverage_the_probe_reads_only_rows_above_it() {
     );
     assert!(read >= ROWS, "read {read} sidecar rows");
 }
+
+#[tokio::test]
+async fn the_flushers_statement_is_prepared_once_per_connection() {
+    let db = TestDb::new().await;
+    let pool = db.pool(1);
+    let client = pool.get().await.unwrap();
+    for n in 0..3 {
+        let hashes = hash_of(n);
+        let write = SegmentWrite {
+            queue: "prepared",
+            partition: "p",
+            namespace: "prepared",
+            task: "",
+            new_queue_id: Uuid::now_v7(),
+            new_partition_id: Uuid::now_v7(),
+            encrypted: false,
+            probe: true,
+            coverage: None,
+            n_frames: 1,
+            blob: b"blob",
+            hashes: &hashes,
+        };
+        let outcomes = queen_sql::push::push_segments_prepared(&client, "", &[write])
+            .await
+            .unwrap();
+        assert!(
+            matches!(outcomes.as_slice(), [SlotOutcome::Queued { base_offset, .. }] if *base_offset == n),
+            "{outcomes:?}"
+        );
+    }
+    // One statement, prepared on the first call and reused by the next two.
+    assert_eq!(client.statement_cache.size(), 1);
+    let prepared: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_prepared_statements WHERE starts_with(statement, 'SELECT * FROM queen.log_push_v1')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(prepared, 1);
+}
