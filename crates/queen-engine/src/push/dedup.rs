@@ -533,39 +533,26 @@ mod tests {
 
     #[test]
     fn a_generation_closes_when_full_so_a_busy_partition_is_evicted_in_parts() {
-        let cache = DedupCache::new(DEFAULT_DEDUP_CACHE_BYTES);
         let pid = Uuid::now_v7();
         let now = SystemTime::now();
-        for i in 0..60_u64 {
-            let base = i64::try_from(i * 1_000).unwrap();
-            cache.record(
-                &key(),
-                pid,
-                300,
-                &[],
-                Some((base, &many(i * 1_000, 1_000))),
-                now,
-            );
-        }
-        let stats = cache.stats();
+        // 60 segments of 1,000 hashes, all at once.
+        let filled = |budget: usize| {
+            let cache = DedupCache::new(budget);
+            for i in 0..60_u64 {
+                let base = i64::try_from(i * 1_000).unwrap();
+                let hashes = many(i * 1_000, 1_000);
+                cache.record(&key(), pid, 300, &[], Some((base, &hashes)), now);
+            }
+            cache
+        };
+        let stats = filled(DEFAULT_DEDUP_CACHE_BYTES).stats();
         // 57 segments fill the first generation; the rest open a second.
         assert_eq!((stats.generations, stats.hashes), (2, 60_000), "{stats:?}");
         // A full generation fills its buckets: about 10.5 bytes a hash.
         assert!(stats.bytes < 60_000 * 11, "{stats:?}");
         // Over budget, only the full generation goes.
-        let cache = DedupCache::new(stats.bytes - 1);
-        for i in 0..60_u64 {
-            let base = i64::try_from(i * 1_000).unwrap();
-            cache.record(
-                &key(),
-                pid,
-                300,
-                &[],
-                Some((base, &many(i * 1_000, 1_000))),
-                now,
-            );
-        }
-        assert_eq!(cache.cover(&key()), Some((57_000, 59_999)));
+        let over = filled(stats.bytes - 1);
+        assert_eq!(over.cover(&key()), Some((57_000, 59_999)));
     }
 
     #[test]

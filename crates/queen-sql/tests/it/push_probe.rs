@@ -15,16 +15,12 @@ fn hash_of(n: i64) -> Vec<u8> {
     hash.to_vec()
 }
 
-async fn push_one(
-    client: &tokio_postgres::Client,
-    n: i64,
-    coverage: Option<Coverage>,
-) -> SlotOutcome {
-    let hashes = hash_of(n);
-    let write = SegmentWrite {
-        queue: "probe",
+/// A one-frame segment of queue `queue`, partition `p`, with client ids.
+fn write<'a>(queue: &'a str, hashes: &'a [u8], coverage: Option<Coverage>) -> SegmentWrite<'a> {
+    SegmentWrite {
+        queue,
         partition: "p",
-        namespace: "probe",
+        namespace: queue,
         task: "",
         new_queue_id: Uuid::now_v7(),
         new_partition_id: Uuid::now_v7(),
@@ -33,9 +29,19 @@ async fn push_one(
         coverage,
         n_frames: 1,
         blob: b"blob",
-        hashes: &hashes,
-    };
-    let mut outcomes = push_segments(client, "", &[write]).await.unwrap();
+        hashes,
+    }
+}
+
+async fn push_one(
+    client: &tokio_postgres::Client,
+    n: i64,
+    coverage: Option<Coverage>,
+) -> SlotOutcome {
+    let hashes = hash_of(n);
+    let mut outcomes = push_segments(client, "", &[write("probe", &hashes, coverage)])
+        .await
+        .unwrap();
     assert_eq!(outcomes.len(), 1);
     outcomes.remove(0)
 }
@@ -132,23 +138,13 @@ async fn the_flushers_statement_is_prepared_once_per_connection() {
     let client = pool.get().await.unwrap();
     for n in 0..3 {
         let hashes = hash_of(n);
-        let write = SegmentWrite {
-            queue: "prepared",
-            partition: "p",
-            namespace: "prepared",
-            task: "",
-            new_queue_id: Uuid::now_v7(),
-            new_partition_id: Uuid::now_v7(),
-            encrypted: false,
-            probe: true,
-            coverage: None,
-            n_frames: 1,
-            blob: b"blob",
-            hashes: &hashes,
-        };
-        let outcomes = queen_sql::push::push_segments_prepared(&client, "", &[write])
-            .await
-            .unwrap();
+        let outcomes = queen_sql::push::push_segments_prepared(
+            &client,
+            "",
+            &[write("prepared", &hashes, None)],
+        )
+        .await
+        .unwrap();
         assert!(
             matches!(outcomes.as_slice(), [SlotOutcome::Queued { base_offset, .. }] if *base_offset == n),
             "{outcomes:?}"
