@@ -9,6 +9,7 @@
 //! announced to the hot-list and wake gates only after the commit.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use queen_frame::SegmentBuilder;
 use queen_sql::push::{SegmentWrite, SlotOutcome};
@@ -198,7 +199,7 @@ impl Engine {
                 message_id: Some(entry.message_id),
                 partition_id,
                 trace_id: entry.trace_id,
-                queue: queue.clone(),
+                queue: Arc::from(queue.as_str()),
             });
         }
         let partitions = groups.into_iter().map(|(q, p, _, _)| (q, p)).collect();

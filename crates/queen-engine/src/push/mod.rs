@@ -10,6 +10,7 @@ mod dedup;
 mod fusion;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use uuid::Uuid;
@@ -61,8 +62,8 @@ pub struct PushOutcome {
     pub partition_id: Uuid,
     /// The item's trace id.
     pub trace_id: Option<Uuid>,
-    /// The queue name.
-    pub queue: String,
+    /// The queue name (shared by the request's outcomes for that queue).
+    pub queue: Arc<str>,
 }
 
 /// A message on its way through fusion.
@@ -125,27 +126,37 @@ impl Engine {
     /// transaction ids is safe, the committed ones come back as duplicates.
     pub async fn push(&self, items: Vec<PushItem>) -> Result<Vec<PushOutcome>, EngineError> {
         let n_items = items.len();
-        // Per partition, in order of first appearance: its item indices and entries.
+        // Per partition, in order of first appearance: its item indices and
+        // entries. Names are owned once per partition, not once per item.
         let mut groups: Vec<(String, String, Vec<usize>, Vec<Entry>)> = Vec::new();
         let mut group_of: HashMap<(String, String), usize> = HashMap::new();
-        let mut answers: Vec<(String, Option<Uuid>, String, Uuid)> = Vec::with_capacity(n_items);
+        // Per item: transaction id, trace id, group, message id.
+        let mut answers: Vec<(String, Option<Uuid>, usize, Uuid)> = Vec::with_capacity(n_items);
         for (index, item) in items.into_iter().enumerate() {
             let (queue, partition, entry) = Entry::from_item(item);
             let key = (queue, partition);
-            let group_idx = *group_of.entry(key.clone()).or_insert_with(|| {
-                groups.push((key.0.clone(), key.1.clone(), Vec::new(), Vec::new()));
-                groups.len() - 1
-            });
+            let group_idx = match group_of.get(&key) {
+                Some(&idx) => idx,
+                None => {
+                    groups.push((key.0.clone(), key.1.clone(), Vec::new(), Vec::new()));
+                    group_of.insert(key, groups.len() - 1);
+                    groups.len() - 1
+                }
+            };
             answers.push((
                 entry.transaction_id.clone(),
                 entry.trace_id,
-                key.0,
+                group_idx,
                 entry.message_id,
             ));
             let (_, _, indices, entries) = &mut groups[group_idx];
             indices.push(index);
             entries.push(entry);
         }
+        let queues: Vec<Arc<str>> = groups
+            .iter()
+            .map(|(queue, ..)| Arc::from(queue.as_str()))
+            .collect();
 
         let pending: Vec<_> = groups
             .into_iter()
@@ -169,7 +180,7 @@ impl Engine {
         results
             .into_iter()
             .zip(answers)
-            .map(|(result, (transaction_id, trace_id, queue, message_id))| {
+            .map(|(result, (transaction_id, trace_id, group, message_id))| {
                 let (status, message_id, partition_id) = match result {
                     Some(EntryResult::Queued { partition_id }) => {
                         (PushStatus::Queued, Some(message_id), partition_id)
@@ -180,6 +191,10 @@ impl Engine {
                     }) => (PushStatus::Duplicate, winner, partition_id),
                     None => return Err(EngineError::Internal("a pushed item got no answer")),
                 };
+                let queue = queues
+                    .get(group)
+                    .cloned()
+                    .ok_or(EngineError::Internal("a pushed item lost its queue"))?;
                 Ok(PushOutcome {
                     status,
                     transaction_id,

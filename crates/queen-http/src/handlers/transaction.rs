@@ -135,7 +135,7 @@ fn render(results: &[TxnResult]) -> Vec<Value> {
                         "transactionId": outcome.transaction_id,
                         "messageId": outcome.message_id.map(|id| id.to_string()),
                         "partitionId": outcome.partition_id.to_string(),
-                        "queueName": outcome.queue,
+                        "queueName": &*outcome.queue,
                     }));
                 }
             }
