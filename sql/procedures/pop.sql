@@ -412,7 +412,6 @@ DECLARE
     v_budget    integer := greatest(p_budget, 1);
     v_claimed   integer := 0;
     v_part      record;
-    v_row       record;
     v_took      integer;
 BEGIN
     SELECT COALESCE(p_lease_seconds, NULLIF(q.lease_time, 0), 60), q.delayed_processing, q.window_buffer
@@ -429,19 +428,18 @@ BEGIN
     LOOP
         EXIT WHEN v_budget <= 0 OR v_claimed >= greatest(p_max_partitions, 1);
         v_took := 0;
-        FOR v_row IN
+        o_partition_id := v_part.id;
+        o_partition_name := v_part.name;
+        -- log_pop_v1's rows land straight in the output columns after these two.
+        FOR o_kind, o_base_offset, o_start_idx, o_take, o_msg_count, o_created_at, o_blob,
+            o_verdict, o_revisit_at IN
             SELECT * FROM queen.log_pop_v1(v_part.id, p_qid, p_group, p_worker, v_budget, v_lease,
                                            p_auto_ack, p_sub_mode, p_sub_from, v_delayed, v_window,
                                            p_skip_window)
         LOOP
-            o_partition_id := v_part.id; o_partition_name := v_part.name;
-            o_kind := v_row.o_kind; o_base_offset := v_row.o_base_offset;
-            o_start_idx := v_row.o_start_idx; o_take := v_row.o_take;
-            o_msg_count := v_row.o_msg_count; o_created_at := v_row.o_created_at;
-            o_blob := v_row.o_blob; o_verdict := v_row.o_verdict; o_revisit_at := v_row.o_revisit_at;
             RETURN NEXT;
-            IF v_row.o_kind = 'segment' THEN
-                v_took := v_took + v_row.o_take;
+            IF o_kind = 'segment' THEN
+                v_took := v_took + o_take;
             END IF;
         END LOOP;
         IF v_took > 0 THEN
@@ -485,22 +483,17 @@ VOLATILE
 AS $$
 DECLARE
     v_qid  uuid;
-    v_row  record;
 BEGIN
     SELECT q.id INTO v_qid FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    FOR v_row IN
+    FOR o_partition_id, o_partition_name, o_kind, o_base_offset, o_start_idx, o_take,
+        o_msg_count, o_created_at, o_blob, o_verdict, o_revisit_at IN
         SELECT * FROM queen.log_pop_list_v1(v_qid, p_group, ARRAY[p_partition], p_worker, p_budget, 1,
                                             p_lease_seconds, p_auto_ack, p_sub_mode, p_sub_from, false)
     LOOP
-        o_partition_name := v_row.o_partition_name;
-        o_kind := v_row.o_kind; o_base_offset := v_row.o_base_offset;
-        o_start_idx := v_row.o_start_idx; o_take := v_row.o_take;
-        o_msg_count := v_row.o_msg_count; o_created_at := v_row.o_created_at;
-        o_blob := v_row.o_blob; o_verdict := v_row.o_verdict; o_revisit_at := v_row.o_revisit_at;
-        -- Resolved here, after the claim (see above).
+        -- The partition id is resolved again here, after the claim (see above).
         SELECT p.id INTO o_partition_id
           FROM queen.log_partitions p WHERE p.queue_id = v_qid AND p.name = p_partition;
         RETURN NEXT;
@@ -598,7 +591,6 @@ DECLARE
     v_cap       integer;
     v_names     text[];
     v_delivered boolean := false;
-    v_row       record;
 BEGIN
     SELECT m.scan_watermark, m.watermark_checked_at INTO v_watermark, v_checked
       FROM queen.consumer_groups_metadata m
@@ -620,18 +612,14 @@ BEGIN
              LIMIT v_cap) AS cand;
 
     IF v_names IS NOT NULL THEN
-        FOR v_row IN
+        FOR o_partition_id, o_partition_name, o_kind, o_base_offset, o_start_idx, o_take,
+            o_msg_count, o_created_at, o_blob, o_verdict, o_revisit_at IN
             SELECT * FROM queen.log_pop_list_v1(p_qid, p_group, v_names, p_worker, p_budget,
                                                 p_max_partitions, p_lease_seconds, p_auto_ack,
                                                 p_sub_mode, p_sub_from, false)
         LOOP
-            o_partition_id := v_row.o_partition_id; o_partition_name := v_row.o_partition_name;
-            o_kind := v_row.o_kind; o_base_offset := v_row.o_base_offset;
-            o_start_idx := v_row.o_start_idx; o_take := v_row.o_take;
-            o_msg_count := v_row.o_msg_count; o_created_at := v_row.o_created_at;
-            o_blob := v_row.o_blob; o_verdict := v_row.o_verdict; o_revisit_at := v_row.o_revisit_at;
             RETURN NEXT;
-            IF v_row.o_kind = 'segment' THEN
+            IF o_kind = 'segment' THEN
                 v_delivered := true;
             END IF;
         END LOOP;
