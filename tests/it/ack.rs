@@ -8,6 +8,11 @@ use queen_engine::EngineConfig;
 use queen_tests::TestBroker;
 use serde_json::{json, Value};
 
+use crate::support::{
+    ack_all, configure, data, expect_status, messages, pop, push_items, select_i64,
+};
+
+/// Push `payloads` to one partition, each with its own unique transaction id.
 async fn push(broker: &TestBroker, queue: &str, partition: &str, payloads: &[Value]) {
     let items: Vec<Value> = payloads
         .iter()
@@ -17,69 +22,10 @@ async fn push(broker: &TestBroker, queue: &str, partition: &str, payloads: &[Val
                    "transactionId": format!("{queue}-{partition}-{i}-{}", uuid::Uuid::now_v7())})
         })
         .collect();
-    let reply = broker
-        .client
-        .post_json("/api/v1/push", &json!({"items": items}))
-        .await;
-    assert_eq!(reply.status, 201);
+    push_items(broker, items).await;
 }
 
-async fn configure(broker: &TestBroker, queue: &str, options: Value) {
-    let reply = broker
-        .client
-        .post_json(
-            "/api/v1/configure",
-            &json!({"queue": queue, "options": options}),
-        )
-        .await;
-    assert_eq!(reply.status, 200);
-}
-
-async fn pop(broker: &TestBroker, path: &str) -> Option<Value> {
-    let reply = broker.client.get(path).await;
-    match reply.status.as_u16() {
-        200 => Some(reply.json()),
-        204 => None,
-        other => panic!("{path}: {other} {:?}", String::from_utf8_lossy(&reply.body)),
-    }
-}
-
-fn messages(popped: &Value) -> Vec<Value> {
-    popped["messages"].as_array().unwrap().clone()
-}
-
-fn data(popped: &Value) -> Vec<Value> {
-    messages(popped).iter().map(|m| m["data"].clone()).collect()
-}
-
-/// Ack every message of `popped` with `status` in one batch.
-async fn ack_all(
-    broker: &TestBroker,
-    popped: &Value,
-    status: &str,
-    group: Option<&str>,
-) -> Vec<Value> {
-    let acks: Vec<Value> = messages(popped)
-        .iter()
-        .map(|m| {
-            json!({"transactionId": m["transactionId"], "partitionId": m["partitionId"],
-                   "leaseId": m["leaseId"], "status": status})
-        })
-        .collect();
-    let mut body = json!({"acknowledgments": acks});
-    if let Some(group) = group {
-        body["consumerGroup"] = json!(group);
-    }
-    let reply = broker.client.post_json("/api/v1/ack/batch", &body).await;
-    assert_eq!(
-        reply.status,
-        200,
-        "{:?}",
-        String::from_utf8_lossy(&reply.body)
-    );
-    reply.json().as_array().unwrap().clone()
-}
-
+/// Ack one message with `status` (and `error`, when given); returns its result.
 async fn ack_one(broker: &TestBroker, message: &Value, status: &str, error: Option<&str>) -> Value {
     let mut body = json!({"transactionId": message["transactionId"], "partitionId": message["partitionId"],
                           "leaseId": message["leaseId"], "status": status});
@@ -87,17 +33,14 @@ async fn ack_one(broker: &TestBroker, message: &Value, status: &str, error: Opti
         body["error"] = json!(error);
     }
     let reply = broker.client.post_json("/api/v1/ack", &body).await;
-    assert_eq!(
-        reply.status,
-        200,
-        "{:?}",
-        String::from_utf8_lossy(&reply.body)
-    );
+    expect_status(&reply, 200);
     let results = reply.json();
     assert_eq!(results.as_array().unwrap().len(), 1);
     results[0].clone()
 }
 
+/// (committed, worker_id, batch_retry_count, attempt_count) of the queue-mode
+/// cursor of `partition`.
 async fn cursor(broker: &TestBroker, partition: &str) -> (i64, Option<uuid::Uuid>, i32, i32) {
     let row = broker
         .sql()
@@ -345,13 +288,7 @@ async fn with_dead_lettering_off_the_poison_is_dropped_and_the_cursor_still_move
     let result = ack_one(&broker, &messages(&popped)[0], "failed", None).await;
     assert_eq!(result["success"], true);
     assert_eq!(cursor(&broker, "p").await.0, 0);
-    let rows: i64 = broker
-        .sql()
-        .await
-        .query_one("SELECT count(*) FROM queen.log_dlq", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let rows: i64 = select_i64(&broker.sql().await, "SELECT count(*) FROM queen.log_dlq").await;
     assert_eq!(rows, 0);
     assert_eq!(
         data(&pop(&broker, "/api/v1/pop/queue/nodlq").await.unwrap()),
@@ -503,11 +440,7 @@ async fn one_hundred_thousand_messages_with_concurrent_consumers_and_acks_arrive
                        "transactionId": id, "payload": {"id": id}})
             })
             .collect();
-        let reply = broker
-            .client
-            .post_json("/api/v1/push", &json!({"items": items}))
-            .await;
-        assert_eq!(reply.status, 201);
+        push_items(&broker, items).await;
     }
     let seen = Arc::new(parking_lot::Mutex::new(HashMap::<String, usize>::new()));
     let mut consumers = Vec::new();

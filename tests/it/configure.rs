@@ -5,6 +5,8 @@ use hyper::Method;
 use queen_tests::TestBroker;
 use serde_json::{json, Value};
 
+use crate::support::select_i64;
+
 const PATH: &str = "/api/v1/configure";
 
 /// Every option key the echo must carry.
@@ -61,14 +63,13 @@ async fn partitions(broker: &TestBroker, queue_id: &str) -> Vec<(String, String)
         .collect()
 }
 
+/// The number of rows in `table`.
 async fn count_rows(broker: &TestBroker, table: &str) -> i64 {
-    broker
-        .sql()
-        .await
-        .query_one(&format!("SELECT count(*) FROM {table}"), &[])
-        .await
-        .unwrap()
-        .get(0)
+    select_i64(
+        &broker.sql().await,
+        &format!("SELECT count(*) FROM {table}"),
+    )
+    .await
 }
 
 /// Configure and insist on a 200.

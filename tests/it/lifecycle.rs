@@ -13,27 +13,7 @@ use queen_tests::TestBroker;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-/// Run a behaviour test on both candidate paths.
-macro_rules! both_paths {
-    ($($name:ident),* $(,)?) => {
-        mod hotlist {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::config(true)).await;
-                }
-            )*
-        }
-        mod sql_scan {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::config(false)).await;
-                }
-            )*
-        }
-    };
-}
+use crate::support::{ack_all, both_paths, cut, data, messages, pop, push, select_i64};
 
 both_paths!(
     a_queue_pushed_again_under_the_same_name_starts_empty,
@@ -45,80 +25,12 @@ both_paths!(
     a_new_subscription_timestamp_starts_untouched_partitions_there,
 );
 
-fn config(hotlist: bool) -> EngineConfig {
-    EngineConfig {
-        hotlist,
-        ..EngineConfig::default()
-    }
-}
-
 /// Push each payload in its own request (one segment each, so segment
 /// timestamps separate them).
 async fn push_each(broker: &TestBroker, queue: &str, partition: &str, payloads: &[Value]) {
     for payload in payloads {
         push(broker, queue, partition, std::slice::from_ref(payload)).await;
     }
-}
-
-async fn push(broker: &TestBroker, queue: &str, partition: &str, payloads: &[Value]) -> Vec<Value> {
-    let items: Vec<Value> = payloads
-        .iter()
-        .map(|p| json!({"queue": queue, "partition": partition, "payload": p}))
-        .collect();
-    let reply = broker
-        .client
-        .post_json("/api/v1/push", &json!({"items": items}))
-        .await;
-    assert_eq!(
-        reply.status,
-        201,
-        "{:?}",
-        String::from_utf8_lossy(&reply.body)
-    );
-    reply.json().as_array().unwrap().clone()
-}
-
-/// GET a pop path; `None` for 204.
-async fn pop(broker: &TestBroker, path: &str) -> Option<Value> {
-    let reply = broker.client.get(path).await;
-    match reply.status.as_u16() {
-        200 => Some(reply.json()),
-        204 => None,
-        other => panic!("{path}: {other} {:?}", String::from_utf8_lossy(&reply.body)),
-    }
-}
-
-fn messages(popped: &Value) -> Vec<Value> {
-    popped["messages"].as_array().unwrap().clone()
-}
-
-fn data(popped: &Value) -> Vec<Value> {
-    messages(popped).iter().map(|m| m["data"].clone()).collect()
-}
-
-/// Ack every message of `popped` with `status`, for `group`.
-async fn ack_all(broker: &TestBroker, popped: &Value, status: &str, group: &str) -> Vec<Value> {
-    let acks: Vec<Value> = messages(popped)
-        .iter()
-        .map(|m| {
-            json!({"transactionId": m["transactionId"], "partitionId": m["partitionId"],
-                   "leaseId": m["leaseId"], "status": status})
-        })
-        .collect();
-    let reply = broker
-        .client
-        .post_json(
-            "/api/v1/ack/batch",
-            &json!({"acknowledgments": acks, "consumerGroup": group}),
-        )
-        .await;
-    assert_eq!(
-        reply.status,
-        200,
-        "{:?}",
-        String::from_utf8_lossy(&reply.body)
-    );
-    reply.json().as_array().unwrap().clone()
 }
 
 /// Pop `path` until it answers 204, acking each batch (completed) when it is
@@ -131,35 +43,12 @@ async fn drain(broker: &TestBroker, path: &str, group: &str) -> Vec<Value> {
         };
         got.extend(data(&popped));
         if popped["messages"][0]["leaseId"] != "" {
-            for result in ack_all(broker, &popped, "completed", group).await {
+            for result in ack_all(broker, &popped, "completed", Some(group)).await {
                 assert_eq!(result["success"], true, "{result}");
             }
         }
     }
     panic!("{path} never drained");
-}
-
-/// The database's clock, as an ISO-8601 UTC string with microseconds.
-async fn db_now(broker: &TestBroker) -> String {
-    broker
-        .sql()
-        .await
-        .query_one(
-            "SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0)
-}
-
-/// A timestamp strictly between everything pushed so far and everything
-/// pushed after it.
-async fn cut(broker: &TestBroker) -> String {
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let at = db_now(broker).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    at
 }
 
 /// Every row referring to `pids` (or the queue `qid`), per table.
@@ -199,6 +88,7 @@ async fn rows_of(broker: &TestBroker, qid: Uuid, pids: &[Uuid]) -> Vec<(String, 
     counts
 }
 
+/// The id of `queue` and the ids of its partitions.
 async fn queue_ids(broker: &TestBroker, queue: &str) -> (Uuid, Vec<Uuid>) {
     let sql = broker.sql().await;
     let qid: Uuid = sql
@@ -236,7 +126,7 @@ async fn deleting_a_queue_removes_every_row_it_owns_and_nothing_else() {
     .await
     .unwrap();
     let first = messages(&popped)[0].clone();
-    let dlq = ack_all(&broker, &popped, "dlq", "g").await;
+    let dlq = ack_all(&broker, &popped, "dlq", Some("g")).await;
     assert_eq!(dlq[0]["success"], true, "{dlq:?}");
     assert!(
         pop(&broker, "/api/v1/pop/queue/doomed?batch=10&consumerGroup=h")
@@ -315,7 +205,7 @@ async fn a_queue_pushed_again_under_the_same_name_starts_empty(config: EngineCon
     assert_eq!(reply.json()["existed"], true);
     // An ack with the lease of the deleted queue changes nothing and fails
     // nothing.
-    let late = ack_all(&broker, &leased, "completed", "__QUEUE_MODE__").await;
+    let late = ack_all(&broker, &leased, "completed", Some("__QUEUE_MODE__")).await;
     assert_eq!(late[0]["success"], false, "{late:?}");
 
     push(&broker, "again", "p", &[json!("new-1"), json!("new-2")]).await;
@@ -410,15 +300,12 @@ async fn a_deleted_group_resubscribing_with_all_receives_everything_again(config
                "metadataDeleted": true})
     );
     let sql = broker.sql().await;
-    let left: i64 = sql
-        .query_one(
-            "SELECT (SELECT count(*) FROM queen.log_consumers WHERE consumer_group = 'g') \
-                  + (SELECT count(*) FROM queen.consumer_groups_metadata WHERE consumer_group = 'g')",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let left: i64 = select_i64(
+        &sql,
+        "SELECT (SELECT count(*) FROM queen.log_consumers WHERE consumer_group = 'g') \
+              + (SELECT count(*) FROM queen.consumer_groups_metadata WHERE consumer_group = 'g')",
+    )
+    .await;
     assert_eq!(left, 0);
 
     let mut again = drain(&broker, &format!("{path}&subscriptionMode=all"), "g").await;
@@ -677,7 +564,7 @@ async fn a_seek_releases_leases_so_the_old_holder_cannot_move_the_cursor(config:
     assert_eq!(counters.get::<_, i32>(3), 0);
     assert!(counters.get::<_, bool>(4));
     // The old lease is gone: its ack is refused and moves nothing.
-    for result in ack_all(&broker, &leased, "completed", "g").await {
+    for result in ack_all(&broker, &leased, "completed", Some("g")).await {
         assert_eq!(result["success"], false, "{result}");
     }
     assert_eq!(
@@ -867,7 +754,7 @@ async fn the_consumer_group_views_are_computed_from_the_cursors() {
     let first = pop(&broker, "/api/v1/pop/queue/views?batch=2&consumerGroup=g")
         .await
         .unwrap();
-    ack_all(&broker, &first, "completed", "g").await;
+    ack_all(&broker, &first, "completed", Some("g")).await;
     let leased = pop(&broker, "/api/v1/pop/queue/views?batch=1&consumerGroup=g")
         .await
         .unwrap();

@@ -1,5 +1,7 @@
 //! Cross-crate integration tests: the broker over real HTTP and PostgreSQL.
 
+mod support;
+
 mod ack;
 mod configure;
 mod health;

@@ -10,27 +10,7 @@ use queen_engine::EngineConfig;
 use queen_tests::TestBroker;
 use serde_json::{json, Value};
 
-/// Run a behaviour test on both candidate paths.
-macro_rules! both_paths {
-    ($($name:ident),* $(,)?) => {
-        mod hotlist {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::config(true)).await;
-                }
-            )*
-        }
-        mod sql_scan {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::config(false)).await;
-                }
-            )*
-        }
-    };
-}
+use crate::support::{both_paths, configure, cut, data, pop, push, select_i64};
 
 both_paths!(
     pop_returns_pushed_messages_with_the_contract_fields,
@@ -48,69 +28,6 @@ both_paths!(
     a_long_poll_answers_empty_at_its_deadline,
     many_consumers_receive_every_message_exactly_once_in_order,
 );
-
-fn config(hotlist: bool) -> EngineConfig {
-    EngineConfig {
-        hotlist,
-        ..EngineConfig::default()
-    }
-}
-
-async fn push(broker: &TestBroker, queue: &str, partition: &str, payloads: &[Value]) -> Vec<Value> {
-    let items: Vec<Value> = payloads
-        .iter()
-        .map(|p| json!({"queue": queue, "partition": partition, "payload": p}))
-        .collect();
-    let reply = broker
-        .client
-        .post_json("/api/v1/push", &json!({"items": items}))
-        .await;
-    assert_eq!(
-        reply.status,
-        201,
-        "{:?}",
-        String::from_utf8_lossy(&reply.body)
-    );
-    reply.json().as_array().unwrap().clone()
-}
-
-async fn configure(broker: &TestBroker, queue: &str, options: Value) {
-    let reply = broker
-        .client
-        .post_json(
-            "/api/v1/configure",
-            &json!({"queue": queue, "options": options}),
-        )
-        .await;
-    assert_eq!(
-        reply.status,
-        200,
-        "{:?}",
-        String::from_utf8_lossy(&reply.body)
-    );
-}
-
-/// GET a pop path; `None` for 204.
-async fn pop(broker: &TestBroker, path: &str) -> Option<Value> {
-    let reply = broker.client.get(path).await;
-    match reply.status.as_u16() {
-        200 => Some(reply.json()),
-        204 => {
-            assert!(reply.body.is_empty());
-            None
-        }
-        other => panic!("{path}: {other} {:?}", String::from_utf8_lossy(&reply.body)),
-    }
-}
-
-fn data(popped: &Value) -> Vec<Value> {
-    popped["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["data"].clone())
-        .collect()
-}
 
 async fn pop_returns_pushed_messages_with_the_contract_fields(config: EngineConfig) {
     let broker = TestBroker::start_with(config).await;
@@ -167,11 +84,7 @@ async fn empty_pops_answer_204_with_no_body(config: EngineConfig) {
     assert!(reply.body.is_empty());
     assert!(reply.headers.get("content-length").is_none_or(|v| v == "0"));
     let sql = broker.sql().await;
-    let queues: i64 = sql
-        .query_one("SELECT count(*) FROM queen.queues", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let queues: i64 = select_i64(&sql, "SELECT count(*) FROM queen.queues").await;
     assert_eq!(queues, 0);
     // Known but empty queue, and an unknown partition.
     configure(&broker, "known", json!({})).await;
@@ -244,13 +157,11 @@ async fn auto_ack_commits_at_delivery_with_an_empty_lease_id(config: EngineConfi
     assert!(pop(&broker, "/api/v1/pop/queue/auto?batch=10&autoAck=true")
         .await
         .is_none());
-    let committed: i64 = broker
-        .sql()
-        .await
-        .query_one("SELECT committed FROM queen.log_consumers", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let committed: i64 = select_i64(
+        &broker.sql().await,
+        "SELECT committed FROM queen.log_consumers",
+    )
+    .await;
     assert_eq!(committed, 2);
     broker.stop().await;
 }
@@ -331,18 +242,7 @@ async fn subscription_new_skips_the_backlog_and_all_delivers_it(config: EngineCo
 async fn subscription_from_a_timestamp_starts_at_that_instant(config: EngineConfig) {
     let broker = TestBroker::start_with(config).await;
     push(&broker, "ts", "p", &[json!("before")]).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let cut: String = broker
-        .sql()
-        .await
-        .query_one(
-            "SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    let cut = cut(&broker).await;
     push(&broker, "ts", "p", &[json!("after")]).await;
     let got = pop(
         &broker,

@@ -9,33 +9,7 @@ use queen_tests::TestBroker;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-async fn push(broker: &TestBroker, queue: &str, partition: &str, payloads: &[Value]) {
-    let items: Vec<Value> = payloads
-        .iter()
-        .map(|p| json!({"queue": queue, "partition": partition, "payload": p}))
-        .collect();
-    let reply = broker
-        .client
-        .post_json("/api/v1/push", &json!({"items": items}))
-        .await;
-    assert_eq!(reply.status, 201);
-}
-
-async fn pop_data(broker: &TestBroker, path: &str) -> Option<Vec<Value>> {
-    let reply = broker.client.get(path).await;
-    match reply.status.as_u16() {
-        200 => Some(
-            reply.json()["messages"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|m| m["data"].clone())
-                .collect(),
-        ),
-        204 => None,
-        other => panic!("{path}: {other}"),
-    }
-}
+use crate::support::{configure, hotlist_config, pop_data, push, push_items, select_i64};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pop_never_waits_for_a_lock_another_transaction_holds() {
@@ -142,11 +116,7 @@ async fn an_emptied_partition_seals_the_cursor_and_stops_being_pending() {
         pop_data(&broker, "/api/v1/pop/queue/sealed?autoAck=true").await,
         None
     );
-    let committed: i64 = sql
-        .query_one("SELECT committed FROM queen.log_consumers", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let committed: i64 = select_i64(&sql, "SELECT committed FROM queen.log_consumers").await;
     assert_eq!(committed, 2, "the cursor was not sealed at last_offset");
     let pending: bool = sql
         .query_one(
@@ -169,29 +139,18 @@ async fn an_emptied_partition_seals_the_cursor_and_stops_being_pending() {
 #[tokio::test]
 async fn the_seal_never_skips_segments_hidden_by_delayed_processing() {
     let broker = TestBroker::start().await;
-    broker
-        .client
-        .post_json(
-            "/api/v1/configure",
-            &json!({"queue": "hidden", "options": {"delayedProcessing": 60}}),
-        )
-        .await;
+    configure(&broker, "hidden", json!({"delayedProcessing": 60})).await;
     push(&broker, "hidden", "p", &[json!(1)]).await;
     assert_eq!(
         pop_data(&broker, "/api/v1/pop/queue/hidden?autoAck=true").await,
         None
     );
-    let committed: i64 = broker
-        .sql()
-        .await
-        .query_one(
-            "SELECT c.committed FROM queen.log_consumers c JOIN queen.log_partitions p \
-             ON p.id = c.partition_id WHERE p.name = 'p'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let committed: i64 = select_i64(
+        &broker.sql().await,
+        "SELECT c.committed FROM queen.log_consumers c JOIN queen.log_partitions p \
+         ON p.id = c.partition_id WHERE p.name = 'p'",
+    )
+    .await;
     assert_eq!(committed, -1);
     broker.stop().await;
 }
@@ -229,17 +188,12 @@ async fn parked_pops_hold_no_permit_connection_or_lock_and_empty_polls_take_no_p
         0,
         "a parked pop holds a connection"
     );
-    let locks: i64 = broker
-        .sql()
-        .await
-        .query_one(
-            "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation \
-             JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'queen'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let locks: i64 = select_i64(
+        &broker.sql().await,
+        "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation \
+         JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'queen'",
+    )
+    .await;
     assert_eq!(locks, 0, "a parked pop holds a lock");
     // Each parked pop re-polled several times by now; none of those empty
     // re-polls took a permit (the in-memory check comes first).
@@ -295,10 +249,7 @@ async fn a_client_disconnect_cancels_its_parked_pop() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_push_wakes_a_parked_pop_within_50_ms() {
     let broker = TestBroker::start().await;
-    broker
-        .client
-        .post_json("/api/v1/configure", &json!({"queue": "latency"}))
-        .await;
+    configure(&broker, "latency", json!({})).await;
     assert!(pop_data(&broker, "/api/v1/pop/queue/latency?autoAck=true")
         .await
         .is_none());
@@ -344,36 +295,25 @@ async fn a_push_wakes_a_parked_pop_within_50_ms() {
 async fn rows_read_by(sql: &tokio_postgres::Client, statement: &str) -> i64 {
     sql.batch_execute("BEGIN").await.unwrap();
     sql.batch_execute(statement).await.unwrap();
-    let rows: i64 = sql
-        .query_one(
-            "SELECT COALESCE(sum(seq_tup_read + COALESCE(idx_tup_fetch, 0)), 0)::bigint \
-               FROM pg_stat_xact_user_tables \
-              WHERE schemaname = 'queen' AND relname IN ('log_partitions', 'log_consumers')",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let rows: i64 = select_i64(
+        sql,
+        "SELECT COALESCE(sum(seq_tup_read + COALESCE(idx_tup_fetch, 0)), 0)::bigint \
+           FROM pg_stat_xact_user_tables \
+          WHERE schemaname = 'queen' AND relname IN ('log_partitions', 'log_consumers')",
+    )
+    .await;
     sql.batch_execute("COMMIT").await.unwrap();
     rows
 }
 
 async fn caught_up_polls_do_not_scan_every_partition(hotlist: bool) {
     const PARTITIONS: usize = 10_000;
-    let broker = TestBroker::start_with(EngineConfig {
-        hotlist,
-        ..EngineConfig::default()
-    })
-    .await;
+    let broker = TestBroker::start_with(hotlist_config(hotlist)).await;
     for chunk in 0..PARTITIONS / 1000 {
         let items: Vec<Value> = (0..1000)
             .map(|i| json!({"queue": "wide", "partition": format!("p{}", chunk * 1000 + i), "payload": i}))
             .collect();
-        let reply = broker
-            .client
-            .post_json("/api/v1/push", &json!({"items": items}))
-            .await;
-        assert_eq!(reply.status, 201);
+        push_items(&broker, items).await;
     }
     let sql = broker.sql().await;
     // The data is old news: written well before the watermark's slack; the
@@ -467,13 +407,7 @@ async fn encrypted_payloads_come_back_decrypted() {
         ..EngineConfig::default()
     })
     .await;
-    broker
-        .client
-        .post_json(
-            "/api/v1/configure",
-            &json!({"queue": "sealed-q", "options": {"encryptionEnabled": true}}),
-        )
-        .await;
+    configure(&broker, "sealed-q", json!({"encryptionEnabled": true})).await;
     push(&broker, "sealed-q", "p", &[json!({"secret": "s3cr3t"})]).await;
     let got = pop_data(&broker, "/api/v1/pop/queue/sealed-q?autoAck=true").await;
     assert_eq!(got, Some(vec![json!({"secret": "s3cr3t"})]));
@@ -483,13 +417,7 @@ async fn encrypted_payloads_come_back_decrypted() {
 #[tokio::test]
 async fn min_pop_wait_time_holds_an_underfull_claim_in_the_broker() {
     let broker = TestBroker::start().await;
-    broker
-        .client
-        .post_json(
-            "/api/v1/configure",
-            &json!({"queue": "gather", "options": {"minPopWaitTime": 400}}),
-        )
-        .await;
+    configure(&broker, "gather", json!({"minPopWaitTime": 400})).await;
     push(&broker, "gather", "p", &[json!(1)]).await;
     // Prime: first contact and the cached config (which flips the gate atomic).
     let _ = pop_data(&broker, "/api/v1/pop/queue/gather?batch=1&autoAck=true").await;

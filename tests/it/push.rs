@@ -8,6 +8,8 @@ use queen_engine::EngineConfig;
 use queen_tests::TestBroker;
 use serde_json::{json, Value};
 
+use crate::support::{expect_status, select_i64};
+
 /// One stored message, decoded from its segment.
 #[derive(Debug)]
 struct Stored {
@@ -50,10 +52,6 @@ async fn stored(sql: &tokio_postgres::Client, queue: &str) -> Vec<Stored> {
         }
     }
     out
-}
-
-async fn count(sql: &tokio_postgres::Client, query: &str) -> i64 {
-    sql.query_one(query, &[]).await.unwrap().get(0)
 }
 
 #[tokio::test]
@@ -201,9 +199,12 @@ async fn a_bad_item_fails_the_whole_request_with_400_and_writes_nothing() {
     assert_eq!(empty.json()["error"], "Empty request body");
 
     let sql = broker.sql().await;
-    assert_eq!(count(&sql, "SELECT count(*) FROM queen.queues").await, 0);
     assert_eq!(
-        count(&sql, "SELECT count(*) FROM queen.log_segments").await,
+        select_i64(&sql, "SELECT count(*) FROM queen.queues").await,
+        0
+    );
+    assert_eq!(
+        select_i64(&sql, "SELECT count(*) FROM queen.log_segments").await,
         0
     );
     broker.stop().await;
@@ -235,12 +236,7 @@ async fn payload_bytes_are_stored_exactly_as_sent() {
         .client
         .send(hyper::Method::POST, "/api/v1/push", Bytes::from(body))
         .await;
-    assert_eq!(
-        reply.status,
-        201,
-        "{:?}",
-        String::from_utf8_lossy(&reply.body)
-    );
+    expect_status(&reply, 201);
     let sql = broker.sql().await;
     let messages = stored(&sql, "exact").await;
     assert_eq!(messages.len(), payloads.len());
@@ -290,7 +286,7 @@ async fn bodies_up_to_64_mb_are_accepted_and_larger_ones_get_413() {
     assert!(reply.json()["error"].as_str().unwrap().contains("exceeds"));
     let sql = broker.sql().await;
     assert_eq!(
-        count(
+        select_i64(
             &sql,
             "SELECT count(*) FROM queen.queues WHERE name <> 'big'"
         )
@@ -350,14 +346,11 @@ async fn concurrent_pushers_to_one_partition_get_disjoint_gapless_ranges_with_mo
         expected_base = end + 1;
     }
     assert_eq!(expected_base, 400);
-    let last_offset: i64 = sql
-        .query_one(
-            "SELECT last_offset FROM queen.log_partitions WHERE name = 'one'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let last_offset: i64 = select_i64(
+        &sql,
+        "SELECT last_offset FROM queen.log_partitions WHERE name = 'one'",
+    )
+    .await;
     assert_eq!(last_offset, 399);
     // Per request, items stay in order and contiguous-in-order within the partition.
     let messages = stored(&sql, "race").await;
@@ -731,7 +724,7 @@ async fn without_a_key_a_push_to_an_encrypted_queue_fails_and_stores_nothing() {
         .unwrap()
         .contains("QUEEN_ENCRYPTION_KEY"));
     assert_eq!(
-        count(&sql, "SELECT count(*) FROM queen.log_segments").await,
+        select_i64(&sql, "SELECT count(*) FROM queen.log_segments").await,
         0
     );
     broker.stop().await;

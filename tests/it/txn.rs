@@ -3,27 +3,24 @@
 use queen_tests::TestBroker;
 use serde_json::{json, Value};
 
+use crate::support::{expect_status, push_items, select_i64};
+
+/// Push one message with transaction id `txn` to the default partition of `queue`.
 async fn push(broker: &TestBroker, queue: &str, payload: Value, txn: &str) {
-    let reply = broker
-        .client
-        .post_json(
-            "/api/v1/push",
-            &json!({"items": [{"queue": queue, "payload": payload, "transactionId": txn}]}),
-        )
-        .await;
-    assert_eq!(reply.status, 201);
+    push_items(
+        broker,
+        vec![json!({"queue": queue, "payload": payload, "transactionId": txn})],
+    )
+    .await;
 }
 
+/// Pop one message of `queue` (leased); `None` unless the answer is a 200.
 async fn pop_one(broker: &TestBroker, queue: &str) -> Option<Value> {
     let reply = broker
         .client
         .get(&format!("/api/v1/pop/queue/{queue}?batch=1"))
         .await;
     (reply.status == 200).then(|| reply.json()["messages"][0].clone())
-}
-
-async fn count(broker: &TestBroker, sql: &str) -> i64 {
-    broker.sql().await.query_one(sql, &[]).await.unwrap().get(0)
 }
 
 #[tokio::test]
@@ -42,12 +39,7 @@ async fn a_transaction_pushes_and_acks_atomically() {
             ], "requiredLeases": [message["leaseId"]]}),
         )
         .await;
-    assert_eq!(
-        reply.status,
-        200,
-        "{:?}",
-        String::from_utf8_lossy(&reply.body)
-    );
+    expect_status(&reply, 200);
     let body = reply.json();
     assert_eq!(body["success"], true);
     assert!(body["transactionId"]
@@ -116,14 +108,15 @@ async fn any_failure_rolls_back_every_operation() {
             "{answer}"
         );
     }
+    let sql = broker.sql().await;
     assert_eq!(
-        count(&broker, "SELECT count(*) FROM queen.queues WHERE name = 'dest'").await
-            + count(&broker, "SELECT count(*) FROM queen.log_segments s JOIN queen.log_partitions p ON p.id = s.partition_id JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'dest'").await,
+        select_i64(&sql, "SELECT count(*) FROM queen.queues WHERE name = 'dest'").await
+            + select_i64(&sql, "SELECT count(*) FROM queen.log_segments s JOIN queen.log_partitions p ON p.id = s.partition_id JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'dest'").await,
         0,
         "a rolled-back push left something behind"
     );
-    let committed: i64 = count(
-        &broker,
+    let committed: i64 = select_i64(
+        &sql,
         "SELECT c.committed FROM queen.log_consumers c JOIN queen.log_partitions p ON p.id = c.partition_id \
          JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'src'",
     )
@@ -187,7 +180,10 @@ async fn malformed_transactions_are_400_and_write_nothing() {
         assert_eq!(reply.status, 400, "{body}");
         assert_eq!(reply.json()["error"], message, "{body}");
     }
-    assert_eq!(count(&broker, "SELECT count(*) FROM queen.queues").await, 0);
+    assert_eq!(
+        select_i64(&broker.sql().await, "SELECT count(*) FROM queen.queues").await,
+        0
+    );
     broker.stop().await;
 }
 

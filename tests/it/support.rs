@@ -1,0 +1,168 @@
+//! Helpers shared by the integration tests: push, configure, pop and ack over
+//! HTTP, and small readers of what a pop answered.
+
+use std::time::Duration;
+
+use queen_engine::EngineConfig;
+use queen_testkit::http::Reply;
+use queen_tests::TestBroker;
+use serde_json::{json, Value};
+
+/// Run each named behaviour test (an `async fn(EngineConfig)` of the calling
+/// module) twice: through the hot-list and through the SQL candidate scan.
+macro_rules! both_paths {
+    ($($name:ident),* $(,)?) => {
+        mod hotlist {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::support::hotlist_config(true)).await;
+                }
+            )*
+        }
+        mod sql_scan {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::support::hotlist_config(false)).await;
+                }
+            )*
+        }
+    };
+}
+pub(crate) use both_paths;
+
+/// The default engine settings with the hot-list switched on or off.
+pub(crate) fn hotlist_config(hotlist: bool) -> EngineConfig {
+    EngineConfig {
+        hotlist,
+        ..EngineConfig::default()
+    }
+}
+
+/// Insist that `reply` has `status`, showing its body otherwise.
+#[track_caller]
+pub(crate) fn expect_status(reply: &Reply, status: u16) {
+    assert_eq!(
+        reply.status,
+        status,
+        "{:?}",
+        String::from_utf8_lossy(&reply.body)
+    );
+}
+
+/// Push `items` in one request, insist on a 201 and return the per-item results.
+pub(crate) async fn push_items(broker: &TestBroker, items: Vec<Value>) -> Vec<Value> {
+    let reply = broker
+        .client
+        .post_json("/api/v1/push", &json!({"items": items}))
+        .await;
+    expect_status(&reply, 201);
+    reply.json().as_array().unwrap().clone()
+}
+
+/// Push `payloads` to one partition in one request; returns the per-item results.
+pub(crate) async fn push(
+    broker: &TestBroker,
+    queue: &str,
+    partition: &str,
+    payloads: &[Value],
+) -> Vec<Value> {
+    let items = payloads
+        .iter()
+        .map(|p| json!({"queue": queue, "partition": partition, "payload": p}))
+        .collect();
+    push_items(broker, items).await
+}
+
+/// Configure `queue` with `options` and insist on a 200.
+pub(crate) async fn configure(broker: &TestBroker, queue: &str, options: Value) {
+    let reply = broker
+        .client
+        .post_json(
+            "/api/v1/configure",
+            &json!({"queue": queue, "options": options}),
+        )
+        .await;
+    expect_status(&reply, 200);
+}
+
+/// GET a pop path: the answer for a 200, `None` for an empty 204.
+pub(crate) async fn pop(broker: &TestBroker, path: &str) -> Option<Value> {
+    let reply = broker.client.get(path).await;
+    match reply.status.as_u16() {
+        200 => Some(reply.json()),
+        204 => {
+            assert!(reply.body.is_empty());
+            None
+        }
+        other => panic!("{path}: {other} {:?}", String::from_utf8_lossy(&reply.body)),
+    }
+}
+
+/// The payloads a pop of `path` delivered, or `None` for a 204.
+pub(crate) async fn pop_data(broker: &TestBroker, path: &str) -> Option<Vec<Value>> {
+    pop(broker, path).await.map(|popped| data(&popped))
+}
+
+/// The messages of a pop answer.
+pub(crate) fn messages(popped: &Value) -> Vec<Value> {
+    popped["messages"].as_array().unwrap().clone()
+}
+
+/// The payloads of a pop answer, in delivery order.
+pub(crate) fn data(popped: &Value) -> Vec<Value> {
+    messages(popped).iter().map(|m| m["data"].clone()).collect()
+}
+
+/// Ack every message of `popped` with `status` in one batch (for `group`, when
+/// given); insists on a 200 and returns the per-message results.
+pub(crate) async fn ack_all(
+    broker: &TestBroker,
+    popped: &Value,
+    status: &str,
+    group: Option<&str>,
+) -> Vec<Value> {
+    let acks: Vec<Value> = messages(popped)
+        .iter()
+        .map(|m| {
+            json!({"transactionId": m["transactionId"], "partitionId": m["partitionId"],
+                   "leaseId": m["leaseId"], "status": status})
+        })
+        .collect();
+    let mut body = json!({"acknowledgments": acks});
+    if let Some(group) = group {
+        body["consumerGroup"] = json!(group);
+    }
+    let reply = broker.client.post_json("/api/v1/ack/batch", &body).await;
+    expect_status(&reply, 200);
+    reply.json().as_array().unwrap().clone()
+}
+
+/// The database's clock, as an ISO-8601 UTC string with microseconds.
+pub(crate) async fn db_now(broker: &TestBroker) -> String {
+    broker
+        .sql()
+        .await
+        .query_one(
+            "SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// A database timestamp strictly between everything pushed so far and
+/// everything pushed after it.
+pub(crate) async fn cut(broker: &TestBroker) -> String {
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let at = db_now(broker).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    at
+}
+
+/// The single `bigint` that `query` (without parameters) selects on `sql`.
+pub(crate) async fn select_i64(sql: &tokio_postgres::Client, query: &str) -> i64 {
+    sql.query_one(query, &[]).await.unwrap().get(0)
+}
