@@ -47,7 +47,6 @@
 //! 6. check the window's segments hold exactly the messages flushed, and that
 //!    every partition is there; drop the database.
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -60,8 +59,10 @@ use crate::env::{CommonArgs, Env};
 use crate::error::{Context, Error, Result};
 use crate::matrix::{Axes, Shape};
 use crate::payload::{self, Bodies};
-use crate::push::{seconds, to_f64, to_f64_i, DURATION, QUICK_DURATION};
-use crate::report::{Latency, Report};
+use crate::report::{fixed, ratio, Latency, Report, Table};
+use crate::scenario::{
+    self, micros, to_f64, to_f64_i, Case as _, DbWrites, Merge, Timeline, Window,
+};
 use crate::stats;
 
 /// The flush: allocate, insert the segment, insert the sidecar, one statement.
@@ -107,27 +108,11 @@ WITH p AS (
 INSERT INTO queen.log_txns (partition_id, base_offset, end_offset, created_at, hashes)
 SELECT id, 0, 0, now(), $3::bytea FROM p";
 
-/// Arguments of `queen-load ceiling`.
-#[derive(Debug, clap::Args)]
-pub(crate) struct CeilingArgs {
-    #[command(flatten)]
-    pub(crate) common: CommonArgs,
-    #[command(flatten)]
-    pub(crate) opts: CeilingOpts,
-}
-
 /// The ceiling scenario's settings.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct CeilingOpts {
-    /// Seconds each case is measured [default: 5, or 2 with --quick].
-    #[arg(long, value_name = "SECS")]
-    pub(crate) duration: Option<f64>,
-    /// Seconds of load before each window, not counted.
-    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
-    pub(crate) warmup: f64,
-    /// The push scenario's `--quick` shapes with 2-second windows.
-    #[arg(long)]
-    pub(crate) quick: bool,
+    #[command(flatten)]
+    pub(crate) window: Window<CeilingOpts>,
     #[command(flatten)]
     pub(crate) axes: Axes,
     /// Distinct segments built per case; writers cycle through them.
@@ -141,6 +126,12 @@ pub(crate) struct CeilingOpts {
     /// Part of `all`: adds the `+build` cases of the batch-1000 shapes.
     #[arg(skip)]
     pub(crate) all: bool,
+}
+
+/// How the ceiling words `--warmup` and `--quick`.
+impl scenario::WindowHelp for CeilingOpts {
+    const WARMUP: &'static str = "Seconds of load before each window, not counted";
+    const QUICK: &'static str = "The push scenario's `--quick` shapes with 2-second windows";
 }
 
 /// `--build`.
@@ -167,7 +158,7 @@ struct Case {
     build: Build,
 }
 
-impl Case {
+impl scenario::Case for Case {
     fn name(self) -> String {
         match self.build {
             Build::Pool => self.shape.name(),
@@ -180,9 +171,7 @@ impl CeilingOpts {
     /// The settings `all` runs with.
     pub(crate) fn for_all(quick: bool, duration: Option<f64>) -> CeilingOpts {
         CeilingOpts {
-            duration,
-            warmup: 1.0,
-            quick,
+            window: Window::for_all(quick, duration),
             axes: Axes::default(),
             pool: 8,
             build: BuildArg::Pool,
@@ -194,7 +183,7 @@ impl CeilingOpts {
     /// as `--build` says; `all` adds inline building for the batch-1000
     /// shapes.
     fn cases(&self, all: bool) -> Vec<Case> {
-        let shapes = self.axes.shapes(self.quick);
+        let shapes = self.axes.shapes(self.window.quick);
         let mut cases = Vec::new();
         if self.build != BuildArg::Inline {
             cases.extend(shapes.iter().map(|&shape| Case {
@@ -213,23 +202,14 @@ impl CeilingOpts {
         cases
     }
 
-    fn duration(&self) -> f64 {
-        self.duration
-            .unwrap_or(if self.quick { QUICK_DURATION } else { DURATION })
-    }
-
     pub(crate) fn validate(&self) -> Result<()> {
-        seconds("duration", self.duration())?;
-        seconds("warmup", self.warmup)?;
-        if self.duration() == 0.0 {
-            return Err(Error::msg("--duration must be more than 0"));
-        }
+        self.window.validate(&[])?;
         if self.pool == 0 {
             return Err(Error::msg("--pool must be >= 1"));
         }
         if self
             .axes
-            .shapes(self.quick)
+            .shapes(self.window.quick)
             .iter()
             .any(|s| s.batch == 0 || s.partitions == 0 || s.concurrency == 0)
         {
@@ -242,17 +222,16 @@ impl CeilingOpts {
 
     /// The settings, for the report.
     pub(crate) fn settings(&self, bodies: &Bodies) -> serde_json::Value {
-        serde_json::json!({
-            "duration_seconds": self.duration(),
-            "warmup_seconds": self.warmup,
-            "quick": self.quick,
-            "cases": self.cases(self.all).iter().map(|c| c.name()).collect::<Vec<_>>(),
-            "segment_pool": self.pool,
-            "payload_bytes": payload::payload_len(bodies),
-            "zstd_level": queen_frame::DEFAULT_ZSTD_LEVEL,
-            "flush": "one prepared statement per flush (allocator UPDATE, segment INSERT, \
-                      sidecar INSERT), autocommit",
-        })
+        self.window.settings(
+            self.cases(self.all).into_iter().map(Case::name),
+            bodies,
+            serde_json::json!({
+                "segment_pool": self.pool,
+                "zstd_level": queen_frame::DEFAULT_ZSTD_LEVEL,
+                "flush": "one prepared statement per flush (allocator UPDATE, segment INSERT, \
+                          sidecar INSERT), autocommit",
+            }),
+        )
     }
 }
 
@@ -264,34 +243,28 @@ pub(crate) async fn run(
     bodies: &Arc<Bodies>,
     report: &mut Report,
 ) -> Result<()> {
-    let cases = opts.cases(opts.all);
-    for (index, &case) in cases.iter().enumerate() {
-        eprintln!(
-            "queen-load: ceiling case {}/{} {}",
-            index + 1,
-            cases.len(),
-            case.name()
-        );
-        let result = cpu::least_disturbed(common.max_other_cpu, common.retries, || {
-            run_case(env, common, opts, bodies, case)
-        })
-        .await
-        .map_err(|error| error.wrap(format!("ceiling case {}", case.name())))?;
-        eprintln!(
-            "queen-load:   {:.0} msg/s, {:.0} flushes/s, p50 {:.2} ms, p99 {:.2} ms, \
-             {:.4} commits/msg, build {:.1} us/msg, cpu {}, per second {:?}",
-            result.messages_per_second,
-            result.flushes_per_second,
-            result.latency_ms.p50,
-            result.latency_ms.p99,
-            result.commits_per_message,
-            result.build_micros_per_message,
-            cpu::columns(&result.cpu_cores),
-            result.messages_per_second_timeline
-        );
-        report.ceiling.push(result);
-    }
-    Ok(())
+    scenario::run_cases(
+        "ceiling",
+        common,
+        &opts.cases(opts.all),
+        |case| run_case(env, common, opts, bodies, case),
+        |_, result| {
+            eprintln!(
+                "queen-load:   {:.0} msg/s, {:.0} flushes/s, p50 {:.2} ms, p99 {:.2} ms, \
+                 {:.4} commits/msg, build {:.1} us/msg, cpu {}, per second {:?}",
+                result.messages_per_second,
+                result.flushes_per_second,
+                result.latency_ms.p50,
+                result.latency_ms.p99,
+                result.writes.commits_per_message,
+                result.build_micros_per_message,
+                cpu::columns(&result.cpu_cores),
+                result.messages_per_second_timeline
+            );
+            report.ceiling.push(result);
+        },
+    )
+    .await
 }
 
 /// A built segment, ready to insert.
@@ -385,7 +358,7 @@ async fn run_case(
 
     // Warm-up on its own sessions, which then exit and flush their counts.
     let writers = connect_writers(&config, shape.concurrency).await?;
-    let warmup_deadline = Instant::now() + Duration::from_secs_f64(opts.warmup);
+    let warmup_deadline = Instant::now() + Duration::from_secs_f64(opts.window.warmup);
     let (writers, warm) = phase(writers, &shared, warmup_deadline).await?;
     drop(writers);
     stats::wait_sessions_gone(&env.admin, &dbname, Duration::from_secs(30)).await?;
@@ -400,56 +373,43 @@ async fn run_case(
             .context("flush the session's statistics")?;
     }
     let commits_before = stats::db_counters(&env.admin, &dbname).await?;
-    let point_before = stats::cluster_point(&env.admin).await?;
-    let cpu_before = cpu::sample(&[], postmaster);
 
-    let started = Instant::now();
-    let deadline = started + Duration::from_secs_f64(opts.duration());
-    let (writers, window) = phase(writers, &shared, deadline).await?;
-    let seconds = started.elapsed().as_secs_f64();
-    // Before the sessions exit: an exited backend's CPU time leaves /proc.
-    let cpu_after = cpu::sample(&[], postmaster);
-    let point_after = stats::cluster_point(&env.admin).await?;
+    // The window; the CPU clocks are read before the sessions exit: an
+    // exited backend's CPU time leaves /proc.
+    let ((writers, window), measured) = scenario::measure(
+        &env.admin,
+        &[],
+        postmaster,
+        opts.window.duration(),
+        |deadline| phase(writers, &shared, deadline),
+    )
+    .await?;
+    let seconds = measured.seconds;
 
     // Quiet point B: the sessions are gone.
     drop(writers);
     stats::wait_sessions_gone(&env.admin, &dbname, Duration::from_secs(30)).await?;
     let commits_after = stats::db_counters(&env.admin, &dbname).await?;
 
-    let (segments, all_segments, partition_rows) =
-        stats::segments(&config, point_before.now).await?;
     let batch = u64::try_from(shape.batch).context("batch")?;
     let window_messages = window.flushes * batch;
-    let total = u64::try_from(shape.partitions).context("partitions")?
-        + (warm.flushes + window.flushes) * batch;
-    if segments.messages != i64::try_from(window_messages).context("message count")?
-        || all_segments.messages != i64::try_from(total).context("message count")?
-    {
-        return Err(Error::msg(format!(
-            "the database holds {} messages from the window ({} in all), but {} were \
-             flushed ({} with the warm-up and the first segments)",
-            segments.messages, all_segments.messages, window_messages, total
-        )));
-    }
-    if partition_rows != i64::try_from(shape.partitions).context("partitions")? {
-        return Err(Error::msg(format!(
-            "the database holds {partition_rows} partitions, expected {}",
-            shape.partitions
-        )));
-    }
+    let segments = stats::check_segments(
+        &config,
+        measured.before.now,
+        stats::Expected {
+            window_messages,
+            total_messages: u64::try_from(shape.partitions).context("partitions")?
+                + (warm.flushes + window.flushes) * batch,
+            partitions: shape.partitions,
+            counted: "flushed",
+            besides: "the warm-up and the first segments",
+        },
+    )
+    .await?;
     env.drop_database(&dbname, common.keep).await?;
 
     let messages = to_f64(window_messages);
-    let per_message = |value: f64| {
-        if messages > 0.0 {
-            value / messages
-        } else {
-            0.0
-        }
-    };
-    let commits = commits_after.xact_commit - commits_before.xact_commit;
-    let write_xids = point_after.next_xid - point_before.next_xid;
-    let wal_bytes = point_after.wal_lsn - point_before.wal_lsn;
+    let per_message = |value: i64| ratio(to_f64_i(value), messages);
     Ok(CeilingResult {
         name: case.name(),
         shape,
@@ -467,18 +427,13 @@ async fn run_case(
         messages_per_second: messages / seconds,
         flushes_per_second: to_f64(window.flushes) / seconds,
         latency_ms: Latency::from_micros(window.latencies_us),
-        commits,
-        commits_per_message: per_message(to_f64_i(commits)),
-        rollbacks: commits_after.xact_rollback - commits_before.xact_rollback,
-        write_xids,
-        write_xids_per_message: per_message(to_f64_i(write_xids)),
-        segments: segments.rows,
-        stored_bytes_per_message: per_message(to_f64_i(segments.blob_bytes)),
-        wal_bytes_per_message: per_message(to_f64_i(wal_bytes)),
+        writes: measured.db_writes(commits_before, commits_after, &segments, messages),
+        stored_bytes_per_message: per_message(segments.blob_bytes),
+        wal_bytes_per_message: per_message(measured.wal_bytes()),
         build_micros_per_message: build_micros,
-        cpu_cores: cpu::usage(&cpu_before, &cpu_after),
+        cpu_cores: measured.cpu_cores,
         attempts: 1,
-        messages_per_second_timeline: window.timeline,
+        messages_per_second_timeline: window.timeline.into_vec(),
     })
 }
 
@@ -501,7 +456,7 @@ async fn setup(
         .await
         .context("create the queue")?;
     let ids: Vec<Uuid> = (0..shape.partitions).map(|_| Uuid::now_v7()).collect();
-    let names: Vec<String> = (0..shape.partitions).map(|p| format!("p{p}")).collect();
+    let names = payload::partition_names(shape.partitions);
     client
         .execute(CREATE_PARTITIONS, &[&ids, &queue_id, &names])
         .await
@@ -554,8 +509,20 @@ async fn connect_writers(config: &tokio_postgres::Config, n: usize) -> Result<Ve
 struct PhaseStats {
     flushes: u64,
     latencies_us: Vec<u32>,
-    /// Messages flushed in each second since the phase started.
-    timeline: Vec<u64>,
+    timeline: Timeline,
+    /// A writer's failure, which ended its loop; the first writer's first.
+    failure: Option<Error>,
+}
+
+impl Merge for PhaseStats {
+    fn merge(&mut self, other: PhaseStats) {
+        self.flushes += other.flushes;
+        self.latencies_us.extend(other.latencies_us);
+        self.timeline.merge(other.timeline);
+        if self.failure.is_none() {
+            self.failure = other.failure;
+        }
+    }
 }
 
 /// Run every writer until `deadline` and hand the writers back (their
@@ -565,34 +532,11 @@ async fn phase(
     shared: &Arc<Shared>,
     deadline: Instant,
 ) -> Result<(Vec<Writer>, PhaseStats)> {
-    let started = Instant::now();
-    let tasks: Vec<_> = writers
-        .into_iter()
-        .map(|writer| tokio::spawn(write(writer, Arc::clone(shared), started, deadline)))
-        .collect();
-    let mut stats = PhaseStats::default();
-    let mut writers = Vec::with_capacity(tasks.len());
-    let mut failure = None;
-    for task in tasks {
-        let (writer, outcome) = task.await.context("writer task")?;
-        writers.push(writer);
-        match outcome {
-            Ok(writer_stats) => {
-                stats.flushes += writer_stats.flushes;
-                stats.latencies_us.extend(writer_stats.latencies_us);
-                if stats.timeline.len() < writer_stats.timeline.len() {
-                    stats.timeline.resize(writer_stats.timeline.len(), 0);
-                }
-                for (total, count) in stats.timeline.iter_mut().zip(writer_stats.timeline) {
-                    *total += count;
-                }
-            }
-            Err(error) => {
-                failure.get_or_insert(error);
-            }
-        }
-    }
-    match failure {
+    let (writers, mut stats) = scenario::phase(writers, "writer task", |writer, started| {
+        write(writer, Arc::clone(shared), started, deadline)
+    })
+    .await?;
+    match stats.failure.take() {
         Some(error) => Err(error),
         None => Ok((writers, stats)),
     }
@@ -605,9 +549,14 @@ async fn write(
     shared: Arc<Shared>,
     started: Instant,
     deadline: Instant,
-) -> (Writer, Result<PhaseStats>) {
-    let outcome = write_until(&writer, &shared, started, deadline).await;
-    (writer, outcome)
+) -> (Writer, PhaseStats) {
+    let stats = write_until(&writer, &shared, started, deadline)
+        .await
+        .unwrap_or_else(|error| PhaseStats {
+            failure: Some(error),
+            ..PhaseStats::default()
+        });
+    (writer, stats)
 }
 
 async fn write_until(
@@ -654,18 +603,11 @@ async fn write_until(
         }
         j += 1;
         let done = Instant::now();
-        let micros = done.duration_since(sent_at).as_micros();
         stats
             .latencies_us
-            .push(u32::try_from(micros).unwrap_or(u32::MAX));
+            .push(micros(done.duration_since(sent_at)));
         stats.flushes += 1;
-        let second = usize::try_from(done.duration_since(started).as_secs()).unwrap_or(usize::MAX);
-        if stats.timeline.len() <= second {
-            stats.timeline.resize(second.saturating_add(1), 0);
-        }
-        if let Some(total) = stats.timeline.get_mut(second) {
-            *total += batch;
-        }
+        stats.timeline.add(started, done, batch);
     }
     Ok(stats)
 }
@@ -693,14 +635,9 @@ pub(crate) struct CeilingResult {
     pub(crate) flushes_per_second: f64,
     /// Flush round trip, statement to commit.
     pub(crate) latency_ms: Latency,
-    /// `pg_stat_database.xact_commit` over the window.
-    pub(crate) commits: i64,
-    pub(crate) commits_per_message: f64,
-    pub(crate) rollbacks: i64,
-    /// Transaction ids assigned cluster-wide over the window.
-    pub(crate) write_xids: i64,
-    pub(crate) write_xids_per_message: f64,
-    pub(crate) segments: i64,
+    /// Commits and written transactions over the window.
+    #[serde(flatten)]
+    pub(crate) writes: DbWrites,
     pub(crate) stored_bytes_per_message: f64,
     pub(crate) wal_bytes_per_message: f64,
     /// Building the segments (frames, zstd, sidecar hashes) in this process,
@@ -713,52 +650,113 @@ pub(crate) struct CeilingResult {
     pub(crate) messages_per_second_timeline: Vec<u64>,
 }
 
-impl cpu::Measured for CeilingResult {
-    fn other_cpu(&self) -> f64 {
-        self.cpu_cores.other
-    }
-
-    fn set_attempts(&mut self, attempts: u32) {
-        self.attempts = attempts;
-    }
-}
+cpu::measured!(CeilingResult);
 
 /// The ceiling table.
 pub(crate) fn table(cases: &[CeilingResult]) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<22} {:>9} {:>9} {:>8} {:>8} {:>8} {:>10} {:>7} {:>7} {:>7} {:>12} {:>21}",
-        "case",
-        "msg/s",
-        "flush/s",
-        "p50 ms",
-        "p99 ms",
-        "commits",
-        "commit/msg",
-        "xid/msg",
-        "B/msg",
-        "WAL/msg",
-        "build us/msg",
-        "cpu brk/pg/load/other"
-    );
+    let mut table = Table::new(&[
+        ("case", 22),
+        ("msg/s", 9),
+        ("flush/s", 9),
+        ("p50 ms", 8),
+        ("p99 ms", 8),
+        ("commits", 8),
+        ("commit/msg", 10),
+        ("xid/msg", 7),
+        ("B/msg", 7),
+        ("WAL/msg", 7),
+        ("build us/msg", 12),
+        ("cpu brk/pg/load/other", 21),
+    ]);
     for case in cases {
-        let _ = writeln!(
-            out,
-            "{:<22} {:>9.0} {:>9.0} {:>8.2} {:>8.2} {:>8} {:>10.4} {:>7.4} {:>7.0} {:>7.0} {:>12.2} {:>21}",
-            case.name,
-            case.messages_per_second,
-            case.flushes_per_second,
-            case.latency_ms.p50,
-            case.latency_ms.p99,
-            case.commits,
-            case.commits_per_message,
-            case.write_xids_per_message,
-            case.stored_bytes_per_message,
-            case.wal_bytes_per_message,
-            case.build_micros_per_message,
+        table.row([
+            case.name.clone(),
+            fixed(case.messages_per_second, 0),
+            fixed(case.flushes_per_second, 0),
+            fixed(case.latency_ms.p50, 2),
+            fixed(case.latency_ms.p99, 2),
+            case.writes.commits.to_string(),
+            fixed(case.writes.commits_per_message, 4),
+            fixed(case.writes.write_xids_per_message, 4),
+            fixed(case.stored_bytes_per_message, 0),
+            fixed(case.wal_bytes_per_message, 0),
+            fixed(case.build_micros_per_message, 2),
             cpu::columns(&case.cpu_cores),
+        ]);
+    }
+    table.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::DbWrites;
+
+    #[test]
+    fn a_result_has_the_report_fields_in_order() {
+        let shape = Shape::new(1000, 100, 16);
+        let case = Case {
+            shape,
+            build: Build::Inline,
+        };
+        assert_eq!(case.name(), "b1000 p100 c16 +build");
+        let result = CeilingResult {
+            name: case.name(),
+            shape,
+            build: "inline",
+            batch: 1000,
+            partitions: 100,
+            writers: 16,
+            seconds: 1.0,
+            flushes: 0,
+            messages: 0,
+            warmup_messages: 0,
+            messages_per_second: 0.0,
+            flushes_per_second: 0.0,
+            latency_ms: Latency::default(),
+            writes: DbWrites {
+                commits: 0,
+                commits_per_message: 0.0,
+                rollbacks: 0,
+                write_xids: 0,
+                write_xids_per_message: 0.0,
+                segments: 0,
+            },
+            stored_bytes_per_message: 0.0,
+            wal_bytes_per_message: 0.0,
+            build_micros_per_message: 0.0,
+            cpu_cores: Usage::default(),
+            attempts: 1,
+            messages_per_second_timeline: Vec::new(),
+        };
+        scenario::assert_fields(
+            &result,
+            &[
+                "name",
+                "build",
+                "batch",
+                "partitions",
+                "writers",
+                "seconds",
+                "flushes",
+                "messages",
+                "warmup_messages",
+                "messages_per_second",
+                "flushes_per_second",
+                "latency_ms",
+                "commits",
+                "commits_per_message",
+                "rollbacks",
+                "write_xids",
+                "write_xids_per_message",
+                "segments",
+                "stored_bytes_per_message",
+                "wal_bytes_per_message",
+                "build_micros_per_message",
+                "cpu_cores",
+                "attempts",
+                "messages_per_second_timeline",
+            ],
         );
     }
-    out
 }

@@ -105,6 +105,23 @@ pub(crate) trait Measured {
     fn set_attempts(&mut self, attempts: u32);
 }
 
+/// Implement [`Measured`] for case results with a `cpu_cores: Usage` and an
+/// `attempts: u32` field.
+macro_rules! measured {
+    ($($result:ty),+ $(,)?) => {$(
+        impl $crate::cpu::Measured for $result {
+            fn other_cpu(&self) -> f64 {
+                self.cpu_cores.other
+            }
+
+            fn set_attempts(&mut self, attempts: u32) {
+                self.attempts = attempts;
+            }
+        }
+    )+};
+}
+pub(crate) use measured;
+
 /// Run a case until its window was not disturbed by other work on the
 /// machine (at most `max_other` cores), at most `1 + retries` times; keep the
 /// least disturbed result.

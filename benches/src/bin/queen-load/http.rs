@@ -21,6 +21,16 @@ pub(crate) struct Reply {
     pub(crate) body: Bytes,
 }
 
+impl Reply {
+    /// The start of the body, for error messages.
+    pub(crate) fn snippet(&self) -> String {
+        String::from_utf8_lossy(&self.body)
+            .chars()
+            .take(300)
+            .collect()
+    }
+}
+
 /// A keep-alive connection; requests on it are sequential.
 pub(crate) struct Conn {
     sender: SendRequest<Full<Bytes>>,
@@ -43,6 +53,15 @@ impl Conn {
         });
         let host = HeaderValue::from_str(&addr.to_string()).context("Host header")?;
         Ok(Conn { sender, host })
+    }
+
+    /// Open `n` connections, one after the other.
+    pub(crate) async fn connect_many(addr: SocketAddr, n: usize) -> Result<Vec<Conn>> {
+        let mut conns = Vec::with_capacity(n);
+        for _ in 0..n {
+            conns.push(Conn::connect(addr).await?);
+        }
+        Ok(conns)
     }
 
     /// `GET path`.

@@ -30,7 +30,6 @@
 //!    p50/p90/p99/max, the push round trip, and how late the producer ran
 //!    against its schedule (a late producer would hide latency).
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,36 +44,18 @@ use crate::env::{self, CommonArgs, Env};
 use crate::error::{Context, Error, Result};
 use crate::http::Conn;
 use crate::payload::{self, Bodies, TxnIds};
-use crate::push::{check_reply, seconds, to_f64, DURATION, QUICK_DURATION};
-use crate::report::{Latency, Report};
-
-/// The consumers' long-poll timeout, milliseconds.
-const POP_TIMEOUT_MS: u64 = 1000;
+use crate::push::{check_reply, create_partitions};
+use crate::report::{fixed, Latency, Report, Table};
+use crate::scenario::{self, micros, to_f64, Case as _, Window};
 
 /// Connections the producer may have in flight at once.
 const PRODUCER_CONNS: usize = 16;
 
-/// Arguments of `queen-load latency`.
-#[derive(Debug, clap::Args)]
-pub(crate) struct LatencyArgs {
-    #[command(flatten)]
-    pub(crate) common: CommonArgs,
-    #[command(flatten)]
-    pub(crate) opts: LatencyOpts,
-}
-
 /// The latency scenario's settings.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct LatencyOpts {
-    /// Seconds each case is measured [default: 5, or 2 with --quick].
-    #[arg(long, value_name = "SECS")]
-    pub(crate) duration: Option<f64>,
-    /// Seconds of schedule before each window, not counted.
-    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
-    pub(crate) warmup: f64,
-    /// 500 msg/s over 100 partitions only, 2-second window.
-    #[arg(long)]
-    pub(crate) quick: bool,
+    #[command(flatten)]
+    pub(crate) window: Window<LatencyOpts>,
     /// Messages per second, comma-separated [default: 500,50].
     #[arg(long, value_name = "N,..", value_delimiter = ',')]
     pub(crate) rates: Vec<u32>,
@@ -92,13 +73,17 @@ pub(crate) struct LatencyOpts {
     pub(crate) batch: usize,
 }
 
+/// How the latency scenario words `--warmup` and `--quick`.
+impl scenario::WindowHelp for LatencyOpts {
+    const WARMUP: &'static str = "Seconds of schedule before each window, not counted";
+    const QUICK: &'static str = "500 msg/s over 100 partitions only, 2-second window";
+}
+
 impl LatencyOpts {
     /// The settings `all` runs with.
     pub(crate) fn for_all(quick: bool, duration: Option<f64>) -> LatencyOpts {
         LatencyOpts {
-            duration,
-            warmup: 1.0,
-            quick,
+            window: Window::for_all(quick, duration),
             rates: Vec::new(),
             partitions: Vec::new(),
             consumers: 4,
@@ -109,7 +94,7 @@ impl LatencyOpts {
 
     fn cases(&self) -> Vec<Case> {
         let explicit = !(self.rates.is_empty() && self.partitions.is_empty());
-        if self.quick && !explicit {
+        if self.window.quick && !explicit {
             return vec![Case {
                 rate: 500,
                 partitions: 100,
@@ -134,18 +119,8 @@ impl LatencyOpts {
         cases
     }
 
-    fn duration(&self) -> f64 {
-        self.duration
-            .unwrap_or(if self.quick { QUICK_DURATION } else { DURATION })
-    }
-
     pub(crate) fn validate(&self) -> Result<()> {
-        seconds("duration", self.duration())?;
-        seconds("warmup", self.warmup)?;
-        seconds("grace", self.grace)?;
-        if self.duration() == 0.0 {
-            return Err(Error::msg("--duration must be more than 0"));
-        }
+        self.window.validate(&[("grace", self.grace)])?;
         if self.consumers == 0
             || self.batch == 0
             || self
@@ -162,19 +137,17 @@ impl LatencyOpts {
 
     /// The settings, for the report.
     pub(crate) fn settings(&self, bodies: &Bodies) -> serde_json::Value {
-        serde_json::json!({
-            "duration_seconds": self.duration(),
-            "warmup_seconds": self.warmup,
-            "grace_seconds": self.grace,
-            "quick": self.quick,
-            "cases": self.cases().iter().map(|case| case.name()).collect::<Vec<_>>(),
-            "consumers": self.consumers,
-            "pop": format!("GET /api/v1/pop/queue/<q>?batch={}&wait=true&timeout={POP_TIMEOUT_MS}\
-                            &autoAck=true", self.batch),
-            "producer": format!("open loop, one message per push request, up to \
-                                 {PRODUCER_CONNS} requests in flight"),
-            "payload_bytes": payload::payload_len(bodies),
-        })
+        self.window.settings(
+            self.cases().into_iter().map(Case::name),
+            bodies,
+            serde_json::json!({
+                "grace_seconds": self.grace,
+                "consumers": self.consumers,
+                "pop": format!("GET {}", payload::pop_path("<q>", self.batch, true)),
+                "producer": format!("open loop, one message per push request, up to \
+                                     {PRODUCER_CONNS} requests in flight"),
+            }),
+        )
     }
 }
 
@@ -185,7 +158,7 @@ struct Case {
     partitions: usize,
 }
 
-impl Case {
+impl scenario::Case for Case {
     fn name(self) -> String {
         format!("r{} p{}", self.rate, self.partitions)
     }
@@ -199,35 +172,29 @@ pub(crate) async fn run(
     bodies: &Arc<Bodies>,
     report: &mut Report,
 ) -> Result<()> {
-    let cases = opts.cases();
-    for (index, &case) in cases.iter().enumerate() {
-        eprintln!(
-            "queen-load: latency case {}/{} {}",
-            index + 1,
-            cases.len(),
-            case.name()
-        );
-        let result = cpu::least_disturbed(common.max_other_cpu, common.retries, || {
-            run_case(env, common, opts, bodies, case)
-        })
-        .await
-        .map_err(|error| error.wrap(format!("latency case {}", case.name())))?;
-        eprintln!(
-            "queen-load:   {} sent, {} delivered, {} missing, {} duplicates, p50 {:.2} ms, \
-             p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms, cpu {}",
-            result.sent,
-            result.delivered,
-            result.missing,
-            result.duplicates,
-            result.latency_ms.p50,
-            result.latency_ms.p90,
-            result.latency_ms.p99,
-            result.latency_ms.max,
-            cpu::columns(&result.cpu_cores)
-        );
-        report.latency.push(result);
-    }
-    Ok(())
+    scenario::run_cases(
+        "latency",
+        common,
+        &opts.cases(),
+        |case| run_case(env, common, opts, bodies, case),
+        |_, result| {
+            eprintln!(
+                "queen-load:   {} sent, {} delivered, {} missing, {} duplicates, p50 {:.2} ms, \
+                 p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms, cpu {}",
+                result.sent,
+                result.delivered,
+                result.missing,
+                result.duplicates,
+                result.latency_ms.p50,
+                result.latency_ms.p90,
+                result.latency_ms.p99,
+                result.latency_ms.max,
+                cpu::columns(&result.cpu_cores)
+            );
+            report.latency.push(result);
+        },
+    )
+    .await
 }
 
 /// What the producer and the consumers share.
@@ -273,17 +240,14 @@ async fn run_case(
         let due = due.max(0.0) as u64;
         due
     };
-    let warm_count = scheduled(opts.warmup);
-    let window_count = scheduled(opts.duration());
+    let warm_count = scheduled(opts.window.warmup);
+    let window_count = scheduled(opts.window.duration());
     let capacity = usize::try_from(setup + warm_count + window_count).context("message count")?;
     let queue = format!("bench.latency.r{}-p{}", case.rate, case.partitions);
     let shared = Arc::new(Shared {
-        pop_path: format!(
-            "/api/v1/pop/queue/{queue}?batch={}&wait=true&timeout={POP_TIMEOUT_MS}&autoAck=true",
-            opts.batch
-        ),
+        pop_path: payload::pop_path(&queue, opts.batch, true),
         queue,
-        partitions: (0..case.partitions).map(|p| format!("p{p}")).collect(),
+        partitions: payload::partition_names(case.partitions),
         bodies: Arc::clone(bodies),
         epoch: Instant::now(),
         sent_ns: (0..capacity).map(|_| AtomicU64::new(0)).collect(),
@@ -294,30 +258,16 @@ async fn run_case(
     });
 
     // The queue and every partition: ids 0..setup.
-    let mut producers = Vec::with_capacity(PRODUCER_CONNS);
-    for _ in 0..PRODUCER_CONNS {
-        producers.push(Conn::connect(addr).await?);
-    }
-    for chunk_start in (0..case.partitions).step_by(1000) {
-        let chunk = &shared.partitions[chunk_start..(chunk_start + 1000).min(case.partitions)];
-        let first_id = u64::try_from(chunk_start).context("id")?;
-        for id in first_id..first_id + u64::try_from(chunk.len()).context("id")? {
-            mark_sent(&shared, id);
-        }
-        let mut body = Vec::with_capacity(chunk.len() * 1200 + 64);
-        payload::push_request_spread(
-            &mut body,
-            &shared.bodies,
-            &shared.queue,
-            chunk,
-            first_id,
-            TxnIds::Fresh,
-        );
-        let reply = producers[0]
-            .post_json("/api/v1/push", Bytes::from(body))
-            .await?;
-        check_reply(&reply, chunk.len()).map_err(|error| error.wrap("create the partitions"))?;
-    }
+    let mut producers = Conn::connect_many(addr, PRODUCER_CONNS).await?;
+    create_partitions(
+        &mut producers[0],
+        &shared.bodies,
+        &shared.queue,
+        &shared.partitions,
+        TxnIds::Fresh,
+        |ids| ids.for_each(|id| mark_sent(&shared, id)),
+    )
+    .await?;
 
     let mut consumer_tasks = Vec::with_capacity(opts.consumers);
     for _ in 0..opts.consumers {
@@ -477,11 +427,11 @@ impl Producer {
                 let sent_at = Instant::now();
                 mark_sent(&shared, id);
                 let reply = conn.post_json("/api/v1/push", Bytes::from(body)).await?;
-                let micros = u32::try_from(sent_at.elapsed().as_micros()).unwrap_or(u32::MAX);
+                let round_trip = micros(sent_at.elapsed());
                 check_reply(&reply, 1)?;
                 // The pool outlives every task; a closed pool only means the run is over.
                 let _ = pool_tx.send(conn).await;
-                Ok(micros)
+                Ok(round_trip)
             }));
         }
         Ok(())
@@ -539,10 +489,7 @@ async fn consume(mut conn: Conn, shared: Arc<Shared>) -> Result<ConsumerStats> {
             return Err(Error::msg(format!(
                 "pop answered {}: {}",
                 reply.status,
-                String::from_utf8_lossy(&reply.body)
-                    .chars()
-                    .take(300)
-                    .collect::<String>()
+                reply.snippet()
             )));
         }
         let body: PopBody = serde_json::from_slice(&reply.body).context("pop response")?;
@@ -609,56 +556,43 @@ pub(crate) struct LatencyResult {
     pub(crate) attempts: u32,
 }
 
-impl cpu::Measured for LatencyResult {
-    fn other_cpu(&self) -> f64 {
-        self.cpu_cores.other
-    }
-
-    fn set_attempts(&mut self, attempts: u32) {
-        self.attempts = attempts;
-    }
-}
+cpu::measured!(LatencyResult);
 
 /// The latency table.
 pub(crate) fn table(cases: &[LatencyResult]) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<12} {:>7} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>21}",
-        "case",
-        "sent",
-        "delivered",
-        "missing",
-        "dups",
-        "pops/s",
-        "p50 ms",
-        "p90 ms",
-        "p99 ms",
-        "max ms",
-        "push p50",
-        "push p99",
-        "lag ms",
-        "cpu brk/pg/load/other"
-    );
+    let mut table = Table::new(&[
+        ("case", 12),
+        ("sent", 7),
+        ("delivered", 9),
+        ("missing", 8),
+        ("dups", 8),
+        ("pops/s", 8),
+        ("p50 ms", 8),
+        ("p90 ms", 8),
+        ("p99 ms", 8),
+        ("max ms", 8),
+        ("push p50", 9),
+        ("push p99", 9),
+        ("lag ms", 8),
+        ("cpu brk/pg/load/other", 21),
+    ]);
     for case in cases {
-        let _ = writeln!(
-            out,
-            "{:<12} {:>7} {:>9} {:>8} {:>8} {:>8.0} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>9.2} {:>9.2} {:>8.2} {:>21}",
-            case.name,
-            case.sent,
-            case.delivered,
-            case.missing,
-            case.duplicates,
-            case.window_pops_per_second,
-            case.latency_ms.p50,
-            case.latency_ms.p90,
-            case.latency_ms.p99,
-            case.latency_ms.max,
-            case.push_latency_ms.p50,
-            case.push_latency_ms.p99,
-            case.max_send_lag_ms,
+        table.row([
+            case.name.clone(),
+            case.sent.to_string(),
+            case.delivered.to_string(),
+            case.missing.to_string(),
+            case.duplicates.to_string(),
+            fixed(case.window_pops_per_second, 0),
+            fixed(case.latency_ms.p50, 2),
+            fixed(case.latency_ms.p90, 2),
+            fixed(case.latency_ms.p99, 2),
+            fixed(case.latency_ms.max, 2),
+            fixed(case.push_latency_ms.p50, 2),
+            fixed(case.push_latency_ms.p99, 2),
+            fixed(case.max_send_lag_ms, 2),
             cpu::columns(&case.cpu_cores),
-        );
+        ]);
     }
-    out
+    table.finish()
 }

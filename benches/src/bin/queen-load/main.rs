@@ -21,7 +21,8 @@
 //! Shared pieces: `env.rs` (cluster and broker lifecycle), `http.rs` (one
 //! keep-alive connection), `payload.rs` (request bodies), `matrix.rs` (the
 //! push and ceiling shapes), `stats.rs` (PostgreSQL counters), `cpu.rs` (CPU
-//! time per process group), `report.rs` (tables and JSON).
+//! time per process group), `report.rs` (tables and JSON), `scenario.rs`
+//! (each scenario's arguments, window, case loop and measurement).
 //!
 //! Usually run as `cargo xtask bench [scenario]`, which builds both binaries
 //! in release mode first.
@@ -37,6 +38,7 @@ mod payload;
 mod pop;
 mod push;
 mod report;
+mod scenario;
 mod stats;
 
 use std::process::ExitCode;
@@ -48,6 +50,7 @@ use crate::env::{CommonArgs, Env};
 use crate::error::{Context, Error, Result};
 use crate::payload::Bodies;
 use crate::report::Report;
+use crate::scenario::ScenarioArgs;
 
 /// Queen's end-to-end load generator.
 #[derive(Debug, Parser)]
@@ -61,15 +64,15 @@ struct Cli {
 enum Command {
     /// Push throughput: batch size x partitions x producers (x brokers), one
     /// fresh database and broker(s) per case.
-    Push(push::PushArgs),
+    Push(ScenarioArgs<push::PushOpts>),
     /// PostgreSQL alone: the push's segments inserted with one statement per
     /// flush, no broker, same shapes as `push`.
-    Ceiling(ceiling::CeilingArgs),
+    Ceiling(ScenarioArgs<ceiling::CeilingOpts>),
     /// Consume throughput (autoAck, and pop + batch ack) with an exactly-once
     /// check.
-    Pop(pop::PopArgs),
+    Pop(ScenarioArgs<pop::PopOpts>),
     /// Single-message push-to-pop latency at a fixed low rate.
-    Latency(latency::LatencyArgs),
+    Latency(ScenarioArgs<latency::LatencyOpts>),
     /// Every scenario on one cluster: ceiling, push, pop, latency; then push
     /// as a ratio to the ceiling and issue 6's targets.
     All(AllArgs),

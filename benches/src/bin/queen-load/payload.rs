@@ -262,6 +262,25 @@ impl std::fmt::Display for Payload<'_> {
     }
 }
 
+/// The long-poll timeout of every pop, milliseconds.
+const POP_TIMEOUT_MS: u64 = 1000;
+
+/// Partition names `p0`, `p1`, ... of a queue with `n` partitions.
+pub(crate) fn partition_names(n: usize) -> Vec<String> {
+    (0..n).map(|p| format!("p{p}")).collect()
+}
+
+/// The path of a long-polling pop of up to `batch` messages from `queue`,
+/// consumed at delivery with `auto_ack`.
+pub(crate) fn pop_path(queue: &str, batch: usize, auto_ack: bool) -> String {
+    let mut path =
+        format!("/api/v1/pop/queue/{queue}?batch={batch}&wait=true&timeout={POP_TIMEOUT_MS}");
+    if auto_ack {
+        path.push_str("&autoAck=true");
+    }
+    path
+}
+
 /// Milliseconds since the Unix epoch.
 pub(crate) fn unix_millis() -> u128 {
     SystemTime::now()
@@ -309,7 +328,7 @@ mod tests {
     #[test]
     fn sequential_ids_round_trip_and_spread_requests_hit_every_partition() {
         let bodies = Bodies::generate();
-        let partitions: Vec<String> = (0..3).map(|p| format!("p{p}")).collect();
+        let partitions = partition_names(3);
         let mut out = Vec::new();
         push_request_spread(&mut out, &bodies, "q", &partitions, 7, TxnIds::Sequential);
         let value: serde_json::Value = serde_json::from_slice(&out).unwrap();

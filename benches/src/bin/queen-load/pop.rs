@@ -52,14 +52,14 @@ use serde::{Deserialize, Serialize};
 use crate::cpu::{self, Usage};
 use crate::env::{self, CommonArgs, Env};
 use crate::error::{Context, Error, Result};
-use crate::http::{Conn, Reply};
+use crate::http::Conn;
 use crate::payload::{self, Bodies, TxnIds};
-use crate::push::{check_reply, seconds, to_f64, to_f64_i, DURATION, QUICK_DURATION};
-use crate::report::{Latency, Report, Skipped};
+use crate::push::check_reply;
+use crate::report::{fixed, ratio, Latency, Report, Skipped, Table};
+use crate::scenario::{
+    self, micros, to_f64, to_f64_i, Case as _, Failures, Merge, Timeline, Window,
+};
 use crate::stats;
-
-/// The pop's long-poll timeout, milliseconds.
-const POP_TIMEOUT_MS: u64 = 1000;
 
 /// The queue-mode consumer group.
 const QUEUE_MODE: &str = "__QUEUE_MODE__";
@@ -95,27 +95,11 @@ impl Mode {
     }
 }
 
-/// Arguments of `queen-load pop`.
-#[derive(Debug, clap::Args)]
-pub(crate) struct PopArgs {
-    #[command(flatten)]
-    pub(crate) common: CommonArgs,
-    #[command(flatten)]
-    pub(crate) opts: PopOpts,
-}
-
 /// The pop scenario's settings.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct PopOpts {
-    /// Seconds each case is measured [default: 5, or 2 with --quick].
-    #[arg(long, value_name = "SECS")]
-    pub(crate) duration: Option<f64>,
-    /// Seconds of consuming before each window, not counted.
-    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
-    pub(crate) warmup: f64,
-    /// 32 consumers only, 2-second windows, a smaller pre-fill.
-    #[arg(long)]
-    pub(crate) quick: bool,
+    #[command(flatten)]
+    pub(crate) window: Window<PopOpts>,
     /// Concurrent consumers, comma-separated [default: 4,32].
     #[arg(long, value_name = "N,..", value_delimiter = ',')]
     pub(crate) consumers: Vec<usize>,
@@ -138,13 +122,17 @@ pub(crate) struct PopOpts {
     pub(crate) prefill_batch: usize,
 }
 
+/// How the pop words `--warmup` and `--quick`.
+impl scenario::WindowHelp for PopOpts {
+    const WARMUP: &'static str = "Seconds of consuming before each window, not counted";
+    const QUICK: &'static str = "32 consumers only, 2-second windows, a smaller pre-fill";
+}
+
 impl PopOpts {
     /// The settings `all` runs with.
     pub(crate) fn for_all(quick: bool, duration: Option<f64>) -> PopOpts {
         PopOpts {
-            duration,
-            warmup: 1.0,
-            quick,
+            window: Window::for_all(quick, duration),
             consumers: Vec::new(),
             modes: Vec::new(),
             partitions: 100,
@@ -157,7 +145,7 @@ impl PopOpts {
     fn cases(&self) -> Vec<Case> {
         let consumers = if !self.consumers.is_empty() {
             self.consumers.clone()
-        } else if self.quick {
+        } else if self.window.quick {
             vec![32]
         } else {
             vec![4, 32]
@@ -176,22 +164,13 @@ impl PopOpts {
         cases
     }
 
-    fn duration(&self) -> f64 {
-        self.duration
-            .unwrap_or(if self.quick { QUICK_DURATION } else { DURATION })
-    }
-
     fn prefill(&self) -> u64 {
         self.prefill
-            .unwrap_or(if self.quick { 50_000 } else { 100_000 })
+            .unwrap_or(if self.window.quick { 50_000 } else { 100_000 })
     }
 
     pub(crate) fn validate(&self) -> Result<()> {
-        seconds("duration", self.duration())?;
-        seconds("warmup", self.warmup)?;
-        if self.duration() == 0.0 {
-            return Err(Error::msg("--duration must be more than 0"));
-        }
+        self.window.validate(&[])?;
         if self.partitions == 0
             || self.batch == 0
             || self.prefill_batch == 0
@@ -207,22 +186,20 @@ impl PopOpts {
 
     /// The settings, for the report.
     pub(crate) fn settings(&self, bodies: &Bodies) -> serde_json::Value {
-        serde_json::json!({
-            "duration_seconds": self.duration(),
-            "warmup_seconds": self.warmup,
-            "quick": self.quick,
-            "cases": self.cases().iter().map(|case| case.name()).collect::<Vec<_>>(),
-            "partitions": self.partitions,
-            "pop": format!("GET /api/v1/pop/queue/<q>?batch={}&wait=true&timeout={POP_TIMEOUT_MS}\
-                            [&autoAck=true]", self.batch),
-            "ack": "POST /api/v1/ack/batch, every message of the pop, status completed, \
-                    consumerGroup __QUEUE_MODE__",
-            "prefill_messages": self.prefill(),
-            "prefill_batch": self.prefill_batch,
-            "prefill_producers": FILL_PRODUCERS,
-            "backlog_factor": BACKLOG_FACTOR,
-            "payload_bytes": payload::payload_len(bodies),
-        })
+        self.window.settings(
+            self.cases().into_iter().map(Case::name),
+            bodies,
+            serde_json::json!({
+                "partitions": self.partitions,
+                "pop": format!("GET {}[&autoAck=true]", payload::pop_path("<q>", self.batch, false)),
+                "ack": "POST /api/v1/ack/batch, every message of the pop, status completed, \
+                        consumerGroup __QUEUE_MODE__",
+                "prefill_messages": self.prefill(),
+                "prefill_batch": self.prefill_batch,
+                "prefill_producers": FILL_PRODUCERS,
+                "backlog_factor": BACKLOG_FACTOR,
+            }),
+        )
     }
 }
 
@@ -233,7 +210,7 @@ struct Case {
     consumers: usize,
 }
 
-impl Case {
+impl scenario::Case for Case {
     fn name(self) -> String {
         format!("{} c{}", self.mode.name(), self.consumers)
     }
@@ -253,20 +230,12 @@ pub(crate) async fn run(
     bodies: &Arc<Bodies>,
     report: &mut Report,
 ) -> Result<()> {
-    let cases = opts.cases();
-    for (index, &case) in cases.iter().enumerate() {
-        eprintln!(
-            "queen-load: pop case {}/{} {}",
-            index + 1,
-            cases.len(),
-            case.name()
-        );
-        let outcome = cpu::least_disturbed(common.max_other_cpu, common.retries, || {
-            run_case(env, common, opts, bodies, case)
-        })
-        .await
-        .map_err(|error| error.wrap(format!("pop case {}", case.name())))?;
-        match outcome {
+    scenario::run_cases(
+        "pop",
+        common,
+        &opts.cases(),
+        |case| run_case(env, common, opts, bodies, case),
+        |case, outcome| match outcome {
             Outcome::Done(result) => {
                 eprintln!(
                     "queen-load:   {:.0} msg/s, {:.0} pops/s, {:.1} msg/pop, pop p50 {:.2} ms, \
@@ -296,9 +265,9 @@ pub(crate) async fn run(
                     reason,
                 });
             }
-        }
-    }
-    Ok(())
+        },
+    )
+    .await
 }
 
 /// What every producer and consumer task of a case shares.
@@ -341,18 +310,11 @@ async fn run_case(
     }
 
     let queue = format!("bench.pop.{}-c{}", case.mode.name(), case.consumers);
-    let mut pop_path = format!(
-        "/api/v1/pop/queue/{queue}?batch={}&wait=true&timeout={POP_TIMEOUT_MS}",
-        opts.batch
-    );
-    if case.mode == Mode::Autoack {
-        pop_path.push_str("&autoAck=true");
-    }
     let shared = Arc::new(Shared {
+        pop_path: payload::pop_path(&queue, opts.batch, case.mode == Mode::Autoack),
         queue,
-        partitions: (0..opts.partitions).map(|p| format!("p{p}")).collect(),
+        partitions: payload::partition_names(opts.partitions),
         mode: case.mode,
-        pop_path,
         bodies: Arc::clone(bodies),
         pushed: AtomicU64::new(0),
         fill_requests: AtomicUsize::new(0),
@@ -371,17 +333,14 @@ async fn run_case(
     )
     .await?;
 
-    let mut consumers = Vec::with_capacity(case.consumers);
-    for _ in 0..case.consumers {
-        consumers.push(Conn::connect(addr).await?);
-    }
+    let consumers = Conn::connect_many(addr, case.consumers).await?;
 
     // Warm-up, then top up the backlog for the window.
     let warm_started = Instant::now();
     let (consumers, warm) = phase(
         consumers,
         &shared,
-        Until::Deadline(warm_started + Duration::from_secs_f64(opts.warmup)),
+        Until::Deadline(warm_started + Duration::from_secs_f64(opts.window.warmup)),
     )
     .await?;
     warm.check("warm-up")?;
@@ -390,7 +349,10 @@ async fn run_case(
         .pushed
         .load(Ordering::Relaxed)
         .saturating_sub(shared.consumed.load(Ordering::Relaxed));
-    let wanted = float_count(warm_rate * opts.duration() * BACKLOG_FACTOR, MAX_TOP_UP * 2);
+    let wanted = float_count(
+        warm_rate * opts.window.duration() * BACKLOG_FACTOR,
+        MAX_TOP_UP * 2,
+    );
     let top_up = wanted.saturating_sub(backlog).min(MAX_TOP_UP);
     if top_up > 0 {
         fill(addr, &shared, top_up, opts.prefill_batch).await?;
@@ -401,24 +363,22 @@ async fn run_case(
     // nothing for 30 s (hyper's header read timeout), and a top-up can last
     // that long.
     drop(consumers);
-    let mut consumers = Vec::with_capacity(case.consumers);
-    for _ in 0..case.consumers {
-        consumers.push(Conn::connect(addr).await?);
-    }
+    let consumers = Conn::connect_many(addr, case.consumers).await?;
 
     // The window.
-    let point_before = stats::cluster_point(&env.admin).await?;
-    let cpu_before = cpu::sample(&pids, postmaster);
-    let started = Instant::now();
-    let deadline = started + Duration::from_secs_f64(opts.duration());
-    let (consumers, window) = phase(consumers, &shared, Until::Deadline(deadline)).await?;
+    let ((consumers, window), measured) = scenario::measure(
+        &env.admin,
+        &pids,
+        postmaster,
+        opts.window.duration(),
+        |deadline| phase(consumers, &shared, Until::Deadline(deadline)),
+    )
+    .await?;
     let drained = shared.drained.load(Ordering::Relaxed);
-    let seconds = match window.active_seconds(started) {
+    let seconds = match window.active_seconds(measured.started) {
         active if active > 0.0 => active,
-        _ => started.elapsed().as_secs_f64(),
+        _ => measured.seconds,
     };
-    let cpu_after = cpu::sample(&pids, postmaster);
-    let point_after = stats::cluster_point(&env.admin).await?;
     window.check("window")?;
     env::check_alive(&mut brokers)?;
 
@@ -435,15 +395,7 @@ async fn run_case(
     env.drop_database(&dbname, common.keep).await?;
 
     let messages = to_f64(window.messages);
-    let per_message = |value: f64| {
-        if messages > 0.0 {
-            value / messages
-        } else {
-            0.0
-        }
-    };
-    let write_xids = point_after.next_xid - point_before.next_xid;
-    let wal_bytes = point_after.wal_lsn - point_before.wal_lsn;
+    let per_message = |value: i64| ratio(to_f64_i(value), messages);
     Ok(Outcome::Done(Box::new(PopResult {
         name: case.name(),
         mode: case.mode.name(),
@@ -456,19 +408,15 @@ async fn run_case(
         messages: window.messages,
         messages_per_second: messages / seconds,
         pops_per_second: to_f64(window.pops) / seconds,
-        messages_per_pop: if window.pops > 0 {
-            messages / to_f64(window.pops)
-        } else {
-            0.0
-        },
+        messages_per_pop: ratio(messages, to_f64(window.pops)),
         pop_latency_ms: Latency::from_micros(window.pop_us),
         acks: window.acks,
         ack_failures: window.ack_failures,
         ack_latency_ms: Latency::from_micros(window.ack_us),
-        write_xids,
-        write_xids_per_message: per_message(to_f64_i(write_xids)),
-        wal_bytes_per_message: per_message(to_f64_i(wal_bytes)),
-        cpu_cores: cpu::usage(&cpu_before, &cpu_after),
+        write_xids: measured.write_xids(),
+        write_xids_per_message: per_message(measured.write_xids()),
+        wal_bytes_per_message: per_message(measured.wal_bytes()),
+        cpu_cores: measured.cpu_cores,
         attempts: 1,
         drained,
         warmup_messages: warm.messages,
@@ -476,16 +424,15 @@ async fn run_case(
         prefill_messages,
         prefill_seconds: fill_seconds,
         prefill_messages_per_second: to_f64(prefill_messages) / fill_seconds.max(0.001),
-        prefill_messages_per_segment: if prefill_segments.rows > 0 {
-            to_f64_i(prefill_segments.messages) / to_f64_i(prefill_segments.rows)
-        } else {
-            0.0
-        },
+        prefill_messages_per_segment: ratio(
+            to_f64_i(prefill_segments.messages),
+            to_f64_i(prefill_segments.rows),
+        ),
         top_up_messages: top_up,
         drain_messages: drain.messages,
         drain_seconds,
         exactly_once,
-        messages_per_second_timeline: window.timeline,
+        messages_per_second_timeline: window.timeline.into_vec(),
     })))
 }
 
@@ -514,7 +461,7 @@ async fn ack_route_missing(addr: SocketAddr) -> Result<Option<String>> {
     if reply.status == StatusCode::NOT_FOUND {
         return Ok(Some(format!(
             "ack route not available: POST /api/v1/ack/batch answered 404 ({})",
-            snippet(&reply)
+            reply.snippet()
         )));
     }
     Ok(None)
@@ -587,15 +534,13 @@ struct PhaseStats {
     ids: Vec<u64>,
     /// Deliveries whose transaction id does not match their payload id.
     mismatched: u64,
-    errors: u64,
-    first_error: Option<String>,
+    failures: Failures,
     /// The last moment a consumer consumed something.
     last_consumed: Option<Instant>,
-    /// Messages consumed in each second since the phase started.
-    timeline: Vec<u64>,
+    timeline: Timeline,
 }
 
-impl PhaseStats {
+impl Merge for PhaseStats {
     fn merge(&mut self, other: PhaseStats) {
         self.pops += other.pops;
         self.empty_pops += other.empty_pops;
@@ -606,29 +551,19 @@ impl PhaseStats {
         self.ack_us.extend(other.ack_us);
         self.ids.extend(other.ids);
         self.mismatched += other.mismatched;
-        self.errors += other.errors;
-        if self.first_error.is_none() {
-            self.first_error = other.first_error;
-        }
+        self.failures.merge(other.failures);
         self.last_consumed = self.last_consumed.max(other.last_consumed);
-        if self.timeline.len() < other.timeline.len() {
-            self.timeline.resize(other.timeline.len(), 0);
-        }
-        for (total, count) in self.timeline.iter_mut().zip(other.timeline) {
-            *total += count;
-        }
+        self.timeline.merge(other.timeline);
     }
+}
 
+impl PhaseStats {
     fn check(&self, phase: &str) -> Result<()> {
-        if self.errors == 0 {
-            return Ok(());
-        }
-        Err(Error::msg(format!(
-            "{} failed requests during the {phase} ({} pops succeeded); the first: {}",
-            self.errors,
-            self.pops,
-            self.first_error.as_deref().unwrap_or("?")
-        )))
+        self.failures.check(
+            "requests",
+            phase,
+            format_args!("{} pops succeeded", self.pops),
+        )
     }
 
     /// Seconds from `started` to the last consumption (0 if none).
@@ -645,19 +580,10 @@ async fn phase(
     shared: &Arc<Shared>,
     until: Until,
 ) -> Result<(Vec<Conn>, PhaseStats)> {
-    let started = Instant::now();
-    let tasks: Vec<_> = consumers
-        .into_iter()
-        .map(|conn| tokio::spawn(consume(conn, Arc::clone(shared), started, until)))
-        .collect();
-    let mut stats = PhaseStats::default();
-    let mut consumers = Vec::with_capacity(tasks.len());
-    for task in tasks {
-        let (conn, consumer_stats) = task.await.context("consumer task")?;
-        stats.merge(consumer_stats);
-        consumers.push(conn);
-    }
-    Ok((consumers, stats))
+    scenario::phase(consumers, "consumer task", |conn, started| {
+        consume(conn, Arc::clone(shared), started, until)
+    })
+    .await
 }
 
 /// One consumer's loop: a pop (and its ack) at a time. Stops at the first
@@ -685,22 +611,14 @@ async fn consume(
                 empty_in_a_row = 0;
                 let now = Instant::now();
                 stats.last_consumed = Some(now);
-                let second =
-                    usize::try_from(now.duration_since(started).as_secs()).unwrap_or(usize::MAX);
-                if stats.timeline.len() <= second {
-                    stats.timeline.resize(second.saturating_add(1), 0);
-                }
-                if let Some(total) = stats.timeline.get_mut(second) {
-                    *total += n;
-                }
+                stats.timeline.add(started, now, n);
                 let consumed = shared.consumed.fetch_add(n, Ordering::Relaxed) + n;
                 if consumed >= shared.pushed.load(Ordering::Relaxed) {
                     shared.drained.store(true, Ordering::Relaxed);
                 }
             }
             Err(error) => {
-                stats.errors += 1;
-                stats.first_error = Some(error.to_string());
+                stats.failures.record(&error);
                 break;
             }
         }
@@ -743,7 +661,7 @@ struct AckResult {
 async fn pop_once(conn: &mut Conn, shared: &Shared, stats: &mut PhaseStats) -> Result<u64> {
     let sent_at = Instant::now();
     let reply = conn.get(&shared.pop_path).await?;
-    let pop_us = micros_since(sent_at);
+    let pop_us = micros(sent_at.elapsed());
     stats.pops += 1;
     if reply.status == StatusCode::NO_CONTENT {
         stats.empty_pops += 1;
@@ -753,11 +671,11 @@ async fn pop_once(conn: &mut Conn, shared: &Shared, stats: &mut PhaseStats) -> R
         return Err(Error::msg(format!(
             "pop answered {}: {}",
             reply.status,
-            snippet(&reply)
+            reply.snippet()
         )));
     }
     let body: PopBody<'_> = serde_json::from_slice(&reply.body)
-        .with_context(|| format!("pop response: {}", snippet(&reply)))?;
+        .with_context(|| format!("pop response: {}", reply.snippet()))?;
     if body.messages.is_empty() {
         stats.empty_pops += 1;
         return Ok(0);
@@ -807,23 +725,23 @@ async fn ack(conn: &mut Conn, messages: &[PopMessage<'_>], stats: &mut PhaseStat
     let reply = conn
         .post_json("/api/v1/ack/batch", Bytes::from(body))
         .await?;
-    stats.ack_us.push(micros_since(sent_at));
+    stats.ack_us.push(micros(sent_at.elapsed()));
     stats.acks += 1;
     if reply.status == StatusCode::NOT_FOUND {
         return Err(Error::msg(format!(
             "ack route not available: POST /api/v1/ack/batch answered 404 ({})",
-            snippet(&reply)
+            reply.snippet()
         )));
     }
     if !reply.status.is_success() {
         return Err(Error::msg(format!(
             "ack answered {}: {}",
             reply.status,
-            snippet(&reply)
+            reply.snippet()
         )));
     }
     let results: Vec<AckResult> = serde_json::from_slice(&reply.body)
-        .with_context(|| format!("ack response is not a result array: {}", snippet(&reply)))?;
+        .with_context(|| format!("ack response is not a result array: {}", reply.snippet()))?;
     if results.len() != messages.len() {
         return Err(Error::msg(format!(
             "ack answered {} results for {} acknowledgments",
@@ -856,17 +774,6 @@ fn float_count(value: f64, cap: u64) -> u64 {
 
 fn json_string(text: &str) -> Result<String> {
     serde_json::to_string(text).context("encode a JSON string")
-}
-
-fn micros_since(at: Instant) -> u32 {
-    u32::try_from(at.elapsed().as_micros()).unwrap_or(u32::MAX)
-}
-
-fn snippet(reply: &Reply) -> String {
-    String::from_utf8_lossy(&reply.body)
-        .chars()
-        .take(300)
-        .collect()
 }
 
 /// Every pushed message consumed exactly once?
@@ -976,24 +883,21 @@ pub(crate) struct PopResult {
 
 /// The pop table.
 pub(crate) fn table(cases: &[PopResult]) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<12} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>9} {:>21} {:>16}",
-        "case",
-        "msg/s",
-        "pops/s",
-        "msg/pop",
-        "pop p50",
-        "pop p99",
-        "ack p50",
-        "ack p99",
-        "xid/msg",
-        "WAL/msg",
-        "dup/miss",
-        "cpu brk/pg/load/other",
-        "note"
-    );
+    let mut table = Table::new(&[
+        ("case", 12),
+        ("msg/s", 9),
+        ("pops/s", 8),
+        ("msg/pop", 8),
+        ("pop p50", 8),
+        ("pop p99", 8),
+        ("ack p50", 8),
+        ("ack p99", 8),
+        ("xid/msg", 7),
+        ("WAL/msg", 7),
+        ("dup/miss", 9),
+        ("cpu brk/pg/load/other", 21),
+        ("note", 16),
+    ]);
     for case in cases {
         let once = &case.exactly_once;
         let mut note = String::new();
@@ -1009,25 +913,23 @@ pub(crate) fn table(cases: &[PopResult]) -> String {
         if note.is_empty() {
             note.push_str(if once.ok { "exactly-once" } else { "-" });
         }
-        let _ = writeln!(
-            out,
-            "{:<12} {:>9.0} {:>8.0} {:>8.1} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>7.4} {:>7.0} {:>9} {:>21} {:>16}",
-            case.name,
-            case.messages_per_second,
-            case.pops_per_second,
-            case.messages_per_pop,
-            case.pop_latency_ms.p50,
-            case.pop_latency_ms.p99,
-            case.ack_latency_ms.p50,
-            case.ack_latency_ms.p99,
-            case.write_xids_per_message,
-            case.wal_bytes_per_message,
+        table.row([
+            case.name.clone(),
+            fixed(case.messages_per_second, 0),
+            fixed(case.pops_per_second, 0),
+            fixed(case.messages_per_pop, 1),
+            fixed(case.pop_latency_ms.p50, 2),
+            fixed(case.pop_latency_ms.p99, 2),
+            fixed(case.ack_latency_ms.p50, 2),
+            fixed(case.ack_latency_ms.p99, 2),
+            fixed(case.write_xids_per_message, 4),
+            fixed(case.wal_bytes_per_message, 0),
             format!("{}/{}", once.duplicates, once.missing),
             cpu::columns(&case.cpu_cores),
-            note.trim_end(),
-        );
+            note.trim_end().to_owned(),
+        ]);
     }
-    out
+    table.finish()
 }
 
 #[cfg(test)]

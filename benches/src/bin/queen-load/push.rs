@@ -34,7 +34,7 @@
 //! response must be 201 with every item `queued`; any failure fails the run.
 
 use std::borrow::Cow;
-use std::fmt::Write as _;
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -49,7 +49,10 @@ use crate::error::{Context, Error, Result};
 use crate::http::{Conn, Reply};
 use crate::matrix::{Axes, Shape};
 use crate::payload::{self, Bodies, TxnIds};
-use crate::report::{Latency, Report};
+use crate::report::{fixed, ratio, Latency, Report, Table};
+use crate::scenario::{
+    self, micros, to_f64, to_f64_i, Case as _, DbWrites, Failures, Merge, Timeline, Window,
+};
 use crate::stats;
 
 /// Shapes pushed through several brokers by default: (shape, brokers).
@@ -64,31 +67,11 @@ const QUICK_MULTI_BROKER: &[(Shape, usize)] = &[(Shape::new(1000, 100, 16), 2)];
 /// Items per partition-creating request.
 const CREATE_CHUNK: usize = 1000;
 
-/// Measured seconds per case: default, and with `--quick`.
-pub(crate) const DURATION: f64 = 5.0;
-pub(crate) const QUICK_DURATION: f64 = 2.0;
-
-/// Arguments of `queen-load push`.
-#[derive(Debug, clap::Args)]
-pub(crate) struct PushArgs {
-    #[command(flatten)]
-    pub(crate) common: CommonArgs,
-    #[command(flatten)]
-    pub(crate) opts: PushOpts,
-}
-
 /// The push scenario's settings.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct PushOpts {
-    /// Seconds each case is measured [default: 5, or 2 with --quick].
-    #[arg(long, value_name = "SECS")]
-    pub(crate) duration: Option<f64>,
-    /// Seconds of load before each window, not counted.
-    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
-    pub(crate) warmup: f64,
-    /// A reduced matrix with 2-second windows, for smoke tests.
-    #[arg(long)]
-    pub(crate) quick: bool,
+    #[command(flatten)]
+    pub(crate) window: Window<PushOpts>,
     #[command(flatten)]
     pub(crate) axes: Axes,
     /// Brokers on the same database, producers spread over them,
@@ -106,6 +89,12 @@ pub(crate) struct PushOpts {
     /// figures approximate).
     #[arg(long, value_name = "SECS", default_value_t = stats::SETTLE.as_secs_f64())]
     pub(crate) settle: f64,
+}
+
+/// How the push words `--warmup` and `--quick`.
+impl scenario::WindowHelp for PushOpts {
+    const WARMUP: &'static str = "Seconds of load before each window, not counted";
+    const QUICK: &'static str = "A reduced matrix with 2-second windows, for smoke tests";
 }
 
 /// `--transaction-ids`.
@@ -131,7 +120,7 @@ struct Case {
     brokers: usize,
 }
 
-impl Case {
+impl scenario::Case for Case {
     fn name(self) -> String {
         if self.brokers == 1 {
             self.shape.name()
@@ -145,9 +134,7 @@ impl PushOpts {
     /// The settings `all` runs with.
     pub(crate) fn for_all(quick: bool, duration: Option<f64>) -> PushOpts {
         PushOpts {
-            duration,
-            warmup: 1.0,
-            quick,
+            window: Window::for_all(quick, duration),
             axes: Axes::default(),
             brokers: Vec::new(),
             transaction_ids: TxnSource::Client,
@@ -156,7 +143,7 @@ impl PushOpts {
     }
 
     fn matrix(&self) -> Vec<Case> {
-        let shapes = self.axes.shapes(self.quick);
+        let shapes = self.axes.shapes(self.window.quick);
         if !self.brokers.is_empty() {
             return shapes
                 .iter()
@@ -172,7 +159,7 @@ impl PushOpts {
             .map(|&shape| Case { shape, brokers: 1 })
             .collect();
         if !self.axes.explicit() {
-            let extra = if self.quick {
+            let extra = if self.window.quick {
                 QUICK_MULTI_BROKER
             } else {
                 MULTI_BROKER
@@ -186,18 +173,8 @@ impl PushOpts {
         cases
     }
 
-    fn duration(&self) -> f64 {
-        self.duration
-            .unwrap_or(if self.quick { QUICK_DURATION } else { DURATION })
-    }
-
     pub(crate) fn validate(&self) -> Result<()> {
-        seconds("duration", self.duration())?;
-        seconds("warmup", self.warmup)?;
-        seconds("settle", self.settle)?;
-        if self.duration() == 0.0 {
-            return Err(Error::msg("--duration must be more than 0"));
-        }
+        self.window.validate(&[("settle", self.settle)])?;
         let matrix = self.matrix();
         if matrix.iter().any(|case| {
             case.shape.batch == 0
@@ -214,31 +191,20 @@ impl PushOpts {
 
     /// The settings, for the report.
     pub(crate) fn settings(&self, bodies: &Bodies) -> serde_json::Value {
-        serde_json::json!({
-            "duration_seconds": self.duration(),
-            "warmup_seconds": self.warmup,
-            "settle_seconds": self.settle,
-            "quick": self.quick,
-            "cases": self.matrix().iter().map(|case| case.name()).collect::<Vec<_>>(),
-            "payload_bytes": payload::payload_len(bodies),
-            "transaction_ids": match self.transaction_ids {
-                TxnSource::Client => "a fresh UUIDv7 per item, sent by the client (so the \
-                                      broker runs its duplicate probe, as for SDK traffic)",
-                TxnSource::Broker => "none sent: generated by the broker, which skips its \
-                                      duplicate probe",
-            },
-        })
-    }
-}
-
-/// `--name` must be a number of seconds >= 0.
-pub(crate) fn seconds(name: &str, value: f64) -> Result<()> {
-    if value.is_finite() && value >= 0.0 {
-        Ok(())
-    } else {
-        Err(Error::msg(format!(
-            "--{name} must be a number of seconds >= 0"
-        )))
+        let cases = self.matrix().into_iter().map(Case::name);
+        self.window.settings(
+            cases,
+            bodies,
+            serde_json::json!({
+                "settle_seconds": self.settle,
+                "transaction_ids": match self.transaction_ids {
+                    TxnSource::Client => "a fresh UUIDv7 per item, sent by the client (so the \
+                                          broker runs its duplicate probe, as for SDK traffic)",
+                    TxnSource::Broker => "none sent: generated by the broker, which skips its \
+                                          duplicate probe",
+                },
+            }),
+        )
     }
 }
 
@@ -251,23 +217,17 @@ pub(crate) async fn run(
     bodies: &Arc<Bodies>,
     report: &mut Report,
 ) -> Result<()> {
-    let matrix = opts.matrix();
-    for (index, &case) in matrix.iter().enumerate() {
-        eprintln!(
-            "queen-load: push case {}/{} {}",
-            index + 1,
-            matrix.len(),
-            case.name()
-        );
-        let result = cpu::least_disturbed(common.max_other_cpu, common.retries, || {
-            run_case(env, common, opts, bodies, case)
-        })
-        .await
-        .map_err(|error| error.wrap(format!("push case {}", case.name())))?;
-        eprintln!("queen-load:   {}", summary_line(&result));
-        report.push.push(result);
-    }
-    Ok(())
+    scenario::run_cases(
+        "push",
+        common,
+        &opts.matrix(),
+        |case| run_case(env, common, opts, bodies, case),
+        |_, result| {
+            eprintln!("queen-load:   {}", summary_line(&result));
+            report.push.push(result);
+        },
+    )
+    .await
 }
 
 /// One case on its own database and brokers.
@@ -289,7 +249,7 @@ async fn run_case(
             "bench.push.b{}-p{}-c{}-n{}",
             shape.batch, shape.partitions, shape.concurrency, case.brokers
         ),
-        partitions: (0..shape.partitions).map(|p| format!("p{p}")).collect(),
+        partitions: payload::partition_names(shape.partitions),
         shape,
         bodies: Arc::clone(bodies),
         next_id: AtomicU64::new(0),
@@ -305,10 +265,19 @@ async fn run_case(
     }
 
     // The queue and every partition.
-    let created = create_partitions(&mut producers[0].conn, &shared).await?;
+    let created = create_partitions(
+        &mut producers[0].conn,
+        &shared.bodies,
+        &shared.queue,
+        &shared.partitions,
+        shared.txn,
+        |_| {},
+    )
+    .await?;
+    shared.next_id.store(created, Ordering::Relaxed);
 
     // Warm-up, drained.
-    let warmup_deadline = Instant::now() + Duration::from_secs_f64(opts.warmup);
+    let warmup_deadline = Instant::now() + Duration::from_secs_f64(opts.window.warmup);
     let (producers, warm) = phase(producers, &shared, warmup_deadline).await?;
     warm.check("warm-up")?;
     env::check_alive(&mut brokers)?;
@@ -316,16 +285,17 @@ async fn run_case(
     // Quiet point A: every warm-up commit counted.
     tokio::time::sleep(Duration::from_secs_f64(opts.settle)).await;
     let commits_before = stats::db_counters(&env.admin, &dbname).await?;
-    let point_before = stats::cluster_point(&env.admin).await?;
-    let cpu_before = cpu::sample(&pids, postmaster);
 
     // The window, drained.
-    let started = Instant::now();
-    let deadline = started + Duration::from_secs_f64(opts.duration());
-    let (producers, window) = phase(producers, &shared, deadline).await?;
-    let seconds = started.elapsed().as_secs_f64();
-    let cpu_after = cpu::sample(&pids, postmaster);
-    let point_after = stats::cluster_point(&env.admin).await?;
+    let ((producers, window), measured) = scenario::measure(
+        &env.admin,
+        &pids,
+        postmaster,
+        opts.window.duration(),
+        |deadline| phase(producers, &shared, deadline),
+    )
+    .await?;
+    let seconds = measured.seconds;
     window.check("window")?;
     env::check_alive(&mut brokers)?;
 
@@ -335,37 +305,22 @@ async fn run_case(
     stats::wait_sessions_gone(&env.admin, &dbname, Duration::from_secs(30)).await?;
     let commits_after = stats::db_counters(&env.admin, &dbname).await?;
 
-    let (segments, all_segments, partitions) =
-        stats::segments(&env.connect_config(&dbname), point_before.now).await?;
-    let window_messages = i64::try_from(window.messages).context("message count")?;
-    let total_messages =
-        i64::try_from(created + warm.messages + window.messages).context("message count")?;
-    if segments.messages != window_messages || all_segments.messages != total_messages {
-        return Err(Error::msg(format!(
-            "the database holds {} messages from the window ({} in all), but {} were \
-             acknowledged as queued ({} with the warm-up and partition creation)",
-            segments.messages, all_segments.messages, window_messages, total_messages
-        )));
-    }
-    if partitions != i64::try_from(shape.partitions).context("partition count")? {
-        return Err(Error::msg(format!(
-            "the database holds {partitions} partitions, expected {}",
-            shape.partitions
-        )));
-    }
+    let segments = stats::check_segments(
+        &env.connect_config(&dbname),
+        measured.before.now,
+        stats::Expected {
+            window_messages: window.messages,
+            total_messages: created + warm.messages + window.messages,
+            partitions: shape.partitions,
+            counted: "acknowledged as queued",
+            besides: "the warm-up and partition creation",
+        },
+    )
+    .await?;
     env.drop_database(&dbname, common.keep).await?;
 
     let messages = to_f64(window.messages);
-    let per_message = |value: f64| {
-        if messages > 0.0 {
-            value / messages
-        } else {
-            0.0
-        }
-    };
-    let commits = commits_after.xact_commit - commits_before.xact_commit;
-    let write_xids = point_after.next_xid - point_before.next_xid;
-    let wal_bytes = point_after.wal_lsn - point_before.wal_lsn;
+    let per_message = |value: i64| ratio(to_f64_i(value), messages);
     Ok(PushResult {
         name: case.name(),
         shape,
@@ -380,42 +335,35 @@ async fn run_case(
         messages_per_second: messages / seconds,
         requests_per_second: to_f64(window.requests) / seconds,
         latency_ms: Latency::from_micros(window.latencies_us),
-        commits,
-        commits_per_message: per_message(to_f64_i(commits)),
-        rollbacks: commits_after.xact_rollback - commits_before.xact_rollback,
-        write_xids,
-        write_xids_per_message: per_message(to_f64_i(write_xids)),
-        segments: segments.rows,
-        messages_per_segment: if segments.rows > 0 {
-            to_f64_i(segments.messages) / to_f64_i(segments.rows)
-        } else {
-            0.0
-        },
-        stored_bytes_per_message: per_message(to_f64_i(segments.blob_bytes)),
-        wal_bytes_per_message: per_message(to_f64_i(wal_bytes)),
-        checkpoints: point_after.checkpoints - point_before.checkpoints,
-        cpu_cores: cpu::usage(&cpu_before, &cpu_after),
+        writes: measured.db_writes(commits_before, commits_after, &segments, messages),
+        messages_per_segment: ratio(to_f64_i(segments.messages), to_f64_i(segments.rows)),
+        stored_bytes_per_message: per_message(segments.blob_bytes),
+        wal_bytes_per_message: per_message(measured.wal_bytes()),
+        checkpoints: measured.checkpoints(),
+        cpu_cores: measured.cpu_cores,
         attempts: 1,
-        messages_per_second_timeline: window.timeline,
+        messages_per_second_timeline: window.timeline.into_vec(),
     })
 }
 
-/// Create the queue and every partition with one message each, in requests of
-/// up to [`CREATE_CHUNK`] items (one per partition). Returns the messages pushed.
-async fn create_partitions(conn: &mut Conn, shared: &Shared) -> Result<u64> {
+/// Create the queue and every partition with one message each (payload ids
+/// `0..partitions.len()`), in requests of up to [`CREATE_CHUNK`] items, one
+/// per partition; `sending(ids)` is told each request's ids before it is
+/// built. Returns the messages pushed.
+pub(crate) async fn create_partitions(
+    conn: &mut Conn,
+    bodies: &Bodies,
+    queue: &str,
+    partitions: &[String],
+    txn: TxnIds,
+    mut sending: impl FnMut(Range<u64>),
+) -> Result<u64> {
     let mut created = 0;
-    for chunk in shared.partitions.chunks(CREATE_CHUNK) {
+    for chunk in partitions.chunks(CREATE_CHUNK) {
         let n = u64::try_from(chunk.len()).context("chunk size")?;
-        let first_id = shared.next_id.fetch_add(n, Ordering::Relaxed);
+        sending(created..created + n);
         let mut body = Vec::with_capacity(chunk.len() * 1200 + 64);
-        payload::push_request_spread(
-            &mut body,
-            &shared.bodies,
-            &shared.queue,
-            chunk,
-            first_id,
-            shared.txn,
-        );
+        payload::push_request_spread(&mut body, bodies, queue, chunk, created, txn);
         let reply = conn.post_json("/api/v1/push", Bytes::from(body)).await?;
         check_reply(&reply, chunk.len()).map_err(|error| error.wrap("create the partitions"))?;
         created += n;
@@ -443,16 +391,9 @@ pub(crate) struct PushResult {
     pub(crate) messages_per_second: f64,
     pub(crate) requests_per_second: f64,
     pub(crate) latency_ms: Latency,
-    /// `pg_stat_database.xact_commit` of the case's database over the window
-    /// (every committed transaction, read-only ones included).
-    pub(crate) commits: i64,
-    pub(crate) commits_per_message: f64,
-    pub(crate) rollbacks: i64,
-    /// Transaction ids assigned cluster-wide over the window: transactions that wrote.
-    pub(crate) write_xids: i64,
-    pub(crate) write_xids_per_message: f64,
-    /// `queen.log_segments` rows written in the window.
-    pub(crate) segments: i64,
+    /// Commits and written transactions over the window.
+    #[serde(flatten)]
+    pub(crate) writes: DbWrites,
     pub(crate) messages_per_segment: f64,
     /// Stored (zstd) blob bytes per message.
     pub(crate) stored_bytes_per_message: f64,
@@ -470,58 +411,45 @@ pub(crate) struct PushResult {
     pub(crate) messages_per_second_timeline: Vec<u64>,
 }
 
-impl cpu::Measured for PushResult {
-    fn other_cpu(&self) -> f64 {
-        self.cpu_cores.other
-    }
-
-    fn set_attempts(&mut self, attempts: u32) {
-        self.attempts = attempts;
-    }
-}
+cpu::measured!(PushResult);
 
 /// The push table.
 pub(crate) fn table(cases: &[PushResult]) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<20} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7} {:>7} {:>8} {:>7} {:>7} {:>4} {:>21}",
-        "case",
-        "msg/s",
-        "req/s",
-        "p50 ms",
-        "p99 ms",
-        "commits",
-        "commit/msg",
-        "xid/msg",
-        "segs",
-        "msg/seg",
-        "B/msg",
-        "WAL/msg",
-        "ckpt",
-        "cpu brk/pg/load/other"
-    );
+    let mut table = Table::new(&[
+        ("case", 20),
+        ("msg/s", 9),
+        ("req/s", 8),
+        ("p50 ms", 8),
+        ("p99 ms", 8),
+        ("commits", 8),
+        ("commit/msg", 10),
+        ("xid/msg", 7),
+        ("segs", 7),
+        ("msg/seg", 8),
+        ("B/msg", 7),
+        ("WAL/msg", 7),
+        ("ckpt", 4),
+        ("cpu brk/pg/load/other", 21),
+    ]);
     for case in cases {
-        let _ = writeln!(
-            out,
-            "{:<20} {:>9.0} {:>8.0} {:>8.2} {:>8.2} {:>8} {:>10.4} {:>7.4} {:>7} {:>8.1} {:>7.0} {:>7.0} {:>4} {:>21}",
-            case.name,
-            case.messages_per_second,
-            case.requests_per_second,
-            case.latency_ms.p50,
-            case.latency_ms.p99,
-            case.commits,
-            case.commits_per_message,
-            case.write_xids_per_message,
-            case.segments,
-            case.messages_per_segment,
-            case.stored_bytes_per_message,
-            case.wal_bytes_per_message,
-            case.checkpoints,
-            crate::cpu::columns(&case.cpu_cores),
-        );
+        table.row([
+            case.name.clone(),
+            fixed(case.messages_per_second, 0),
+            fixed(case.requests_per_second, 0),
+            fixed(case.latency_ms.p50, 2),
+            fixed(case.latency_ms.p99, 2),
+            case.writes.commits.to_string(),
+            fixed(case.writes.commits_per_message, 4),
+            fixed(case.writes.write_xids_per_message, 4),
+            case.writes.segments.to_string(),
+            fixed(case.messages_per_segment, 1),
+            fixed(case.stored_bytes_per_message, 0),
+            fixed(case.wal_bytes_per_message, 0),
+            case.checkpoints.to_string(),
+            cpu::columns(&case.cpu_cores),
+        ]);
     }
-    out
+    table.finish()
 }
 
 /// One line for the progress log.
@@ -533,11 +461,11 @@ fn summary_line(case: &PushResult) -> String {
         case.requests_per_second,
         case.latency_ms.p50,
         case.latency_ms.p99,
-        case.commits_per_message,
+        case.writes.commits_per_message,
         case.messages_per_segment,
         case.wal_bytes_per_message,
         case.checkpoints,
-        crate::cpu::columns(&case.cpu_cores),
+        cpu::columns(&case.cpu_cores),
         case.messages_per_second_timeline
     )
 }
@@ -566,39 +494,27 @@ struct PhaseStats {
     requests: u64,
     messages: u64,
     latencies_us: Vec<u32>,
-    errors: u64,
-    first_error: Option<String>,
-    /// Messages completed in each second since the phase started.
-    timeline: Vec<u64>,
+    failures: Failures,
+    timeline: Timeline,
 }
 
-impl PhaseStats {
+impl Merge for PhaseStats {
     fn merge(&mut self, other: PhaseStats) {
         self.requests += other.requests;
         self.messages += other.messages;
         self.latencies_us.extend(other.latencies_us);
-        self.errors += other.errors;
-        if self.first_error.is_none() {
-            self.first_error = other.first_error;
-        }
-        if self.timeline.len() < other.timeline.len() {
-            self.timeline.resize(other.timeline.len(), 0);
-        }
-        for (total, count) in self.timeline.iter_mut().zip(other.timeline) {
-            *total += count;
-        }
+        self.failures.merge(other.failures);
+        self.timeline.merge(other.timeline);
     }
+}
 
+impl PhaseStats {
     fn check(&self, phase: &str) -> Result<()> {
-        if self.errors == 0 {
-            return Ok(());
-        }
-        Err(Error::msg(format!(
-            "{} failed push requests during the {phase} ({} succeeded); the first: {}",
-            self.errors,
-            self.requests,
-            self.first_error.as_deref().unwrap_or("?")
-        )))
+        self.failures.check(
+            "push requests",
+            phase,
+            format_args!("{} succeeded", self.requests),
+        )
     }
 }
 
@@ -609,19 +525,10 @@ async fn phase(
     shared: &Arc<Shared>,
     deadline: Instant,
 ) -> Result<(Vec<Producer>, PhaseStats)> {
-    let started = Instant::now();
-    let tasks: Vec<_> = producers
-        .into_iter()
-        .map(|producer| tokio::spawn(produce(producer, Arc::clone(shared), started, deadline)))
-        .collect();
-    let mut stats = PhaseStats::default();
-    let mut producers = Vec::with_capacity(tasks.len());
-    for task in tasks {
-        let (producer, producer_stats) = task.await.context("producer task")?;
-        stats.merge(producer_stats);
-        producers.push(producer);
-    }
-    Ok((producers, stats))
+    scenario::phase(producers, "producer task", |producer, started| {
+        produce(producer, Arc::clone(shared), started, deadline)
+    })
+    .await
 }
 
 /// One producer's loop: a request at a time until the deadline. Stops at the
@@ -659,24 +566,15 @@ async fn produce(
         match outcome {
             Ok(()) => {
                 let done = Instant::now();
-                let micros = done.duration_since(sent_at).as_micros();
                 stats
                     .latencies_us
-                    .push(u32::try_from(micros).unwrap_or(u32::MAX));
+                    .push(micros(done.duration_since(sent_at)));
                 stats.requests += 1;
                 stats.messages += batch;
-                let second =
-                    usize::try_from(done.duration_since(started).as_secs()).unwrap_or(usize::MAX);
-                if stats.timeline.len() <= second {
-                    stats.timeline.resize(second.saturating_add(1), 0);
-                }
-                if let Some(count) = stats.timeline.get_mut(second) {
-                    *count += batch;
-                }
+                stats.timeline.add(started, done, batch);
             }
             Err(error) => {
-                stats.errors += 1;
-                stats.first_error = Some(error.to_string());
+                stats.failures.record(&error);
                 break;
             }
         }
@@ -693,19 +591,15 @@ struct ItemResult<'a> {
 
 /// 201, one result per item, every one `queued`.
 pub(crate) fn check_reply(reply: &Reply, batch: usize) -> Result<()> {
-    let snippet = || {
-        let text = String::from_utf8_lossy(&reply.body);
-        text.chars().take(300).collect::<String>()
-    };
     if reply.status != StatusCode::CREATED {
         return Err(Error::msg(format!(
             "push answered {}: {}",
             reply.status,
-            snippet()
+            reply.snippet()
         )));
     }
     let items: Vec<ItemResult<'_>> = serde_json::from_slice(&reply.body)
-        .with_context(|| format!("push response is not a result array: {}", snippet()))?;
+        .with_context(|| format!("push response is not a result array: {}", reply.snippet()))?;
     if items.len() != batch {
         return Err(Error::msg(format!(
             "push answered {} results for {batch} items",
@@ -725,10 +619,90 @@ pub(crate) fn check_reply(reply: &Reply, batch: usize) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn to_f64(value: u64) -> f64 {
-    value as f64
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::{ClusterPoint, DbCounters, Segments};
 
-pub(crate) fn to_f64_i(value: i64) -> f64 {
-    value as f64
+    #[test]
+    fn a_result_has_the_report_fields_in_order() {
+        let point = ClusterPoint {
+            next_xid: 10,
+            wal_lsn: 0,
+            checkpoints: 0,
+            now: std::time::SystemTime::UNIX_EPOCH,
+        };
+        let measured = scenario::Measurement {
+            started: Instant::now(),
+            seconds: 1.0,
+            before: point,
+            after: ClusterPoint {
+                next_xid: 30,
+                ..point
+            },
+            cpu_cores: Usage::default(),
+        };
+        let counters = |xact_commit| DbCounters {
+            xact_commit,
+            xact_rollback: 0,
+        };
+        let writes = measured.db_writes(counters(5), counters(25), &Segments::default(), 40.0);
+        assert_eq!(writes.commits, 20);
+        assert!((writes.commits_per_message - 0.5).abs() < 1e-9);
+        assert_eq!(writes.write_xids, 20);
+        let shape = Shape::new(1, 1, 1);
+        let result = PushResult {
+            name: Case { shape, brokers: 1 }.name(),
+            shape,
+            batch: 1,
+            partitions: 1,
+            producers: 1,
+            brokers: 1,
+            seconds: 1.0,
+            requests: 0,
+            messages: 0,
+            warmup_messages: 0,
+            messages_per_second: 0.0,
+            requests_per_second: 0.0,
+            latency_ms: Latency::default(),
+            writes,
+            messages_per_segment: 0.0,
+            stored_bytes_per_message: 0.0,
+            wal_bytes_per_message: 0.0,
+            checkpoints: 0,
+            cpu_cores: Usage::default(),
+            attempts: 1,
+            messages_per_second_timeline: Vec::new(),
+        };
+        scenario::assert_fields(
+            &result,
+            &[
+                "name",
+                "batch",
+                "partitions",
+                "producers",
+                "brokers",
+                "seconds",
+                "requests",
+                "messages",
+                "warmup_messages",
+                "messages_per_second",
+                "requests_per_second",
+                "latency_ms",
+                "commits",
+                "commits_per_message",
+                "rollbacks",
+                "write_xids",
+                "write_xids_per_message",
+                "segments",
+                "messages_per_segment",
+                "stored_bytes_per_message",
+                "wal_bytes_per_message",
+                "checkpoints",
+                "cpu_cores",
+                "attempts",
+                "messages_per_second_timeline",
+            ],
+        );
+    }
 }

@@ -3,7 +3,7 @@
 //! (push as a ratio to the ceiling, issue 6's targets), as human tables and one
 //! JSON document.
 
-use std::fmt::Write as _;
+use std::fmt::{Display, Write as _};
 use std::path::Path;
 use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -213,8 +213,8 @@ impl Report {
                     ceiling_with_build_messages_per_second: with_build,
                     ratio_with_build: with_build
                         .map(|build| ratio(push.messages_per_second, build)),
-                    push_commits_per_message: push.commits_per_message,
-                    ceiling_commits_per_message: ceiling.commits_per_message,
+                    push_commits_per_message: push.writes.commits_per_message,
+                    ceiling_commits_per_message: ceiling.writes.commits_per_message,
                     push_cpu_machine: push.cpu_cores.machine,
                     ceiling_cpu_machine: ceiling.cpu_cores.machine,
                 })
@@ -276,110 +276,167 @@ impl Report {
             let _ = writeln!(out, "PostgreSQL settings: {}", pg_settings.join(" "));
         }
         let cpu_note = "cpu = cores used in the window: broker/postgres/load generator/other";
-        if !self.push.is_empty() {
-            let _ = writeln!(out, "\npush ({cpu_note})");
-            out.push_str(&crate::push::table(&self.push));
-        }
-        if !self.ceiling.is_empty() {
-            let _ = writeln!(
-                out,
-                "\nceiling: PostgreSQL alone, one statement per flush, no broker ({cpu_note})"
-            );
-            out.push_str(&crate::ceiling::table(&self.ceiling));
-        }
-        if !self.push_vs_ceiling.is_empty() {
-            let _ = writeln!(
-                out,
-                "\npush / ceiling (same batch, partitions, concurrency; +build: the ceiling \
-                 whose writers build every segment before its flush)"
-            );
-            let _ = writeln!(
-                out,
-                "{:<20} {:>10} {:>10} {:>7} {:>10} {:>7} {:>11} {:>11} {:>9} {:>9}",
-                "push case",
-                "push/s",
-                "ceiling/s",
-                "ratio",
-                "+build/s",
-                "ratio",
-                "push c/msg",
-                "ceil c/msg",
-                "push cpu",
-                "ceil cpu"
-            );
-            for r in &self.push_vs_ceiling {
-                let (build, build_ratio) =
-                    match (r.ceiling_with_build_messages_per_second, r.ratio_with_build) {
-                        (Some(build), Some(value)) => {
-                            (format!("{build:.0}"), format!("{:.0}%", value * 100.0))
-                        }
-                        _ => ("-".to_owned(), "-".to_owned()),
-                    };
-                let _ = writeln!(
-                    out,
-                    "{:<20} {:>10.0} {:>10.0} {:>6.0}% {:>10} {:>7} {:>11.4} {:>11.4} {:>9.2} {:>9.2}",
-                    r.push_case,
-                    r.push_messages_per_second,
-                    r.ceiling_messages_per_second,
-                    r.ratio * 100.0,
-                    build,
-                    build_ratio,
-                    r.push_commits_per_message,
-                    r.ceiling_commits_per_message,
-                    r.push_cpu_machine,
-                    r.ceiling_cpu_machine,
-                );
-            }
-        }
-        if !self.pop.is_empty() {
-            let _ = writeln!(out, "\npop ({cpu_note})");
-            out.push_str(&crate::pop::table(&self.pop));
-        }
-        if !self.latency.is_empty() {
-            let _ = writeln!(
-                out,
-                "\nlatency: push send to pop receive, one message at a time ({cpu_note})"
-            );
-            out.push_str(&crate::latency::table(&self.latency));
-        }
-        if !self.targets.is_empty() {
-            let _ = writeln!(out, "\nissue 6 targets");
-            for t in &self.targets {
-                let _ = writeln!(
-                    out,
-                    "  [{}] {}: {} (goal {}) from {}",
-                    if t.met { "met" } else { "MISSED" },
-                    t.target,
-                    format_value(t.value, &t.goal),
-                    t.goal,
-                    t.measured_as
-                );
-            }
-        }
-        if !self.skipped.is_empty() {
-            let _ = writeln!(out, "\nskipped");
-            for s in &self.skipped {
-                let _ = writeln!(out, "  {} {}: {}", s.scenario, s.case, s.reason);
-            }
-        }
-        if !self.disturbed.is_empty() {
-            let _ = writeln!(
-                out,
-                "\ndisturbed (other work above {:.2} cores in the window)",
+        section(
+            &mut out,
+            &self.push,
+            format_args!("push ({cpu_note})"),
+            crate::push::table,
+        );
+        section(
+            &mut out,
+            &self.ceiling,
+            format_args!(
+                "ceiling: PostgreSQL alone, one statement per flush, no broker ({cpu_note})"
+            ),
+            crate::ceiling::table,
+        );
+        section(
+            &mut out,
+            &self.push_vs_ceiling,
+            "push / ceiling (same batch, partitions, concurrency; +build: the ceiling whose \
+             writers build every segment before its flush)",
+            ratio_table,
+        );
+        section(
+            &mut out,
+            &self.pop,
+            format_args!("pop ({cpu_note})"),
+            crate::pop::table,
+        );
+        section(
+            &mut out,
+            &self.latency,
+            format_args!("latency: push send to pop receive, one message at a time ({cpu_note})"),
+            crate::latency::table,
+        );
+        list(&mut out, "issue 6 targets", &self.targets, |t| {
+            format!(
+                "[{}] {}: {} (goal {}) from {}",
+                if t.met { "met" } else { "MISSED" },
+                t.target,
+                format_value(t.value, &t.goal),
+                t.goal,
+                t.measured_as
+            )
+        });
+        list(&mut out, "skipped", &self.skipped, |s| {
+            format!("{} {}: {}", s.scenario, s.case, s.reason)
+        });
+        list(
+            &mut out,
+            format_args!(
+                "disturbed (other work above {:.2} cores in the window)",
                 self.max_other_cpu
-            );
-            for d in &self.disturbed {
-                let _ = writeln!(out, "  {d}");
-            }
-        }
-        if !self.failures.is_empty() {
-            let _ = writeln!(out, "\nFAILED");
-            for failure in &self.failures {
-                let _ = writeln!(out, "  {failure}");
-            }
-        }
+            ),
+            &self.disturbed,
+            String::clone,
+        );
+        list(&mut out, "FAILED", &self.failures, String::clone);
         out
     }
+}
+
+/// A section of the tables: a blank line, `title`, then `table(rows)`;
+/// nothing when there are no rows.
+fn section<T>(out: &mut String, rows: &[T], title: impl Display, table: fn(&[T]) -> String) {
+    if !rows.is_empty() {
+        let _ = writeln!(out, "\n{title}");
+        out.push_str(&table(rows));
+    }
+}
+
+/// A section listing `items`, one indented `line` each; nothing when there
+/// are none.
+fn list<T>(out: &mut String, title: impl Display, items: &[T], line: impl Fn(&T) -> String) {
+    if !items.is_empty() {
+        let _ = writeln!(out, "\n{title}");
+        for item in items {
+            let _ = writeln!(out, "  {}", line(item));
+        }
+    }
+}
+
+/// The push / ceiling table.
+fn ratio_table(ratios: &[Ratio]) -> String {
+    let mut table = Table::new(&[
+        ("push case", 20),
+        ("push/s", 10),
+        ("ceiling/s", 10),
+        ("ratio", 7),
+        ("+build/s", 10),
+        ("ratio", 7),
+        ("push c/msg", 11),
+        ("ceil c/msg", 11),
+        ("push cpu", 9),
+        ("ceil cpu", 9),
+    ]);
+    for r in ratios {
+        let (build, build_ratio) =
+            match (r.ceiling_with_build_messages_per_second, r.ratio_with_build) {
+                (Some(build), Some(value)) => (fixed(build, 0), percent(value)),
+                _ => ("-".to_owned(), "-".to_owned()),
+            };
+        table.row([
+            r.push_case.clone(),
+            fixed(r.push_messages_per_second, 0),
+            fixed(r.ceiling_messages_per_second, 0),
+            percent(r.ratio),
+            build,
+            build_ratio,
+            fixed(r.push_commits_per_message, 4),
+            fixed(r.ceiling_commits_per_message, 4),
+            fixed(r.push_cpu_machine, 2),
+            fixed(r.ceiling_cpu_machine, 2),
+        ]);
+    }
+    table.finish()
+}
+
+/// A text table: a row of column titles, then one row per case; the first
+/// column left-aligned, the others right-aligned, one space apart.
+pub(crate) struct Table {
+    widths: Vec<usize>,
+    out: String,
+}
+
+impl Table {
+    /// A table of `columns`: each a title and a width (a wider cell takes
+    /// more room and shifts the rest of its row).
+    pub(crate) fn new(columns: &[(&str, usize)]) -> Table {
+        let mut table = Table {
+            widths: columns.iter().map(|&(_, width)| width).collect(),
+            out: String::new(),
+        };
+        table.row(columns.iter().map(|&(title, _)| title));
+        table
+    }
+
+    /// Add a row: one cell per column.
+    pub(crate) fn row<C: Display>(&mut self, cells: impl IntoIterator<Item = C>) {
+        for (index, (cell, &width)) in cells.into_iter().zip(&self.widths).enumerate() {
+            let _ = if index == 0 {
+                write!(self.out, "{cell:<width$}")
+            } else {
+                write!(self.out, " {cell:>width$}")
+            };
+        }
+        self.out.push('\n');
+    }
+
+    /// The table's text.
+    pub(crate) fn finish(self) -> String {
+        self.out
+    }
+}
+
+/// `value` with `decimals` digits after the point, for a table cell.
+pub(crate) fn fixed(value: f64, decimals: usize) -> String {
+    format!("{value:.decimals$}")
+}
+
+/// A fraction as a whole percentage: `0.634` is `63%`.
+fn percent(fraction: f64) -> String {
+    format!("{:.0}%", fraction * 100.0)
 }
 
 /// `a / b`, 0 when `b` is 0.
@@ -395,7 +452,7 @@ fn format_value(value: f64, goal: &str) -> String {
     if goal.ends_with("ms") {
         format!("{value:.2} ms")
     } else {
-        format!("{:.0}%", value * 100.0)
+        percent(value)
     }
 }
 
@@ -524,4 +581,32 @@ pub(crate) async fn machine(env: &Env, broker: &Path) -> Result<Machine> {
             .and_then(|at| at.duration_since(UNIX_EPOCH).ok())
             .map_or(0, |elapsed| elapsed.as_secs()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_table_aligns_its_cells_as_the_column_widths_say() {
+        let mut table = Table::new(&[("case", 6), ("msg/s", 9), ("ratio", 4), ("n", 3)]);
+        table.row([
+            "b1 p1".to_owned(),
+            fixed(1234.567, 0),
+            percent(0.634),
+            "-".to_owned(),
+        ]);
+        table.row([
+            "b1000 p100".to_owned(),
+            fixed(0.5, 2),
+            percent(12.5),
+            1234.to_string(),
+        ]);
+        assert_eq!(
+            table.finish(),
+            "case       msg/s ratio   n\n\
+             b1 p1       1235  63%   -\n\
+             b1000 p100      0.50 1250% 1234\n"
+        );
+    }
 }

@@ -248,3 +248,49 @@ pub(crate) async fn segments(
         .context("count partitions")?;
     Ok((read(window), read(all), partitions.get(0)))
 }
+
+/// What a case's database must hold after its run.
+pub(crate) struct Expected<'a> {
+    /// Messages written in the window.
+    pub(crate) window_messages: u64,
+    /// Messages written in all: the window's and those before it.
+    pub(crate) total_messages: u64,
+    pub(crate) partitions: usize,
+    /// How the messages were counted, e.g. `acknowledged as queued`.
+    pub(crate) counted: &'a str,
+    /// What wrote the messages before the window, e.g. `the warm-up and
+    /// partition creation`.
+    pub(crate) besides: &'a str,
+}
+
+/// Check the case's database holds exactly the `expected` messages, from the
+/// window (segments created at or after `since`) and in all, and partitions.
+/// Returns the window's segments.
+pub(crate) async fn check_segments(
+    config: &tokio_postgres::Config,
+    since: SystemTime,
+    expected: Expected<'_>,
+) -> Result<Segments> {
+    let (window, all, partitions) = segments(config, since).await?;
+    let window_messages = i64::try_from(expected.window_messages).context("message count")?;
+    let total_messages = i64::try_from(expected.total_messages).context("message count")?;
+    if window.messages != window_messages || all.messages != total_messages {
+        return Err(Error::msg(format!(
+            "the database holds {} messages from the window ({} in all), but {} were \
+             {} ({} with {})",
+            window.messages,
+            all.messages,
+            window_messages,
+            expected.counted,
+            total_messages,
+            expected.besides
+        )));
+    }
+    if partitions != i64::try_from(expected.partitions).context("partition count")? {
+        return Err(Error::msg(format!(
+            "the database holds {partitions} partitions, expected {}",
+            expected.partitions
+        )));
+    }
+    Ok(window)
+}
