@@ -1,4 +1,5 @@
-//! Writing JSON by hand for the hot responses (push results, pop envelopes):
+//! Writing JSON by hand for the hot responses (push results, pop envelopes,
+//! ack results):
 //! no intermediate `serde_json::Value` per message, and payload bytes copied
 //! verbatim.
 

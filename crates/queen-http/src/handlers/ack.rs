@@ -6,118 +6,167 @@
 //! (default), `failed`, `dlq`, `retry`; any other status answers
 //! `success: false, error: null` and changes nothing. A non-empty `leaseId`
 //! must be the live lease, else the item answers `Invalid or expired lease`.
+//!
+//! The batch route is on every consumer's path (one call per pop), so it
+//! reads the body without a `serde_json::Value` per item when it can: a fast
+//! pass takes string fields straight from the body; anything it cannot take
+//! (a field that is not a plain string, a repeated key, an item that is not an
+//! object, invalid JSON) goes the careful way, through `Value`, which also
+//! names the problem. Both feed the same validation. The answer is written by
+//! hand.
+
+use std::borrow::Cow;
+use std::io::Write as _;
 
 use hyper::StatusCode;
 use queen_engine::{AckItem, AckOutcome, AckStatus, Engine, QUEUE_MODE_GROUP};
-use serde_json::{json, Value};
+use serde::Deserialize;
+use serde_json::Value;
 
 use crate::error::HttpError;
+use crate::json::push_str;
 use crate::response::{self, Response};
 use crate::server::Request;
+
+/// A JSON string field: borrowed from the body unless it holds escapes.
+#[derive(Debug, Deserialize)]
+#[serde(transparent)]
+struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+
+/// One acknowledgement as sent. Each field is its text when it is a JSON
+/// string, `None` otherwise (absent, `null`, a number...).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AckInput<'a> {
+    #[serde(borrow, default)]
+    transaction_id: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    partition_id: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    lease_id: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    status: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    error: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    consumer_group: Option<Text<'a>>,
+}
+
+impl<'a> AckInput<'a> {
+    /// The careful way: any JSON value, non-strings read as absent.
+    fn from_value(value: &'a Value) -> AckInput<'a> {
+        let text = |key: &str| {
+            value
+                .get(key)
+                .and_then(Value::as_str)
+                .map(|text| Text(Cow::Borrowed(text)))
+        };
+        AckInput {
+            transaction_id: text("transactionId"),
+            partition_id: text("partitionId"),
+            lease_id: text("leaseId"),
+            status: text("status"),
+            error: text("error"),
+            consumer_group: text("consumerGroup"),
+        }
+    }
+
+    fn group(&self) -> String {
+        text(&self.consumer_group)
+            .filter(|group| !group.is_empty())
+            .unwrap_or(QUEUE_MODE_GROUP)
+            .to_owned()
+    }
+}
+
+/// The fast pass's view of a batch body (see the module docs).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FastBatch<'a> {
+    #[serde(borrow)]
+    acknowledgments: Vec<AckInput<'a>>,
+    #[serde(borrow, default)]
+    consumer_group: Option<Text<'a>>,
+}
 
 pub(crate) async fn single(engine: &Engine, req: Request) -> Result<Response, HttpError> {
     let (parts, body) = req.into_parts();
     let bytes = crate::body::read(&parts.headers, body, crate::body::MAX_BODY_BYTES).await?;
     let body: Value = crate::body::json(&bytes)?;
-    let transaction_id = body
-        .get("transactionId")
-        .and_then(Value::as_str)
-        .filter(|id| !id.is_empty())
+    let input = AckInput::from_value(&body);
+    let transaction_id = present(&input.transaction_id)
         .ok_or_else(|| HttpError::Validation("transactionId is required".to_owned()))?;
-    let partition_id = body
-        .get("partitionId")
-        .and_then(Value::as_str)
-        .filter(|id| !id.is_empty())
-        .ok_or_else(|| {
-            HttpError::Validation("partitionId is required to ensure message uniqueness".to_owned())
-        })?;
-    let group = group_of(&body);
-    let item = item(&body, transaction_id, partition_id, "partitionId")?;
-    answer(engine, &group, vec![(transaction_id.to_owned(), item)]).await
+    let partition_id = present(&input.partition_id).ok_or_else(|| {
+        HttpError::Validation("partitionId is required to ensure message uniqueness".to_owned())
+    })?;
+    let item = item(&input, transaction_id, partition_id, "partitionId")?;
+    let group = input.group();
+    let outcomes = apply(engine, vec![(group, item)]).await?;
+    Ok(render(&[transaction_id], &outcomes))
 }
 
 pub(crate) async fn batch(engine: &Engine, req: Request) -> Result<Response, HttpError> {
     let (parts, body) = req.into_parts();
     let bytes = crate::body::read(&parts.headers, body, crate::body::MAX_BODY_BYTES).await?;
-    let body: Value = crate::body::json(&bytes)?;
-    let acks = body
-        .get("acknowledgments")
-        .and_then(Value::as_array)
-        .ok_or_else(|| HttpError::Validation("acknowledgments array is required".to_owned()))?;
-    if acks.is_empty() {
-        return Ok(response::json(StatusCode::OK, &json!([])));
-    }
-    // A top-level consumerGroup overrides any per-item one.
-    let top_group = body.get("consumerGroup").and_then(Value::as_str);
-    let mut items = Vec::with_capacity(acks.len());
-    let mut groups = Vec::with_capacity(acks.len());
-    for (idx, ack) in acks.iter().enumerate() {
-        let transaction_id = ack
-            .get("transactionId")
-            .and_then(Value::as_str)
-            .filter(|id| !id.is_empty())
-            .ok_or_else(|| {
-                HttpError::Validation(format!(
-                    "Each acknowledgment must have a valid transactionId string (acknowledgments[{idx}])"
-                ))
-            })?;
-        let partition_id = ack
-            .get("partitionId")
-            .and_then(Value::as_str)
-            .filter(|id| !id.is_empty())
-            .ok_or_else(|| {
-                HttpError::Validation(format!(
-                    "Each acknowledgment must have a valid partitionId string (acknowledgments[{idx}])"
-                ))
-            })?;
-        let field = format!("acknowledgments[{idx}].partitionId");
-        items.push((
-            transaction_id.to_owned(),
-            item(ack, transaction_id, partition_id, &field)?,
-        ));
-        groups.push(top_group.map_or_else(|| group_of(ack), str::to_owned));
-    }
-    // Acks of different groups in one batch are applied group by group.
-    let mut outcomes: Vec<Option<Value>> = vec![None; items.len()];
-    let mut distinct: Vec<&String> = groups.iter().collect();
-    distinct.sort();
-    distinct.dedup();
-    for group in distinct {
-        let (indices, members): (Vec<usize>, Vec<(String, Option<AckItem>)>) = items
-            .iter()
-            .enumerate()
-            .filter(|(idx, _)| &groups[*idx] == group)
-            .map(|(idx, item)| (idx, item.clone()))
-            .unzip();
-        let rendered = apply(engine, group, members).await?;
-        for (idx, value) in indices.into_iter().zip(rendered) {
-            outcomes[idx] = Some(value);
+    let careful: Value;
+    let (inputs, top_group) = match serde_json::from_slice::<FastBatch<'_>>(&bytes) {
+        Ok(fast) => (fast.acknowledgments, fast.consumer_group),
+        Err(_) => {
+            careful = crate::body::json(&bytes)?;
+            let acks = careful
+                .get("acknowledgments")
+                .and_then(Value::as_array)
+                .ok_or_else(|| {
+                    HttpError::Validation("acknowledgments array is required".to_owned())
+                })?;
+            let top_group = careful
+                .get("consumerGroup")
+                .and_then(Value::as_str)
+                .map(|text| Text(Cow::Borrowed(text)));
+            (acks.iter().map(AckInput::from_value).collect(), top_group)
         }
+    };
+    if inputs.is_empty() {
+        return Ok(response::raw_json(StatusCode::OK, b"[]".to_vec()));
     }
-    let results: Vec<Value> = outcomes
-        .into_iter()
-        .enumerate()
-        .map(|(idx, value)| {
-            let mut value = value.unwrap_or(Value::Null);
-            value["index"] = idx.into();
-            value
-        })
-        .collect();
-    Ok(response::json(StatusCode::OK, &Value::Array(results)))
+    let mut items = Vec::with_capacity(inputs.len());
+    let mut transaction_ids = Vec::with_capacity(inputs.len());
+    for (idx, input) in inputs.iter().enumerate() {
+        let transaction_id = present(&input.transaction_id).ok_or_else(|| {
+            HttpError::Validation(format!(
+                "Each acknowledgment must have a valid transactionId string (acknowledgments[{idx}])"
+            ))
+        })?;
+        let partition_id = present(&input.partition_id).ok_or_else(|| {
+            HttpError::Validation(format!(
+                "Each acknowledgment must have a valid partitionId string (acknowledgments[{idx}])"
+            ))
+        })?;
+        let field = format!("acknowledgments[{idx}].partitionId");
+        let item = item(input, transaction_id, partition_id, &field)?;
+        // A top-level consumerGroup overrides any per-item one.
+        let group = text(&top_group).map_or_else(|| input.group(), str::to_owned);
+        items.push((group, item));
+        transaction_ids.push(transaction_id);
+    }
+    let outcomes = apply(engine, items).await?;
+    Ok(render(&transaction_ids, &outcomes))
 }
 
-fn group_of(body: &Value) -> String {
-    body.get("consumerGroup")
-        .and_then(Value::as_str)
-        .filter(|group| !group.is_empty())
-        .unwrap_or(QUEUE_MODE_GROUP)
-        .to_owned()
+/// The text of a field that is a string.
+fn text<'s>(field: &'s Option<Text<'_>>) -> Option<&'s str> {
+    field.as_ref().map(|text| &*text.0)
+}
+
+/// The text of a field that is a non-empty string.
+fn present<'s>(field: &'s Option<Text<'_>>) -> Option<&'s str> {
+    text(field).filter(|text| !text.is_empty())
 }
 
 /// The engine item, or `None` when the lease id cannot be a live lease (not a
 /// UUID): that item answers "Invalid or expired lease" without a query.
 fn item(
-    body: &Value,
+    input: &AckInput<'_>,
     transaction_id: &str,
     partition_id: &str,
     field: &str,
@@ -125,71 +174,185 @@ fn item(
     let partition_id: uuid::Uuid = partition_id
         .parse()
         .map_err(|_| HttpError::Validation(format!("{field} must be a UUID")))?;
-    let lease_id = match body.get("leaseId").and_then(Value::as_str) {
+    let lease_id = match text(&input.lease_id) {
         None | Some("") => None,
         Some(text) => match text.parse::<uuid::Uuid>() {
             Ok(lease) => Some(lease),
             Err(_) => return Ok(None),
         },
     };
-    let status = body.get("status").and_then(Value::as_str);
     Ok(Some(AckItem {
         transaction_id: transaction_id.to_owned(),
         partition_id,
-        status: AckStatus::parse(status),
-        error: body.get("error").and_then(Value::as_str).map(str::to_owned),
+        status: AckStatus::parse(text(&input.status)),
+        error: text(&input.error).map(str::to_owned),
         lease_id,
     }))
 }
 
-async fn answer(
-    engine: &Engine,
-    group: &str,
-    items: Vec<(String, Option<AckItem>)>,
-) -> Result<Response, HttpError> {
-    let rendered = apply(engine, group, items).await?;
-    let results: Vec<Value> = rendered
-        .into_iter()
-        .enumerate()
-        .map(|(idx, mut value)| {
-            value["index"] = idx.into();
-            value
-        })
-        .collect();
-    Ok(response::json(StatusCode::OK, &Value::Array(results)))
-}
-
-/// Apply one group's items and render each result (without `index`).
+/// Apply `items` (each with its consumer group), group by group in name
+/// order, and answer one outcome per item in input order.
 async fn apply(
     engine: &Engine,
-    group: &str,
     items: Vec<(String, Option<AckItem>)>,
-) -> Result<Vec<Value>, HttpError> {
-    let valid: Vec<AckItem> = items.iter().filter_map(|(_, item)| item.clone()).collect();
-    let mut outcomes = engine.ack(group, valid).await?.into_iter();
-    Ok(items
+) -> Result<Vec<AckOutcome>, HttpError> {
+    // Items move into the engine call of their group; nothing is cloned.
+    let (group_of, mut pending): (Vec<String>, Vec<Option<AckItem>>) = items.into_iter().unzip();
+    let mut groups: Vec<&str> = group_of.iter().map(String::as_str).collect();
+    groups.sort_unstable();
+    groups.dedup();
+    let invalid = || AckOutcome {
+        error: Some("Invalid or expired lease".to_owned()),
+        ..AckOutcome::default()
+    };
+    let mut outcomes: Vec<Option<AckOutcome>> = vec![None; pending.len()];
+    for group in groups {
+        let members: Vec<usize> = (0..group_of.len())
+            .filter(|&idx| group_of[idx] == group)
+            .collect();
+        let mut valid = Vec::with_capacity(members.len());
+        for &idx in &members {
+            match pending[idx].take() {
+                Some(item) => valid.push((idx, item)),
+                None => outcomes[idx] = Some(invalid()),
+            }
+        }
+        let (indices, valid): (Vec<usize>, Vec<AckItem>) = valid.into_iter().unzip();
+        let answered = engine.ack(group, valid).await?;
+        for (idx, outcome) in indices.into_iter().zip(answered) {
+            outcomes[idx] = Some(outcome);
+        }
+    }
+    Ok(outcomes
         .into_iter()
-        .map(|(transaction_id, item)| {
-            let outcome = match item {
-                Some(_) => outcomes.next().unwrap_or_default(),
-                None => AckOutcome {
-                    error: Some("Invalid or expired lease".to_owned()),
-                    ..AckOutcome::default()
-                },
-            };
-            render(&transaction_id, &outcome)
-        })
+        .map(Option::unwrap_or_default)
         .collect())
 }
 
-fn render(transaction_id: &str, outcome: &AckOutcome) -> Value {
-    json!({
-        "transactionId": transaction_id,
-        "success": outcome.success,
-        "error": outcome.error,
-        "queueName": outcome.queue,
-        "partitionName": outcome.partition,
-        "leaseReleased": outcome.lease_released,
-        "dlq": outcome.dlq,
-    })
+/// `[{index, transactionId, success, error, queueName, partitionName,
+/// leaseReleased, dlq}, ...]`, written straight into the body.
+fn render(transaction_ids: &[&str], outcomes: &[AckOutcome]) -> Response {
+    response::raw_json(StatusCode::OK, render_body(transaction_ids, outcomes))
+}
+
+fn render_body(transaction_ids: &[&str], outcomes: &[AckOutcome]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(outcomes.len() * 160);
+    out.push(b'[');
+    for (index, (transaction_id, outcome)) in transaction_ids.iter().zip(outcomes).enumerate() {
+        if index > 0 {
+            out.push(b',');
+        }
+        // Writing into a Vec cannot fail.
+        let _ = write!(out, "{{\"index\":{index},\"transactionId\":");
+        push_str(&mut out, transaction_id);
+        let _ = write!(out, ",\"success\":{},\"error\":", outcome.success);
+        push_opt_str(&mut out, outcome.error.as_deref());
+        out.extend_from_slice(b",\"queueName\":");
+        push_opt_str(&mut out, outcome.queue.as_deref());
+        out.extend_from_slice(b",\"partitionName\":");
+        push_opt_str(&mut out, outcome.partition.as_deref());
+        let _ = write!(
+            out,
+            ",\"leaseReleased\":{},\"dlq\":{}}}",
+            outcome.lease_released, outcome.dlq
+        );
+    }
+    out.push(b']');
+    out
+}
+
+fn push_opt_str(out: &mut Vec<u8>, value: Option<&str>) {
+    match value {
+        Some(text) => push_str(out, text),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_both(body: &str) -> (Option<Vec<String>>, Vec<String>) {
+        let describe = |input: &AckInput<'_>| {
+            format!(
+                "{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
+                text(&input.transaction_id),
+                text(&input.partition_id),
+                text(&input.lease_id),
+                text(&input.status),
+                text(&input.error),
+                text(&input.consumer_group)
+            )
+        };
+        let fast = serde_json::from_slice::<FastBatch<'_>>(body.as_bytes())
+            .ok()
+            .map(|fast| fast.acknowledgments.iter().map(describe).collect());
+        let value: Value = serde_json::from_str(body).unwrap();
+        let careful = value["acknowledgments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(AckInput::from_value)
+            .map(|input| describe(&input))
+            .collect();
+        (fast, careful)
+    }
+
+    #[test]
+    fn the_fast_pass_reads_what_the_careful_way_reads_or_declines() {
+        // Plain strings, nulls, unknown keys, escapes: the fast pass takes them
+        // and reads the same fields.
+        let (fast, careful) = parse_both(
+            r#"{"acknowledgments":[
+                {"transactionId":"t\"1","partitionId":"p","leaseId":null,"status":"failed",
+                 "error":"boom","consumerGroup":"g","extra":[1,{"a":2}]},
+                {"transactionId":"t2","partitionId":"p"}]}"#,
+        );
+        assert_eq!(fast.as_ref(), Some(&careful));
+        // Plain strings are borrowed from the body, not copied.
+        let body = br#"{"acknowledgments":[{"transactionId":"t\"1","partitionId":"p"}]}"#;
+        let fast = serde_json::from_slice::<FastBatch<'_>>(body).unwrap();
+        let first = &fast.acknowledgments[0];
+        assert!(matches!(first.partition_id, Some(Text(Cow::Borrowed("p")))));
+        assert!(matches!(first.transaction_id, Some(Text(Cow::Owned(_)))));
+        // A number where a string belongs, a repeated key, or an item that is
+        // not an object: the fast pass declines and the careful way decides.
+        for body in [
+            r#"{"acknowledgments":[{"transactionId":5,"partitionId":"p"}]}"#,
+            r#"{"acknowledgments":[{"transactionId":"a","transactionId":"b","partitionId":"p"}]}"#,
+            r#"{"acknowledgments":[7]}"#,
+        ] {
+            let (fast, _) = parse_both(body);
+            assert_eq!(fast, None, "{body}");
+        }
+    }
+
+    #[test]
+    fn the_answer_is_the_documented_array() {
+        let outcomes = [
+            AckOutcome {
+                success: true,
+                queue: Some("q".to_owned()),
+                partition: Some("p\"x".to_owned()),
+                lease_released: true,
+                ..AckOutcome::default()
+            },
+            AckOutcome {
+                error: Some("Invalid or expired lease".to_owned()),
+                ..AckOutcome::default()
+            },
+        ];
+        let body = render_body(&["t1", "t\n2"], &outcomes);
+        let value: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            value,
+            serde_json::json!([
+                {"index": 0, "transactionId": "t1", "success": true, "error": null,
+                 "queueName": "q", "partitionName": "p\"x", "leaseReleased": true, "dlq": false},
+                {"index": 1, "transactionId": "t\n2", "success": false,
+                 "error": "Invalid or expired lease", "queueName": null, "partitionName": null,
+                 "leaseReleased": false, "dlq": false}
+            ])
+        );
+    }
 }
