@@ -119,7 +119,7 @@ impl Engine {
         for ((partition_id, lease), indices) in groups {
             let members: Vec<&AckItem> = indices.iter().map(|&i| &items[i]).collect();
             let results = self
-                .ack_group(&**client, group, partition_id, lease, &members, false)
+                .ack_group(&client, group, partition_id, lease, &members, false)
                 .await?;
             for (idx, outcome) in indices.into_iter().zip(results) {
                 outcomes[idx] = outcome;
@@ -132,7 +132,7 @@ impl Engine {
     /// a transaction).
     pub(crate) async fn ack_group(
         &self,
-        client: &impl queen_sql::GenericClient,
+        client: &impl queen_sql::Conn,
         group: &str,
         partition_id: Uuid,
         lease: Option<Uuid>,
@@ -228,7 +228,7 @@ impl Engine {
                     ItemResult::Deferred => next.push(item_idx),
                     ItemResult::Dlq(request) => {
                         let pending = self
-                            .file_dead_letter(client, partition_id, group, request)
+                            .file_dead_letter(client.client(), partition_id, group, request)
                             .await?;
                         filed_pending = Some(pending);
                         outcome.success = true;

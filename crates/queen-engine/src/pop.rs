@@ -386,8 +386,7 @@ impl Engine {
         let permit = self.limiter.acquire().await;
         let rows = {
             let client = self.pop_client().await?;
-            queen_sql::pop::pop_specific(&**client, DEFAULT_TENANT, queue, partition, &params)
-                .await?
+            queen_sql::pop::pop_specific(&client, DEFAULT_TENANT, queue, partition, &params).await?
         };
         permit.release();
         self.render(queue, request, worker, &rows)
@@ -440,14 +439,9 @@ impl Engine {
                 return Ok(Popped::default());
             }
             let names: Vec<&str> = candidates.names.iter().map(String::as_str).collect();
-            let rows = queen_sql::pop::pop_list(
-                &**client,
-                info.id,
-                &names,
-                &params,
-                candidates.skip_window,
-            )
-            .await;
+            let rows =
+                queen_sql::pop::pop_list(&client, info.id, &names, &params, candidates.skip_window)
+                    .await;
             (rows, candidates)
         };
         permit.release();
@@ -496,7 +490,7 @@ impl Engine {
         let permit = self.limiter.acquire().await;
         let rows = {
             let client = self.pop_client().await?;
-            queen_sql::pop::pop_wildcard(&**client, info.id, &params).await?
+            queen_sql::pop::pop_wildcard(&client, info.id, &params).await?
         };
         permit.release();
         self.render(queue, request, worker, &rows)

@@ -57,7 +57,7 @@ impl Engine {
         for (index, op) in ops.into_iter().enumerate() {
             let result = match op {
                 TxnOp::Push(items) => {
-                    let (outcomes, partitions) = self.txn_push(&*tx, index, items).await?;
+                    let (outcomes, partitions) = self.txn_push(&tx, index, items).await?;
                     pushed.extend(partitions);
                     TxnResult::Push(outcomes)
                 }
@@ -70,7 +70,7 @@ impl Engine {
                     }
                     let outcomes = self
                         .ack_group(
-                            &*tx,
+                            &tx,
                             &group,
                             item.partition_id,
                             item.lease_id,
@@ -103,7 +103,7 @@ impl Engine {
     /// The pushes of one operation, inside the transaction.
     async fn txn_push(
         &self,
-        client: &impl queen_sql::GenericClient,
+        client: &impl queen_sql::Conn,
         index: usize,
         items: Vec<PushItem>,
     ) -> Result<(Vec<PushOutcome>, Vec<(String, String)>), EngineError> {

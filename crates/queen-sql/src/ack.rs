@@ -6,6 +6,7 @@ use tokio_postgres::types::Type;
 use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
+use crate::prepared::{self, Conn};
 use crate::SqlError;
 
 const ACK_BATCH: &str = "SELECT * FROM queen.log_ack_batch_v1($1, $2, $3, $4)";
@@ -25,23 +26,19 @@ pub struct BatchAck {
 
 /// Advance the cursor to `batch_end`, guarded by the lease.
 pub async fn ack_batch(
-    client: &impl GenericClient,
+    conn: &impl Conn,
     partition_id: Uuid,
     group: &str,
     lease: Uuid,
     batch_end: i64,
 ) -> Result<BatchAck, SqlError> {
-    let row = client
-        .query_typed_one(
-            ACK_BATCH,
-            &[
-                (&partition_id, Type::UUID),
-                (&group, Type::TEXT),
-                (&lease, Type::UUID),
-                (&batch_end, Type::INT8),
-            ],
-        )
-        .await?;
+    let row = prepared::query_one(
+        conn,
+        ACK_BATCH,
+        &[Type::UUID, Type::TEXT, Type::UUID, Type::INT8],
+        &[&partition_id, &group, &lease, &batch_end],
+    )
+    .await?;
     Ok(BatchAck {
         acked: row.try_get("o_acked")?,
         pending: row.try_get("o_pending")?,
@@ -96,7 +93,7 @@ pub struct AckResults {
 /// Ack by transaction-id hashes (16 bytes each, concatenated).
 #[allow(clippy::too_many_arguments)] // mirrors the procedure's parameters one to one
 pub async fn ack(
-    client: &impl GenericClient,
+    conn: &impl Conn,
     partition_id: Uuid,
     group: &str,
     lease: Option<Uuid>,
@@ -105,20 +102,29 @@ pub async fn ack(
     errors: &[Option<&str>],
     failed_to_dlq: bool,
 ) -> Result<AckResults, SqlError> {
-    let rows = client
-        .query_typed(
-            ACK,
-            &[
-                (&partition_id, Type::UUID),
-                (&group, Type::TEXT),
-                (&lease, Type::UUID),
-                (&hashes, Type::BYTEA),
-                (&statuses, Type::TEXT_ARRAY),
-                (&errors, Type::TEXT_ARRAY),
-                (&failed_to_dlq, Type::BOOL),
-            ],
-        )
-        .await?;
+    let rows = prepared::query(
+        conn,
+        ACK,
+        &[
+            Type::UUID,
+            Type::TEXT,
+            Type::UUID,
+            Type::BYTEA,
+            Type::TEXT_ARRAY,
+            Type::TEXT_ARRAY,
+            Type::BOOL,
+        ],
+        &[
+            &partition_id,
+            &group,
+            &lease,
+            &hashes,
+            &statuses,
+            &errors,
+            &failed_to_dlq,
+        ],
+    )
+    .await?;
     let mut results = AckResults {
         items: Vec::with_capacity(statuses.len()),
         lease_released: false,

@@ -9,6 +9,8 @@
 //!   locating binaries, `initdb`, `pg_ctl start/stop`, running as `postgres` when root.
 //! - `connect`: connection settings and the pool.
 //! - `segments`: typed functions over segment rows (one per statement).
+//! - `prepared`: [`Conn`], how the hot statements (push, pop, ack) are
+//!   prepared once per pooled connection.
 //!
 //! Nothing above this crate builds SQL text.
 
@@ -19,6 +21,7 @@ pub mod dlq;
 mod error;
 pub mod lifecycle;
 pub mod pop;
+mod prepared;
 pub mod push;
 pub mod queues;
 pub mod registry;
@@ -27,5 +30,6 @@ pub mod segments;
 pub mod traces;
 
 pub use error::{error_chain, SqlError};
+pub use prepared::Conn;
 pub use schema::apply_schema;
 pub use tokio_postgres::GenericClient;

@@ -9,6 +9,7 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Row};
 use uuid::Uuid;
 
+use crate::prepared::{self, Conn};
 use crate::SqlError;
 
 const FIRST_CONTACT: &str = "SELECT queen.log_group_first_contact_v1($1, $2, $3, $4)";
@@ -212,84 +213,120 @@ pub async fn first_contact(
 
 /// Pop from candidate partitions by name, in order (the hot-list path).
 pub async fn pop_list(
-    client: &impl GenericClient,
+    conn: &impl Conn,
     queue_id: Uuid,
     names: &[&str],
     params: &PopParams<'_>,
     skip_window: bool,
 ) -> Result<Vec<PopRow>, SqlError> {
-    let rows = client
-        .query_typed(
-            POP_LIST,
-            &[
-                (&queue_id, Type::UUID),
-                (&params.group, Type::TEXT),
-                (&names, Type::TEXT_ARRAY),
-                (&params.worker, Type::UUID),
-                (&params.budget, Type::INT4),
-                (&params.max_partitions, Type::INT4),
-                (&params.lease_seconds, Type::INT4),
-                (&params.auto_ack, Type::BOOL),
-                (&params.sub_mode, Type::TEXT),
-                (&params.sub_from, Type::TIMESTAMPTZ),
-                (&skip_window, Type::BOOL),
-            ],
-        )
-        .await?;
+    let rows = prepared::query(
+        conn,
+        POP_LIST,
+        &[
+            Type::UUID,
+            Type::TEXT,
+            Type::TEXT_ARRAY,
+            Type::UUID,
+            Type::INT4,
+            Type::INT4,
+            Type::INT4,
+            Type::BOOL,
+            Type::TEXT,
+            Type::TIMESTAMPTZ,
+            Type::BOOL,
+        ],
+        &[
+            &queue_id,
+            &params.group,
+            &names,
+            &params.worker,
+            &params.budget,
+            &params.max_partitions,
+            &params.lease_seconds,
+            &params.auto_ack,
+            &params.sub_mode,
+            &params.sub_from,
+            &skip_window,
+        ],
+    )
+    .await?;
     rows.iter().map(decode).collect()
 }
 
 /// Pop one named partition (the single-partition route). Empty when the
 /// queue or partition does not exist.
 pub async fn pop_specific(
-    client: &impl GenericClient,
+    conn: &impl Conn,
     tenant: &str,
     queue: &str,
     partition: &str,
     params: &PopParams<'_>,
 ) -> Result<Vec<PopRow>, SqlError> {
-    let rows = client
-        .query_typed(
-            POP_SPECIFIC,
-            &[
-                (&tenant, Type::TEXT),
-                (&queue, Type::TEXT),
-                (&partition, Type::TEXT),
-                (&params.group, Type::TEXT),
-                (&params.worker, Type::UUID),
-                (&params.budget, Type::INT4),
-                (&params.lease_seconds, Type::INT4),
-                (&params.auto_ack, Type::BOOL),
-                (&params.sub_mode, Type::TEXT),
-                (&params.sub_from, Type::TIMESTAMPTZ),
-            ],
-        )
-        .await?;
+    let rows = prepared::query(
+        conn,
+        POP_SPECIFIC,
+        &[
+            Type::TEXT,
+            Type::TEXT,
+            Type::TEXT,
+            Type::TEXT,
+            Type::UUID,
+            Type::INT4,
+            Type::INT4,
+            Type::BOOL,
+            Type::TEXT,
+            Type::TIMESTAMPTZ,
+        ],
+        &[
+            &tenant,
+            &queue,
+            &partition,
+            &params.group,
+            &params.worker,
+            &params.budget,
+            &params.lease_seconds,
+            &params.auto_ack,
+            &params.sub_mode,
+            &params.sub_from,
+        ],
+    )
+    .await?;
     rows.iter().map(decode).collect()
 }
 
 /// Pop through the SQL candidate scan (QUEEN_HOTLIST=0).
 pub async fn pop_wildcard(
-    client: &impl GenericClient,
+    conn: &impl Conn,
     queue_id: Uuid,
     params: &PopParams<'_>,
 ) -> Result<Vec<PopRow>, SqlError> {
-    let rows = client
-        .query_typed(
-            POP_WILDCARD,
-            &[
-                (&queue_id, Type::UUID),
-                (&params.group, Type::TEXT),
-                (&params.worker, Type::UUID),
-                (&params.budget, Type::INT4),
-                (&params.max_partitions, Type::INT4),
-                (&params.lease_seconds, Type::INT4),
-                (&params.auto_ack, Type::BOOL),
-                (&params.sub_mode, Type::TEXT),
-                (&params.sub_from, Type::TIMESTAMPTZ),
-            ],
-        )
-        .await?;
+    let rows = prepared::query(
+        conn,
+        POP_WILDCARD,
+        &[
+            Type::UUID,
+            Type::TEXT,
+            Type::UUID,
+            Type::INT4,
+            Type::INT4,
+            Type::INT4,
+            Type::BOOL,
+            Type::TEXT,
+            Type::TIMESTAMPTZ,
+        ],
+        &[
+            &queue_id,
+            &params.group,
+            &params.worker,
+            &params.budget,
+            &params.max_partitions,
+            &params.lease_seconds,
+            &params.auto_ack,
+            &params.sub_mode,
+            &params.sub_from,
+        ],
+    )
+    .await?;
     rows.iter().map(decode).collect()
 }
 

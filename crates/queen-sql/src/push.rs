@@ -5,9 +5,9 @@
 use std::time::SystemTime;
 
 use tokio_postgres::types::Type;
-use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
+use crate::prepared::{self, Conn};
 use crate::SqlError;
 
 const PUSH_SEGMENTS: &str =
@@ -135,34 +135,8 @@ const PUSH_TYPES: [Type; 15] = [
 
 /// Write `writes` in one transaction (one statement). Returns one outcome per
 /// slot, in slot order.
-///
-/// The statement is parsed and planned on every call (one round trip all the
-/// same); [`push_segments_prepared`] is the flushers' variant.
 pub async fn push_segments(
-    client: &impl GenericClient,
-    tenant: &str,
-    writes: &[SegmentWrite<'_>],
-) -> Result<Vec<SlotOutcome>, SqlError> {
-    push_with(client, None, tenant, writes).await
-}
-
-/// [`push_segments`] through a statement the pooled connection prepared once
-/// and keeps (deadpool's per-connection statement cache): PostgreSQL neither
-/// parses nor plans it again, and the call stays one round trip.
-pub async fn push_segments_prepared(
-    client: &deadpool_postgres::ClientWrapper,
-    tenant: &str,
-    writes: &[SegmentWrite<'_>],
-) -> Result<Vec<SlotOutcome>, SqlError> {
-    let statement = client
-        .prepare_typed_cached(PUSH_SEGMENTS, &PUSH_TYPES)
-        .await?;
-    push_with(&**client, Some(&statement), tenant, writes).await
-}
-
-async fn push_with(
-    client: &impl GenericClient,
-    prepared: Option<&tokio_postgres::Statement>,
+    conn: &impl Conn,
     tenant: &str,
     writes: &[SegmentWrite<'_>],
 ) -> Result<Vec<SlotOutcome>, SqlError> {
@@ -206,15 +180,7 @@ async fn push_with(
         &blobs,
         &hashes,
     ];
-    let rows = match prepared {
-        Some(statement) => client.query(statement, &params).await?,
-        // `query_typed` sends parse, bind and execute together: one round
-        // trip, where `query` with SQL text would first prepare (a second).
-        None => {
-            let typed: Vec<_> = params.iter().copied().zip(PUSH_TYPES).collect();
-            client.query_typed(PUSH_SEGMENTS, &typed).await?
-        }
-    };
+    let rows = prepared::query(conn, PUSH_SEGMENTS, &PUSH_TYPES, &params).await?;
 
     let mut outcomes: Vec<Option<SlotOutcome>> = vec![None; writes.len()];
     let mut known: Vec<Vec<KnownRow>> = vec![Vec::new(); writes.len()];

@@ -626,7 +626,7 @@ async fn write(
         let result = async {
             let client = shared.pool.get().await?;
             shared.counters.flushes.fetch_add(1, Ordering::Relaxed);
-            queen_sql::push::push_segments_prepared(&client, DEFAULT_TENANT, writes).await
+            queen_sql::push::push_segments(&client, DEFAULT_TENANT, writes).await
         }
         .await;
         match result {

@@ -1,6 +1,7 @@
 //! How much of the hash sidecar `queen.log_push_v1`'s duplicate probe reads,
 //! measured with the session's own transaction statistics.
 
+use queen_sql::pop::{pop_list, PopParams, PopRow};
 use queen_sql::push::{push_segments, Coverage, SegmentWrite, SlotOutcome};
 use queen_testkit::TestDb;
 use uuid::Uuid;
@@ -132,33 +133,55 @@ async fn with_coverage_the_probe_reads_only_rows_above_it() {
 }
 
 #[tokio::test]
-async fn the_flushers_statement_is_prepared_once_per_connection() {
+async fn the_hot_statements_are_prepared_once_per_pooled_connection() {
     let db = TestDb::new().await;
     let pool = db.pool(1);
     let client = pool.get().await.unwrap();
+    let mut queue_id = Uuid::nil();
     for n in 0..3 {
         let hashes = hash_of(n);
-        let outcomes = queen_sql::push::push_segments_prepared(
-            &client,
-            "",
-            &[write("prepared", &hashes, None)],
-        )
-        .await
-        .unwrap();
+        let outcomes =
+            queen_sql::push::push_segments(&client, "", &[write("prepared", &hashes, None)])
+                .await
+                .unwrap();
+        match outcomes.as_slice() {
+            [SlotOutcome::Queued {
+                base_offset,
+                queue_id: id,
+                ..
+            }] if *base_offset == n => queue_id = *id,
+            other => panic!("{other:?}"),
+        }
+    }
+    let params = PopParams {
+        group: "__QUEUE_MODE__",
+        worker: Uuid::now_v7(),
+        budget: 1,
+        max_partitions: 1,
+        lease_seconds: None,
+        auto_ack: true,
+        sub_mode: "all",
+        sub_from: None,
+    };
+    for _ in 0..2 {
+        let rows = pop_list(&client, queue_id, &["p"], &params, false)
+            .await
+            .unwrap();
         assert!(
-            matches!(outcomes.as_slice(), [SlotOutcome::Queued { base_offset, .. }] if *base_offset == n),
-            "{outcomes:?}"
+            rows.iter().any(|row| matches!(row, PopRow::Segment { .. })),
+            "{rows:?}"
         );
     }
-    // One statement, prepared on the first call and reused by the next two.
-    assert_eq!(client.statement_cache.size(), 1);
+    // One statement each, prepared on the first call and reused after.
+    assert_eq!(client.statement_cache.size(), 2);
     let prepared: i64 = client
         .query_one(
-            "SELECT count(*) FROM pg_prepared_statements WHERE starts_with(statement, 'SELECT * FROM queen.log_push_v1')",
+            "SELECT count(*) FROM pg_prepared_statements \
+              WHERE starts_with(statement, 'SELECT * FROM queen.log_')",
             &[],
         )
         .await
         .unwrap()
         .get(0);
-    assert_eq!(prepared, 1);
+    assert_eq!(prepared, 2);
 }
