@@ -4,7 +4,7 @@
 //! `query_typed`, each is one round trip, but PostgreSQL parses, analyses and
 //! plans it every time (measured at batch-1 push: about 4% of the machine's
 //! samples, 6% of PostgreSQL's CPU per message). On a pooled connection
-//! ([`deadpool_postgres::ClientWrapper`], or a transaction opened on one) a
+//! ([`deadpool_postgres::Object`], or a transaction opened on one) a
 //! [`Conn`] prepares each statement once and keeps it in deadpool's
 //! per-connection statement cache; the call stays one round trip (bind and
 //! execute). A bare client (tests, tools) sends it unprepared.
@@ -39,52 +39,31 @@ pub trait Conn: Sync {
     ) -> impl Future<Output = Result<Option<Statement>, tokio_postgres::Error>> + Send;
 }
 
-impl Conn for deadpool_postgres::ClientWrapper {
-    type Client = tokio_postgres::Client;
+/// deadpool's pooled connection and its transactions prepare through the
+/// connection's statement cache.
+macro_rules! cached {
+    ($(impl$(<$lt:lifetime>)? for $conn:ty => $client:ty;)*) => {$(
+        impl$(<$lt>)? Conn for $conn {
+            type Client = $client;
 
-    fn client(&self) -> &tokio_postgres::Client {
-        self
-    }
+            fn client(&self) -> &$client {
+                self
+            }
 
-    async fn prepare(
-        &self,
-        sql: &str,
-        types: &[Type],
-    ) -> Result<Option<Statement>, tokio_postgres::Error> {
-        self.prepare_typed_cached(sql, types).await.map(Some)
-    }
+            async fn prepare(
+                &self,
+                sql: &str,
+                types: &[Type],
+            ) -> Result<Option<Statement>, tokio_postgres::Error> {
+                self.prepare_typed_cached(sql, types).await.map(Some)
+            }
+        }
+    )*};
 }
 
-impl Conn for deadpool_postgres::Object {
-    type Client = tokio_postgres::Client;
-
-    fn client(&self) -> &tokio_postgres::Client {
-        self
-    }
-
-    async fn prepare(
-        &self,
-        sql: &str,
-        types: &[Type],
-    ) -> Result<Option<Statement>, tokio_postgres::Error> {
-        self.prepare_typed_cached(sql, types).await.map(Some)
-    }
-}
-
-impl<'a> Conn for deadpool_postgres::Transaction<'a> {
-    type Client = tokio_postgres::Transaction<'a>;
-
-    fn client(&self) -> &tokio_postgres::Transaction<'a> {
-        self
-    }
-
-    async fn prepare(
-        &self,
-        sql: &str,
-        types: &[Type],
-    ) -> Result<Option<Statement>, tokio_postgres::Error> {
-        self.prepare_typed_cached(sql, types).await.map(Some)
-    }
+cached! {
+    impl for deadpool_postgres::Object => tokio_postgres::Client;
+    impl<'a> for deadpool_postgres::Transaction<'a> => tokio_postgres::Transaction<'a>;
 }
 
 impl Conn for tokio_postgres::Client {
