@@ -71,11 +71,10 @@ impl<'a> AckInput<'a> {
         }
     }
 
-    fn group(&self) -> String {
+    fn group(&self) -> &str {
         text(&self.consumer_group)
             .filter(|group| !group.is_empty())
             .unwrap_or(QUEUE_MODE_GROUP)
-            .to_owned()
     }
 }
 
@@ -145,7 +144,7 @@ pub(crate) async fn batch(engine: &Engine, req: Request) -> Result<Response, Htt
         let field = format!("acknowledgments[{idx}].partitionId");
         let item = item(input, transaction_id, partition_id, &field)?;
         // A top-level consumerGroup overrides any per-item one.
-        let group = text(&top_group).map_or_else(|| input.group(), str::to_owned);
+        let group = text(&top_group).unwrap_or_else(|| input.group());
         items.push((group, item));
         transaction_ids.push(transaction_id);
     }
@@ -194,11 +193,11 @@ fn item(
 /// order, and answer one outcome per item in input order.
 async fn apply(
     engine: &Engine,
-    items: Vec<(String, Option<AckItem>)>,
+    items: Vec<(&str, Option<AckItem>)>,
 ) -> Result<Vec<AckOutcome>, HttpError> {
     // Items move into the engine call of their group; nothing is cloned.
-    let (group_of, mut pending): (Vec<String>, Vec<Option<AckItem>>) = items.into_iter().unzip();
-    let mut groups: Vec<&str> = group_of.iter().map(String::as_str).collect();
+    let (group_of, mut pending): (Vec<&str>, Vec<Option<AckItem>>) = items.into_iter().unzip();
+    let mut groups = group_of.clone();
     groups.sort_unstable();
     groups.dedup();
     let invalid = || AckOutcome {
@@ -207,17 +206,19 @@ async fn apply(
     };
     let mut outcomes: Vec<Option<AckOutcome>> = vec![None; pending.len()];
     for group in groups {
-        let members: Vec<usize> = (0..group_of.len())
-            .filter(|&idx| group_of[idx] == group)
-            .collect();
-        let mut valid = Vec::with_capacity(members.len());
-        for &idx in &members {
-            match pending[idx].take() {
-                Some(item) => valid.push((idx, item)),
+        let (mut indices, mut valid) = (Vec::new(), Vec::new());
+        for (idx, slot) in pending.iter_mut().enumerate() {
+            if group_of[idx] != group {
+                continue;
+            }
+            match slot.take() {
+                Some(item) => {
+                    indices.push(idx);
+                    valid.push(item);
+                }
                 None => outcomes[idx] = Some(invalid()),
             }
         }
-        let (indices, valid): (Vec<usize>, Vec<AckItem>) = valid.into_iter().unzip();
         let answered = engine.ack(group, valid).await?;
         for (idx, outcome) in indices.into_iter().zip(answered) {
             outcomes[idx] = Some(outcome);
