@@ -224,9 +224,9 @@ impl DedupCache {
         })
     }
 
-    /// After a flush: learn the rows another broker wrote (`known`) and, when
-    /// the slot was queued, its own segment `[base, base + n)`. Anything that
-    /// would leave a hole in the coverage restarts it at the own segment.
+    /// After a queued flush: learn the rows another broker wrote (`known`),
+    /// then the slot's own segment `own = (base, hashes)`. Anything that would
+    /// leave a hole in the coverage restarts it at the own segment.
     #[allow(clippy::too_many_arguments)] // one call site, each argument a fact of the flush
     pub(crate) fn record(
         &self,
@@ -234,7 +234,7 @@ impl DedupCache {
         partition_id: Uuid,
         window_seconds: i32,
         known: &[KnownRow],
-        own: Option<(i64, &[u8])>,
+        own: (i64, &[u8]),
         now: SystemTime,
     ) {
         let window = match u64::try_from(window_seconds) {
@@ -244,6 +244,7 @@ impl DedupCache {
                 return;
             }
         };
+        let (base, hashes) = own;
         let mut inner = self.inner.lock();
         let mut partition = match inner.partitions.remove(key) {
             Some(existing) if existing.partition_id == partition_id => existing,
@@ -251,34 +252,25 @@ impl DedupCache {
                 if let Some(stale) = stale {
                     inner.bytes -= stale.bytes;
                 }
-                match own {
-                    Some((base, _)) => Partition::new(partition_id, window, base),
-                    None => return,
-                }
+                Partition::new(partition_id, window, base)
             }
         };
         inner.bytes -= partition.bytes;
         partition.window = window;
-        let mut contiguous = true;
         for row in known {
             if row.end_offset <= partition.known_to {
                 continue;
             }
             if row.base_offset != partition.known_to + 1 {
-                contiguous = false;
                 break;
             }
             partition.append(row.base_offset, row.end_offset, &row.hashes, now);
         }
-        if let Some((base, hashes)) = own {
-            if !contiguous || base != partition.known_to + 1 {
-                partition = Partition::new(partition_id, window, base);
-            }
-            let n = i64::try_from(hashes.len() / queen_frame::HASH_LEN).unwrap_or(0);
-            partition.append(base, base + n - 1, hashes, now);
-        } else if !contiguous {
-            return;
+        if base != partition.known_to + 1 {
+            partition = Partition::new(partition_id, window, base);
         }
+        let n = i64::try_from(hashes.len() / queen_frame::HASH_LEN).unwrap_or(0);
+        partition.append(base, base + n - 1, hashes, now);
         partition.expire(now);
         inner.bytes += partition.bytes;
         inner.partitions.insert(key.clone(), partition);
@@ -427,7 +419,7 @@ mod tests {
         let pid = Uuid::now_v7();
         let now = SystemTime::now();
         assert_eq!(cache.coverage(&key(), &hashes(&[1]), now), None);
-        cache.record(&key(), pid, 300, &[], Some((0, &hashes(&[1, 2]))), now);
+        cache.record(&key(), pid, 300, &[], (0, &hashes(&[1, 2])), now);
         let cover = cache.coverage(&key(), &hashes(&[9]), now).unwrap();
         assert_eq!(
             (cover.cover_from, cover.known_to, cover.partition_id),
@@ -439,7 +431,7 @@ mod tests {
             end_offset: 3,
             hashes: hashes(&[3, 4]),
         };
-        cache.record(&key(), pid, 300, &[other], Some((4, &hashes(&[5]))), now);
+        cache.record(&key(), pid, 300, &[other], (4, &hashes(&[5])), now);
         let cover = cache.coverage(&key(), &hashes(&[9]), now).unwrap();
         assert_eq!((cover.cover_from, cover.known_to), (0, 4));
         // A hash the cache holds (the other broker's) means: full probe.
@@ -451,14 +443,14 @@ mod tests {
         let cache = DedupCache::new(DEFAULT_DEDUP_CACHE_BYTES);
         let pid = Uuid::now_v7();
         let now = SystemTime::now();
-        cache.record(&key(), pid, 300, &[], Some((0, &hashes(&[1]))), now);
+        cache.record(&key(), pid, 300, &[], (0, &hashes(&[1])), now);
         // Offsets 1..=4 unseen (no known rows sent back): restart at 5.
-        cache.record(&key(), pid, 300, &[], Some((5, &hashes(&[2]))), now);
+        cache.record(&key(), pid, 300, &[], (5, &hashes(&[2])), now);
         let cover = cache.coverage(&key(), &hashes(&[9]), now).unwrap();
         assert_eq!((cover.cover_from, cover.known_to), (5, 5));
         // The partition was re-created under a new id.
         let new_pid = Uuid::now_v7();
-        cache.record(&key(), new_pid, 300, &[], Some((0, &hashes(&[3]))), now);
+        cache.record(&key(), new_pid, 300, &[], (0, &hashes(&[3])), now);
         let cover = cache.coverage(&key(), &hashes(&[9]), now).unwrap();
         assert_eq!(
             (cover.partition_id, cover.cover_from, cover.known_to),
@@ -476,9 +468,9 @@ mod tests {
         let t0 = SystemTime::now();
         let at = |secs: u64| t0 + Duration::from_secs(secs);
         // Window 8 s: a generation spans 2 s. Rows at 0 and 1 s share one.
-        cache.record(&key(), pid, 8, &[], Some((0, &hashes(&[1]))), at(0));
-        cache.record(&key(), pid, 8, &[], Some((1, &hashes(&[2]))), at(1));
-        cache.record(&key(), pid, 8, &[], Some((2, &hashes(&[3]))), at(2));
+        cache.record(&key(), pid, 8, &[], (0, &hashes(&[1])), at(0));
+        cache.record(&key(), pid, 8, &[], (1, &hashes(&[2])), at(1));
+        cache.record(&key(), pid, 8, &[], (2, &hashes(&[3])), at(2));
         assert_eq!(cache.stats().generations, 2);
         // At 9 s the row of 0 s is out of the window, but its generation's
         // newest row (1 s) is not: nothing leaves, hash 1 still forces the
@@ -508,17 +500,10 @@ mod tests {
         let at = |secs: u64| t0 + Duration::from_secs(secs);
         // Window 300 s, generations of 75 s: a@0 and a@100 are two
         // generations of a, then b@200 is one of b.
-        cache.record(&a, pa, 300, &[], Some((0, &many(0, 3_000))), at(0));
-        cache.record(
-            &a,
-            pa,
-            300,
-            &[],
-            Some((3_000, &many(10_000, 3_000))),
-            at(100),
-        );
+        cache.record(&a, pa, 300, &[], (0, &many(0, 3_000)), at(0));
+        cache.record(&a, pa, 300, &[], (3_000, &many(10_000, 3_000)), at(100));
         assert_eq!(cache.stats().generations, 2);
-        cache.record(&b, pb, 300, &[], Some((0, &many(20_000, 3_000))), at(200));
+        cache.record(&b, pb, 300, &[], (0, &many(20_000, 3_000)), at(200));
         // The oldest generation (a's first) went, not the least recently used
         // partition as a whole, and not b: a is still covered from 3,000.
         let stats = cache.stats();
@@ -541,7 +526,7 @@ mod tests {
             for i in 0..60_u64 {
                 let base = i64::try_from(i * 1_000).unwrap();
                 let hashes = many(i * 1_000, 1_000);
-                cache.record(&key(), pid, 300, &[], Some((base, &hashes)), now);
+                cache.record(&key(), pid, 300, &[], (base, &hashes), now);
             }
             cache
         };
@@ -560,12 +545,12 @@ mod tests {
         let pid = Uuid::now_v7();
         let now = SystemTime::now();
         let off = DedupCache::new(0);
-        off.record(&key(), pid, 300, &[], Some((0, &hashes(&[1]))), now);
+        off.record(&key(), pid, 300, &[], (0, &hashes(&[1])), now);
         assert_eq!(off.stats(), DedupStats::default());
         let cache = DedupCache::new(DEFAULT_DEDUP_CACHE_BYTES);
-        cache.record(&key(), pid, 300, &[], Some((0, &hashes(&[1]))), now);
+        cache.record(&key(), pid, 300, &[], (0, &hashes(&[1])), now);
         assert_eq!(cache.stats().partitions, 1);
-        cache.record(&key(), pid, 0, &[], Some((1, &hashes(&[2]))), now);
+        cache.record(&key(), pid, 0, &[], (1, &hashes(&[2])), now);
         assert_eq!(cache.stats(), DedupStats::default());
     }
 
@@ -574,22 +559,8 @@ mod tests {
         let cache = DedupCache::new(DEFAULT_DEDUP_CACHE_BYTES);
         let now = SystemTime::now();
         let other: Key = (Arc::from("other"), Arc::from("p"));
-        cache.record(
-            &key(),
-            Uuid::now_v7(),
-            300,
-            &[],
-            Some((0, &many(0, 500))),
-            now,
-        );
-        cache.record(
-            &other,
-            Uuid::now_v7(),
-            300,
-            &[],
-            Some((0, &many(500, 500))),
-            now,
-        );
+        cache.record(&key(), Uuid::now_v7(), 300, &[], (0, &many(0, 500)), now);
+        cache.record(&other, Uuid::now_v7(), 300, &[], (0, &many(500, 500)), now);
         let both = cache.stats().bytes;
         cache.forget_queue("q");
         let stats = cache.stats();

@@ -658,7 +658,7 @@ fn apply_outcome(
                 partition_id,
                 window_seconds,
                 &known,
-                Some((base_offset, &segment.hashes)),
+                (base_offset, &segment.hashes),
                 SystemTime::now(),
             );
             for &idx in &segment.frame_entries {
