@@ -551,7 +551,6 @@ impl Engine {
         rows: &[PopRow],
     ) -> Result<Popped, EngineError> {
         let mut messages = Vec::new();
-        let mut partitions: Vec<Uuid> = Vec::new();
         let mut names: HashMap<Uuid, Arc<str>> = HashMap::new();
         for row in rows {
             let PopRow::Segment {
@@ -567,9 +566,6 @@ impl Engine {
             else {
                 continue;
             };
-            if !partitions.contains(partition_id) {
-                partitions.push(*partition_id);
-            }
             let name = Arc::clone(
                 names
                     .entry(*partition_id)
@@ -609,7 +605,7 @@ impl Engine {
             queue: (!messages.is_empty()).then(|| queue.to_owned()),
             messages,
             lease_id,
-            partitions_claimed: partitions.len(),
+            partitions_claimed: names.len(),
         })
     }
 

@@ -8,7 +8,6 @@
 //! Pushes here bypass fusion (they must share the transaction), and are
 //! announced to the hot-list and wake gates only after the commit.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use queen_frame::SegmentBuilder;
@@ -17,7 +16,7 @@ use uuid::Uuid;
 
 use crate::ack::{AckItem, AckOutcome, AckStatus};
 use crate::naming::{derive_namespace_task, DEFAULT_TENANT};
-use crate::push::{encode_entries, Entry, PushItem, PushOutcome, PushStatus};
+use crate::push::{encode_entries, group_by_partition, PushItem, PushOutcome, PushStatus};
 use crate::{Engine, EngineError};
 
 /// One operation of a transaction.
@@ -111,22 +110,17 @@ impl Engine {
             index,
             message: format!("PUSH operation failed: duplicate transactionId {transaction_id}"),
         };
-        let mut groups: Vec<(String, String, Vec<usize>, Vec<Entry>)> = Vec::new();
-        let mut group_of: HashMap<(String, String), usize> = HashMap::new();
-        let mut entries_by_item: Vec<(usize, usize)> = Vec::with_capacity(items.len());
-        for item in items {
-            let (queue, partition, entry) = Entry::from_item(item);
-            let key = (queue, partition);
-            let slot = *group_of.entry(key.clone()).or_insert_with(|| {
-                groups.push((key.0.clone(), key.1.clone(), Vec::new(), Vec::new()));
-                groups.len() - 1
-            });
-            let group = &mut groups[slot];
-            if group.3.iter().any(|e| e.hash == entry.hash) {
-                return Err(duplicate(&entry.transaction_id));
+        let (groups, entries_by_item) = group_by_partition(items);
+        // A transaction id repeated within one partition fails the operation,
+        // named by its first repetition in item order.
+        for &(slot, position) in &entries_by_item {
+            if let Some((_, _, entries)) = groups.get(slot) {
+                if let Some((earlier, [entry, ..])) = entries.split_at_checked(position) {
+                    if earlier.iter().any(|e| e.hash == entry.hash) {
+                        return Err(duplicate(&entry.transaction_id));
+                    }
+                }
             }
-            entries_by_item.push((slot, group.3.len()));
-            group.3.push(entry);
         }
         // Slots in (queue, partition) order: the same lock order as fusion.
         let mut order: Vec<usize> = (0..groups.len()).collect();
@@ -135,7 +129,7 @@ impl Engine {
         let mut partition_ids: Vec<Option<Uuid>> = vec![None; groups.len()];
         let mut builder = SegmentBuilder::with_level(self.config.zstd_level);
         for &slot in &order {
-            let (queue, partition, _, entries) = &groups[slot];
+            let (queue, partition, entries) = &groups[slot];
             let (namespace, task) = derive_namespace_task(queue);
             // At most two attempts: the cached encryption flag may be stale.
             for _attempt in 0..2 {
@@ -188,7 +182,7 @@ impl Engine {
 
         let mut outcomes = Vec::with_capacity(entries_by_item.len());
         for (slot, position) in entries_by_item {
-            let (queue, _, _, entries) = &groups[slot];
+            let (queue, _, entries) = &groups[slot];
             let (Some(partition_id), Some(entry)) = (partition_ids[slot], entries.get(position))
             else {
                 return Err(EngineError::Internal("a transaction push was not written"));
@@ -202,7 +196,7 @@ impl Engine {
                 queue: Arc::from(queue.as_str()),
             });
         }
-        let partitions = groups.into_iter().map(|(q, p, _, _)| (q, p)).collect();
+        let partitions = groups.into_iter().map(|(q, p, _)| (q, p)).collect();
         Ok((outcomes, partitions))
     }
 }

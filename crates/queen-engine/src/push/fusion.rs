@@ -20,6 +20,7 @@
 //! waiting for the next lane, which is what makes an idle flusher the one that
 //! takes new work).
 
+use std::collections::hash_map::Entry as MapEntry;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -143,6 +144,26 @@ pub(crate) struct Fusion {
     flushers: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
+impl Shared {
+    /// The cached `encryptionEnabled` of `queue` (a miss means plain).
+    fn encryption_flag(&self, queue: &str) -> bool {
+        self.encryption.read().get(queue).copied().unwrap_or(false)
+    }
+
+    /// Record `queue`'s `encryptionEnabled` as PostgreSQL reported it.
+    fn set_encryption_flag(&self, queue: Arc<str>, enabled: bool) {
+        self.encryption.write().insert(queue, enabled);
+    }
+
+    /// After a commit: every group's ring learns the partition is pending,
+    /// then parked pops of the queue (and discovery pops) wake.
+    fn committed(&self, queue: &str, partition: &str) {
+        self.hotlist.mark_ready(queue, partition);
+        self.gates.open(queue);
+        self.gates.open(crate::pop::DISCOVERY_GATE);
+    }
+}
+
 impl Fusion {
     /// Start `n_flushers` flusher tasks on the current runtime.
     pub(crate) fn start(
@@ -194,17 +215,21 @@ impl Fusion {
             queue: Arc::from(queue),
             partition: Arc::from(partition),
         };
-        let became_ready = {
-            let mut lanes = self.shared.lanes.lock();
-            let is_new = !lanes.contains_key(&key);
-            lanes
-                .entry(key.clone())
-                .or_default()
-                .pending
-                .push(Submission { entries, reply });
-            is_new
+        let submission = Submission { entries, reply };
+        // A lane that was absent (idle) becomes ready; one present is already
+        // ready or in flight and takes the submission along.
+        let became_ready = match self.shared.lanes.lock().entry(key) {
+            MapEntry::Occupied(mut lane) => {
+                lane.get_mut().pending.push(submission);
+                None
+            }
+            MapEntry::Vacant(slot) => {
+                let key = slot.key().clone();
+                slot.insert(Lane::default()).pending.push(submission);
+                Some(key)
+            }
         };
-        if became_ready && self.shared.ready_tx.send(key).is_err() {
+        if became_ready.is_some_and(|key| self.shared.ready_tx.send(key).is_err()) {
             tracing::error!("push fusion is stopped; a submission was dropped");
         }
         rx
@@ -212,20 +237,12 @@ impl Fusion {
 
     /// The cached `encryptionEnabled` of `queue` (a miss means plain).
     pub(crate) fn encryption_flag(&self, queue: &str) -> bool {
-        self.shared
-            .encryption
-            .read()
-            .get(queue)
-            .copied()
-            .unwrap_or(false)
+        self.shared.encryption_flag(queue)
     }
 
     /// Record `queue`'s `encryptionEnabled` as PostgreSQL reported it.
     pub(crate) fn set_encryption_flag(&self, queue: &str, enabled: bool) {
-        self.shared
-            .encryption
-            .write()
-            .insert(Arc::from(queue), enabled);
+        self.shared.set_encryption_flag(Arc::from(queue), enabled);
     }
 
     /// The at-rest key, if the broker has one.
@@ -236,9 +253,7 @@ impl Fusion {
     /// After a commit outside fusion (a transaction): wake the queue's pops
     /// and offer the partition to every group's ring.
     pub(crate) fn committed(&self, queue: &str, partition: &str) {
-        self.shared.hotlist.mark_ready(queue, partition);
-        self.shared.gates.open(queue);
-        self.shared.gates.open(crate::pop::DISCOVERY_GATE);
+        self.shared.committed(queue, partition);
     }
 
     /// Forget the cached encryption flag and dedup coverage of `queue` (it
@@ -517,12 +532,7 @@ fn build_segment(
     builder: &mut SegmentBuilder,
     lane: &LaneWork,
 ) -> Result<BuiltSegment, EngineError> {
-    let encrypted = shared
-        .encryption
-        .read()
-        .get(&lane.key.queue)
-        .copied()
-        .unwrap_or(false);
+    let encrypted = shared.encryption_flag(&lane.key.queue);
     let frame_entries: Vec<usize> = (0..lane.results.len())
         .filter(|&idx| lane.needs_write(idx))
         .collect();
@@ -664,13 +674,7 @@ fn apply_outcome(
             for &idx in &segment.frame_entries {
                 lane.results[idx] = Some(EntryResult::Queued { partition_id });
             }
-            // After commit: every group's ring learns the partition is pending,
-            // then parked pops of the queue (and discovery pops) wake.
-            shared
-                .hotlist
-                .mark_ready(&lane.key.queue, &lane.key.partition);
-            shared.gates.open(&lane.key.queue);
-            shared.gates.open(crate::pop::DISCOVERY_GATE);
+            shared.committed(&lane.key.queue, &lane.key.partition);
             let counters = &shared.counters;
             counters.segments.fetch_add(1, Ordering::Relaxed);
             counters
@@ -681,10 +685,7 @@ fn apply_outcome(
             encryption_enabled, ..
         } => {
             // Reseal (or unseal) on the next round.
-            shared
-                .encryption
-                .write()
-                .insert(Arc::clone(&lane.key.queue), encryption_enabled);
+            shared.set_encryption_flag(Arc::clone(&lane.key.queue), encryption_enabled);
         }
         SlotOutcome::Duplicates {
             partition_id,

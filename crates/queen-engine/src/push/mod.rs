@@ -113,6 +113,35 @@ pub(crate) enum EntryResult {
     },
 }
 
+/// One partition's entries, in item order.
+pub(crate) type Group = (String, String, Vec<Entry>);
+
+/// Group `items` by (queue, partition), groups in order of first appearance,
+/// names owned once per group. Also answers, per item, its group and its
+/// position among the group's entries.
+pub(crate) fn group_by_partition(items: Vec<PushItem>) -> (Vec<Group>, Vec<(usize, usize)>) {
+    let mut groups: Vec<Group> = Vec::new();
+    let mut group_of: HashMap<(String, String), usize> = HashMap::new();
+    let mut places = Vec::with_capacity(items.len());
+    for item in items {
+        let (queue, partition, entry) = Entry::from_item(item);
+        let key = (queue, partition);
+        let group = match group_of.get(&key) {
+            Some(&idx) => idx,
+            None => {
+                groups.push((key.0.clone(), key.1.clone(), Vec::new()));
+                group_of.insert(key, groups.len() - 1);
+                groups.len() - 1
+            }
+        };
+        if let Some((_, _, entries)) = groups.get_mut(group) {
+            places.push((group, entries.len()));
+            entries.push(entry);
+        }
+    }
+    (groups, places)
+}
+
 impl Engine {
     /// Push `items`; answers one outcome per item, in input order, once every
     /// item is committed (or found to be a duplicate).
@@ -125,34 +154,23 @@ impl Engine {
     /// flush committed keep their messages: retrying with the same
     /// transaction ids is safe, the committed ones come back as duplicates.
     pub async fn push(&self, items: Vec<PushItem>) -> Result<Vec<PushOutcome>, EngineError> {
-        let n_items = items.len();
-        // Per partition, in order of first appearance: its item indices and
-        // entries. Names are owned once per partition, not once per item.
-        let mut groups: Vec<(String, String, Vec<usize>, Vec<Entry>)> = Vec::new();
-        let mut group_of: HashMap<(String, String), usize> = HashMap::new();
-        // Per item: transaction id, trace id, group, message id.
-        let mut answers: Vec<(String, Option<Uuid>, usize, Uuid)> = Vec::with_capacity(n_items);
-        for (index, item) in items.into_iter().enumerate() {
-            let (queue, partition, entry) = Entry::from_item(item);
-            let key = (queue, partition);
-            let group_idx = match group_of.get(&key) {
-                Some(&idx) => idx,
-                None => {
-                    groups.push((key.0.clone(), key.1.clone(), Vec::new(), Vec::new()));
-                    group_of.insert(key, groups.len() - 1);
-                    groups.len() - 1
-                }
-            };
-            answers.push((
-                entry.transaction_id.clone(),
-                entry.trace_id,
-                group_idx,
-                entry.message_id,
-            ));
-            let (_, _, indices, entries) = &mut groups[group_idx];
-            indices.push(index);
-            entries.push(entry);
-        }
+        let (groups, places) = group_by_partition(items);
+        // Per item, before the entries move into fusion: transaction id,
+        // trace id, message id.
+        let answers = places
+            .iter()
+            .map(|&(group, position)| {
+                let entry = groups
+                    .get(group)
+                    .and_then(|(_, _, entries)| entries.get(position))
+                    .ok_or(EngineError::Internal("a pushed item lost its group"))?;
+                Ok((
+                    entry.transaction_id.clone(),
+                    entry.trace_id,
+                    entry.message_id,
+                ))
+            })
+            .collect::<Result<Vec<_>, EngineError>>()?;
         let queues: Vec<Arc<str>> = groups
             .iter()
             .map(|(queue, ..)| Arc::from(queue.as_str()))
@@ -160,50 +178,54 @@ impl Engine {
 
         let pending: Vec<_> = groups
             .into_iter()
-            .map(|(queue, partition, indices, entries)| {
-                (indices, self.fusion.submit(&queue, &partition, entries))
+            .map(|(queue, partition, entries)| {
+                (
+                    entries.len(),
+                    self.fusion.submit(&queue, &partition, entries),
+                )
             })
             .collect();
-        let mut results: Vec<Option<EntryResult>> = vec![None; n_items];
-        for (indices, reply) in pending {
+        let mut results: Vec<Vec<EntryResult>> = Vec::with_capacity(pending.len());
+        for (count, reply) in pending {
             let entry_results = reply.await.map_err(|_| EngineError::ShuttingDown)??;
-            if entry_results.len() != indices.len() {
+            if entry_results.len() != count {
                 return Err(EngineError::Internal(
                     "push fusion answered the wrong count",
                 ));
             }
-            for (index, result) in indices.into_iter().zip(entry_results) {
-                results[index] = Some(result);
-            }
+            results.push(entry_results);
         }
 
-        results
+        places
             .into_iter()
             .zip(answers)
-            .map(|(result, (transaction_id, trace_id, group, message_id))| {
-                let (status, message_id, partition_id) = match result {
-                    Some(EntryResult::Queued { partition_id }) => {
-                        (PushStatus::Queued, Some(message_id), partition_id)
-                    }
-                    Some(EntryResult::Duplicate {
+            .map(
+                |((group, position), (transaction_id, trace_id, message_id))| {
+                    let result = results.get(group).and_then(|r| r.get(position));
+                    let (status, message_id, partition_id) = match result {
+                        Some(&EntryResult::Queued { partition_id }) => {
+                            (PushStatus::Queued, Some(message_id), partition_id)
+                        }
+                        Some(&EntryResult::Duplicate {
+                            partition_id,
+                            winner,
+                        }) => (PushStatus::Duplicate, winner, partition_id),
+                        None => return Err(EngineError::Internal("a pushed item got no answer")),
+                    };
+                    let queue = queues
+                        .get(group)
+                        .cloned()
+                        .ok_or(EngineError::Internal("a pushed item lost its queue"))?;
+                    Ok(PushOutcome {
+                        status,
+                        transaction_id,
+                        message_id,
                         partition_id,
-                        winner,
-                    }) => (PushStatus::Duplicate, winner, partition_id),
-                    None => return Err(EngineError::Internal("a pushed item got no answer")),
-                };
-                let queue = queues
-                    .get(group)
-                    .cloned()
-                    .ok_or(EngineError::Internal("a pushed item lost its queue"))?;
-                Ok(PushOutcome {
-                    status,
-                    transaction_id,
-                    message_id,
-                    partition_id,
-                    trace_id,
-                    queue,
-                })
-            })
+                        trace_id,
+                        queue,
+                    })
+                },
+            )
             .collect()
     }
 
