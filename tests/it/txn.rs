@@ -88,6 +88,14 @@ async fn any_failure_rolls_back_every_operation() {
             {"type": "ack", "transactionId": message["transactionId"], "partitionId": message["partitionId"]},
             {"type": "push", "items": [{"queue": "src", "payload": 2, "transactionId": "kept"}]},
         ]}),
+        // A transaction id repeated within one push, on one partition.
+        json!({"operations": [
+            {"type": "push", "items": [
+                {"queue": "dest", "payload": 1, "transactionId": "once"},
+                {"queue": "dest", "payload": 2, "transactionId": "twice"},
+                {"queue": "dest", "payload": 3, "transactionId": "twice"},
+            ]},
+        ]}),
         // An unknown ack status.
         json!({"operations": [
             {"type": "push", "items": [{"queue": "dest", "payload": 1}]},
@@ -100,13 +108,11 @@ async fn any_failure_rolls_back_every_operation() {
         assert_eq!(reply.status, 400, "{body}");
         let answer = reply.json();
         assert_eq!(answer["success"], false);
-        assert!(
-            answer["error"]
-                .as_str()
-                .unwrap()
-                .contains("operation failed"),
-            "{answer}"
-        );
+        let error = answer["error"].as_str().unwrap();
+        assert!(error.contains("operation failed"), "{answer}");
+        if body.to_string().contains("twice") {
+            assert!(error.ends_with("duplicate transactionId twice"), "{answer}");
+        }
     }
     let sql = broker.sql().await;
     assert_eq!(
