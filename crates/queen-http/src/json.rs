@@ -9,6 +9,14 @@ pub(crate) fn push_str(out: &mut Vec<u8>, value: &str) {
     let _ = serde_json::to_writer(&mut *out, value);
 }
 
+/// A JSON string literal, or `null`.
+pub(crate) fn push_opt_str(out: &mut Vec<u8>, value: Option<&str>) {
+    match value {
+        Some(text) => push_str(out, text),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
 /// A UUID as a JSON string, or `null`, without allocating.
 pub(crate) fn push_uuid(out: &mut Vec<u8>, id: Option<uuid::Uuid>) {
     match id {

@@ -24,7 +24,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::HttpError;
-use crate::json::push_str;
+use crate::json::{push_opt_str, push_str};
 use crate::response::{self, Response};
 use crate::server::Request;
 
@@ -98,7 +98,9 @@ pub(crate) async fn single(engine: &Engine, req: Request) -> Result<Response, Ht
     let partition_id = present(&input.partition_id).ok_or_else(|| {
         HttpError::Validation("partitionId is required to ensure message uniqueness".to_owned())
     })?;
-    let item = item(&input, transaction_id, partition_id, "partitionId")?;
+    let item = item(&input, transaction_id, partition_id, || {
+        "partitionId".to_owned()
+    })?;
     let group = input.group();
     let outcomes = apply(engine, vec![(group, item)]).await?;
     Ok(render(&[transaction_id], &outcomes))
@@ -141,8 +143,9 @@ pub(crate) async fn batch(engine: &Engine, req: Request) -> Result<Response, Htt
                 "Each acknowledgment must have a valid partitionId string (acknowledgments[{idx}])"
             ))
         })?;
-        let field = format!("acknowledgments[{idx}].partitionId");
-        let item = item(input, transaction_id, partition_id, &field)?;
+        let item = item(input, transaction_id, partition_id, || {
+            format!("acknowledgments[{idx}].partitionId")
+        })?;
         // A top-level consumerGroup overrides any per-item one.
         let group = text(&top_group).unwrap_or_else(|| input.group());
         items.push((group, item));
@@ -168,11 +171,11 @@ fn item(
     input: &AckInput<'_>,
     transaction_id: &str,
     partition_id: &str,
-    field: &str,
+    field: impl FnOnce() -> String,
 ) -> Result<Option<AckItem>, HttpError> {
     let partition_id: uuid::Uuid = partition_id
         .parse()
-        .map_err(|_| HttpError::Validation(format!("{field} must be a UUID")))?;
+        .map_err(|_| HttpError::Validation(format!("{} must be a UUID", field())))?;
     let lease_id = match text(&input.lease_id) {
         None | Some("") => None,
         Some(text) => match text.parse::<uuid::Uuid>() {
@@ -260,13 +263,6 @@ fn render_body(transaction_ids: &[&str], outcomes: &[AckOutcome]) -> Vec<u8> {
     }
     out.push(b']');
     out
-}
-
-fn push_opt_str(out: &mut Vec<u8>, value: Option<&str>) {
-    match value {
-        Some(text) => push_str(out, text),
-        None => out.extend_from_slice(b"null"),
-    }
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use hyper::StatusCode;
 use queen_engine::{PopRequest, PopTarget, Popped, SubscriptionMode, QUEUE_MODE_GROUP};
 
 use crate::error::HttpError;
-use crate::json::{push_str, push_uuid};
+use crate::json::{push_opt_str, push_str, push_uuid};
 use crate::query::Query;
 use crate::response::{self, Response};
 use crate::server::{App, Request};
@@ -191,10 +191,7 @@ pub(crate) fn render(popped: &Popped, group: &str) -> Vec<u8> {
         out.extend_from_slice(b",\"data\":");
         out.extend_from_slice(&message.payload);
         out.extend_from_slice(b",\"producerSub\":");
-        match &message.producer_sub {
-            Some(sub) => push_str(&mut out, sub),
-            None => out.extend_from_slice(b"null"),
-        }
+        push_opt_str(&mut out, message.producer_sub.as_deref());
         out.extend_from_slice(b",\"createdAt\":");
         // Every message of a segment shares its timestamp: format it once.
         if created

@@ -7,6 +7,8 @@
 //! never re-serialised. The answer is 201 with one result per item, in input
 //! order, with the contract's snake_case fields (plus `queueName`).
 
+use std::io::Write as _;
+
 use bytes::Bytes;
 use hyper::StatusCode;
 use queen_engine::naming::DEFAULT_PARTITION;
@@ -191,8 +193,8 @@ fn render(outcomes: &[PushOutcome]) -> Vec<u8> {
             PushStatus::Queued => b"queued",
             PushStatus::Duplicate => b"duplicate",
         };
-        out.extend_from_slice(b"{\"index\":");
-        out.extend_from_slice(index.to_string().as_bytes());
+        // Writing into a Vec cannot fail.
+        let _ = write!(out, "{{\"index\":{index}");
         out.extend_from_slice(b",\"transaction_id\":");
         push_str(&mut out, &outcome.transaction_id);
         out.extend_from_slice(b",\"status\":\"");
