@@ -13,6 +13,8 @@
 //! Success is 200 `{"transactionId", "success": true, "results": [...]}` with
 //! one result per pushed item and per ack.
 
+use std::collections::BTreeMap;
+
 use bytes::Bytes;
 use hyper::StatusCode;
 use queen_engine::{AckItem, AckStatus, Engine, EngineError, TxnOp, TxnResult, QUEUE_MODE_GROUP};
@@ -69,8 +71,14 @@ fn parse(bytes: &Bytes) -> Result<Vec<TxnOp>, HttpError> {
 
 fn parse_op(body: &Bytes, index: usize, raw: &RawValue) -> Result<TxnOp, HttpError> {
     let invalid = |rule: &str| HttpError::Validation(format!("operations[{index}]{rule}"));
-    let op: Value = serde_json::from_str(raw.get()).map_err(|_| invalid(" must be an object"))?;
-    match op.get("type").and_then(Value::as_str) {
+    // The operation's fields, unparsed: a push's payloads are read once, by
+    // parse_item, not first into a Value.
+    let fields: BTreeMap<String, &RawValue> =
+        serde_json::from_str(raw.get()).map_err(|_| invalid(" must be an object"))?;
+    let kind = fields
+        .get("type")
+        .and_then(|kind| serde_json::from_str::<String>(kind.get()).ok());
+    match kind.as_deref() {
         Some("push") => {
             #[derive(Deserialize)]
             struct PushOp<'a> {
@@ -92,6 +100,8 @@ fn parse_op(body: &Bytes, index: usize, raw: &RawValue) -> Result<TxnOp, HttpErr
             Ok(TxnOp::Push(items))
         }
         Some("ack") => {
+            let op: Value =
+                serde_json::from_str(raw.get()).map_err(|_| invalid(" must be an object"))?;
             let text = |field: &str| {
                 op.get(field)
                     .and_then(Value::as_str)
