@@ -115,7 +115,7 @@ BEGIN
         RETURN;
     END IF;
 
-    SELECT c.committed, c.worker_id, c.batch_end, c.batch_retry_count, c.total_consumed
+    SELECT c.committed, c.worker_id, c.batch_end, c.batch_retry_count
       INTO v_c
       FROM queen.log_consumers c
      WHERE c.partition_id = p_pid AND c.consumer_group = p_group
@@ -322,20 +322,25 @@ AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
 BEGIN
+    -- Two statements so that a partition list is planned as an index lookup;
+    -- each answers the new expiry from the rows it extended.
     IF p_pids IS NOT NULL THEN
-        UPDATE queen.log_consumers c
-           SET lease_expires_at = GREATEST(c.lease_expires_at, v_now + make_interval(secs => p_seconds))
-         WHERE c.partition_id = ANY (p_pids) AND c.worker_id = p_lease AND c.lease_expires_at > v_now;
+        WITH extended AS (
+            UPDATE queen.log_consumers c
+               SET lease_expires_at = GREATEST(c.lease_expires_at, v_now + make_interval(secs => p_seconds))
+             WHERE c.partition_id = ANY (p_pids) AND c.worker_id = p_lease AND c.lease_expires_at > v_now
+            RETURNING c.lease_expires_at
+        )
+        SELECT max(e.lease_expires_at) INTO o_expires_at FROM extended e;
     ELSE
-        UPDATE queen.log_consumers c
-           SET lease_expires_at = GREATEST(c.lease_expires_at, v_now + make_interval(secs => p_seconds))
-         WHERE c.worker_id = p_lease AND c.lease_expires_at > v_now;
+        WITH extended AS (
+            UPDATE queen.log_consumers c
+               SET lease_expires_at = GREATEST(c.lease_expires_at, v_now + make_interval(secs => p_seconds))
+             WHERE c.worker_id = p_lease AND c.lease_expires_at > v_now
+            RETURNING c.lease_expires_at
+        )
+        SELECT max(e.lease_expires_at) INTO o_expires_at FROM extended e;
     END IF;
-    SELECT max(c.lease_expires_at) INTO o_expires_at
-      FROM queen.log_consumers c
-     WHERE c.worker_id = p_lease
-       AND (p_pids IS NULL OR c.partition_id = ANY (p_pids))
-       AND c.lease_expires_at > v_now;
     o_found := o_expires_at IS NOT NULL OR EXISTS (
         SELECT 1 FROM queen.log_consumers c
          WHERE c.worker_id = p_lease AND (p_pids IS NULL OR c.partition_id = ANY (p_pids)));

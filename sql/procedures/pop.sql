@@ -450,10 +450,11 @@ BEGIN
 END;
 $$;
 
--- The single-partition route. The partition id is resolved after the claim, in
--- a later command of this same function, whose snapshot is at least as new as
--- anything the claim saw: a pop racing the partition-creating push can never
--- report an empty partitionId for a batch it leased.
+-- The single-partition route: log_pop_list_v1 over that one name. Its rows
+-- carry the partition id from the same join that found the partition to
+-- claim, so a pop racing the partition-creating push either sees the
+-- partition (and its id) or claims nothing: it never reports an empty
+-- partitionId for a batch it leased.
 CREATE OR REPLACE FUNCTION queen.log_pop_specific_v1(
     p_tenant        text,
     p_queue         text,
@@ -488,16 +489,9 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    FOR o_partition_id, o_partition_name, o_kind, o_base_offset, o_start_idx, o_take,
-        o_msg_count, o_created_at, o_blob, o_verdict, o_revisit_at IN
-        SELECT * FROM queen.log_pop_list_v1(v_qid, p_group, ARRAY[p_partition], p_worker, p_budget, 1,
-                                            p_lease_seconds, p_auto_ack, p_sub_mode, p_sub_from, false)
-    LOOP
-        -- The partition id is resolved again here, after the claim (see above).
-        SELECT p.id INTO o_partition_id
-          FROM queen.log_partitions p WHERE p.queue_id = v_qid AND p.name = p_partition;
-        RETURN NEXT;
-    END LOOP;
+    RETURN QUERY
+    SELECT * FROM queen.log_pop_list_v1(v_qid, p_group, ARRAY[p_partition], p_worker, p_budget, 1,
+                                        p_lease_seconds, p_auto_ack, p_sub_mode, p_sub_from, false);
 END;
 $$;
 
