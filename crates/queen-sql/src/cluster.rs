@@ -205,9 +205,8 @@ impl Cluster {
             .host_path(self.socket_dir())
             .port(PORT)
             .user(SUPERUSER)
-            .dbname(dbname)
-            .application_name("queen")
-            .options("-c timezone=UTC");
+            .dbname(dbname);
+        crate::connect::apply_session_defaults(&mut config);
         config
     }
 

@@ -20,8 +20,8 @@ const POP_SPECIFIC: &str =
 const POP_WILDCARD: &str =
     "SELECT * FROM queen.log_pop_wildcard_v1($1, $2, $3, $4, $5, $6, $7, $8, $9)";
 const HAS_PENDING: &str = "SELECT queen.log_has_pending_v1($1, $2)";
-const QUEUE_BY_NAME: &str = "SELECT id, lease_time, delayed_processing, window_buffer, \
-     encryption_enabled, min_pop_wait_time FROM queen.queues WHERE tenant_id = $1 AND name = $2";
+const QUEUE_BY_NAME: &str =
+    "SELECT id, min_pop_wait_time FROM queen.queues WHERE tenant_id = $1 AND name = $2";
 const QUEUES_BY_NAMESPACE_TASK: &str = "SELECT name FROM queen.queues \
      WHERE tenant_id = $1 AND ($2::text IS NULL OR namespace = $2) AND ($3::text IS NULL OR task = $3) \
      ORDER BY name";
@@ -109,14 +109,6 @@ pub enum Verdict {
 pub struct QueueInfo {
     /// The queue's id.
     pub id: Uuid,
-    /// Configured lease length in seconds (0 → 60).
-    pub lease_time: i32,
-    /// delayedProcessing in seconds.
-    pub delayed_processing: i32,
-    /// windowBuffer in seconds.
-    pub window_buffer: i32,
-    /// encryptionEnabled.
-    pub encryption_enabled: bool,
     /// min_pop_wait_time in milliseconds (0 = off).
     pub min_pop_wait_time: i32,
 }
@@ -133,11 +125,7 @@ pub async fn queue_info(
     row.map(|row| {
         Ok(QueueInfo {
             id: row.try_get(0)?,
-            lease_time: row.try_get(1)?,
-            delayed_processing: row.try_get(2)?,
-            window_buffer: row.try_get(3)?,
-            encryption_enabled: row.try_get(4)?,
-            min_pop_wait_time: row.try_get(5)?,
+            min_pop_wait_time: row.try_get(1)?,
         })
     })
     .transpose()
