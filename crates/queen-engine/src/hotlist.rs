@@ -145,24 +145,63 @@ pub struct HotList {
     rings: Mutex<HashMap<(String, String), Ring>>,
 }
 
+/// What the pop path needs to know of one (queue, group) before it spends a
+/// permit or a connection, read under one lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probe {
+    /// The ring exists (its first contact happened here).
+    pub known: bool,
+    /// Never seeded, or the reseed period passed: ask SQL for the pending
+    /// partitions.
+    pub reseed_due: bool,
+    /// A pop could find work in the ring now.
+    pub ready: bool,
+}
+
 impl HotList {
+    /// `f` over the ring of (queue, group), if there is one, under the lock.
+    fn with_ring<R>(&self, queue: &str, group: &str, f: impl FnOnce(Option<&mut Ring>) -> R) -> R {
+        let mut rings = self.rings.lock();
+        f(rings.get_mut(&(queue.to_owned(), group.to_owned())))
+    }
+
+    /// [`Probe`] of (queue, group) at `now`, with reseed `period`. A probe of
+    /// a known ring counts as use and promotes revisits that are due.
+    pub fn probe(&self, queue: &str, group: &str, now: Instant, period: Duration) -> Probe {
+        self.with_ring(queue, group, |ring| match ring {
+            None => Probe {
+                known: false,
+                reseed_due: true,
+                ready: false,
+            },
+            Some(ring) => {
+                ring.used_at = now;
+                ring.promote_due(now);
+                Probe {
+                    known: true,
+                    reseed_due: ring
+                        .reseeded_at
+                        .is_none_or(|at| now.duration_since(at) >= period),
+                    ready: !ring.ready.is_empty(),
+                }
+            }
+        })
+    }
+
     /// True when this (queue, group) has never been seeded here, or its
     /// reseed period passed: the pop must ask SQL for the pending partitions.
     pub fn needs_reseed(&self, queue: &str, group: &str, now: Instant, period: Duration) -> bool {
-        let rings = self.rings.lock();
-        match rings.get(&(queue.to_owned(), group.to_owned())) {
-            None => true,
-            Some(ring) => ring
-                .reseeded_at
-                .is_none_or(|at| now.duration_since(at) >= period),
-        }
+        self.with_ring(queue, group, |ring| {
+            ring.is_none_or(|ring| {
+                ring.reseeded_at
+                    .is_none_or(|at| now.duration_since(at) >= period)
+            })
+        })
     }
 
     /// True when this (queue, group) has a ring (its first contact happened here).
     pub fn knows(&self, queue: &str, group: &str) -> bool {
-        self.rings
-            .lock()
-            .contains_key(&(queue.to_owned(), group.to_owned()))
+        self.with_ring(queue, group, |ring| ring.is_some())
     }
 
     /// Replace the ring's ready set with `names` from SQL (plus anything due),
@@ -194,24 +233,17 @@ impl HotList {
 
     /// Mark one (queue, group)'s partition pending (ack-promote).
     pub fn mark_ready_for(&self, queue: &str, group: &str, partition: &str) {
-        let mut rings = self.rings.lock();
-        if let Some(ring) = rings.get_mut(&(queue.to_owned(), group.to_owned())) {
-            ring.push_back(partition);
-        }
+        self.with_ring(queue, group, |ring| {
+            if let Some(ring) = ring {
+                ring.push_back(partition);
+            }
+        });
     }
 
     /// True when a pop could find work in the ring now (the cheap check before
     /// any permit or connection).
     pub fn has_ready(&self, queue: &str, group: &str, now: Instant) -> bool {
-        let mut rings = self.rings.lock();
-        match rings.get_mut(&(queue.to_owned(), group.to_owned())) {
-            None => false,
-            Some(ring) => {
-                ring.used_at = now;
-                ring.promote_due(now);
-                !ring.ready.is_empty()
-            }
-        }
+        self.probe(queue, group, now, Duration::MAX).ready
     }
 
     /// Take up to `k` candidates from the front of the ring. Window-due names
@@ -433,6 +465,24 @@ mod tests {
         hot.reseed("q", "g", vec![], now);
         assert!(!hot.needs_reseed("q", "g", now + Duration::from_secs(4), period));
         assert!(hot.needs_reseed("q", "g", now + Duration::from_secs(5), period));
+    }
+
+    #[test]
+    fn one_probe_answers_known_reseed_due_and_ready() {
+        let hot = HotList::default();
+        let now = Instant::now();
+        let period = Duration::from_secs(5);
+        let probe = |at: Instant| {
+            let p = hot.probe("q", "g", at, period);
+            (p.known, p.reseed_due, p.ready)
+        };
+        // Never seen: unknown, reseed due, nothing ready.
+        assert_eq!(probe(now), (false, true, false));
+        hot.reseed("q", "g", vec!["a".into()], now);
+        assert_eq!(probe(now), (true, false, true));
+        // Taken, and the period has passed.
+        let _ = hot.take("q", "g", 1, now);
+        assert_eq!(probe(now + period), (true, true, false));
     }
 
     #[test]

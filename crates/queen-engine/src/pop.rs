@@ -401,14 +401,14 @@ impl Engine {
     ) -> Result<Popped, EngineError> {
         let group = request.group.as_str();
         let now = Instant::now();
-        let first_contact = !self.hotlist.knows(queue, group);
-        let reseed = first_contact
-            || self
-                .hotlist
-                .needs_reseed(queue, group, now, self.config.hotlist_reseed);
-        // The cheap check: nothing ready and no reseed due means empty, without
-        // a permit or a connection.
-        if !reseed && !self.hotlist.has_ready(queue, group, now) {
+        // The cheap check, one look at the ring: nothing ready and no reseed
+        // due means empty, without a permit or a connection.
+        let probe = self
+            .hotlist
+            .probe(queue, group, now, self.config.hotlist_reseed);
+        let first_contact = !probe.known;
+        let reseed = first_contact || probe.reseed_due;
+        if !reseed && !probe.ready {
             return Ok(Popped::default());
         }
         let worker = Uuid::now_v7();
