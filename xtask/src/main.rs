@@ -6,6 +6,8 @@
 //!   then the engine's embedding example (`queen-engine/examples/embedded.rs`).
 //!   This is the README's test command and what `.ci/run` runs.
 //! - `tidy`: the hygiene checks of `tidy.rs` (they also run as a `#[test]`).
+//! - `readme`: the README's commands run as written (`readme.rs`; also a
+//!   `#[test]`).
 //! - `bench [scenario]`: build `queen-server` and `queen-load` in release mode
 //!   and run the end-to-end load generator, every scenario when none is named
 //!   (`bench.rs`).
@@ -14,6 +16,7 @@
 //! on a clean machine and must build fast.
 
 mod bench;
+mod readme;
 mod tidy;
 
 use std::path::{Path, PathBuf};
@@ -25,6 +28,8 @@ const USAGE: &str = "usage: cargo xtask <command>
 commands:
   ci      install missing PostgreSQL (as root), then fmt check, clippy -D warnings, all tests
   tidy    hygiene checks (module docs, whitespace, banned attributes, SQL registry)
+  readme  run the README's start command as written and check the broker and its
+          managed PostgreSQL start and stop (also a test)
   bench   release build, then the end-to-end load generator; no scenario runs all
           of them (`cargo xtask bench help`)
 ";
@@ -34,6 +39,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("tidy") => tidy::check(&workspace_root()).map_err(|problems| problems.join("\n")),
+        Some("readme") => readme::check(&workspace_root()),
         Some("bench") => bench::run(&args[1..]),
         Some("-h" | "--help" | "help") | None => {
             print!("{USAGE}");

@@ -50,9 +50,10 @@ pub(crate) struct Config {
     pub(crate) pg_password: Option<String>,
 
     /// Data directory of the managed PostgreSQL cluster, used when no database
-    /// is configured.
-    #[arg(long, env = "QUEEN_DATA_DIR", default_value = "./queen-data")]
-    pub(crate) data_dir: PathBuf,
+    /// is configured [default: ./queen-data; when root and the `postgres` user
+    /// cannot reach it, /var/lib/queen/<dir>-<hash> instead].
+    #[arg(long, env = "QUEEN_DATA_DIR")]
+    pub(crate) data_dir: Option<PathBuf>,
 
     /// Directory holding the managed cluster's initdb/pg_ctl, searched before
     /// PATH and /usr/lib/postgresql/*/bin.
@@ -147,8 +148,16 @@ pub(crate) enum DatabaseSource {
     /// An external server the operator configured.
     External(Box<tokio_postgres::Config>),
     /// A cluster the broker manages in this data directory.
-    Managed { data_dir: PathBuf },
+    Managed {
+        data_dir: PathBuf,
+        /// False when `data_dir` is the default rather than `QUEEN_DATA_DIR`:
+        /// only a default may be moved somewhere PostgreSQL can reach.
+        chosen: bool,
+    },
 }
+
+/// The managed cluster's data directory when `QUEEN_DATA_DIR` is not set.
+pub(crate) const DEFAULT_DATA_DIR: &str = "./queen-data";
 
 /// The name of the database the broker creates inside a managed cluster.
 pub(crate) const MANAGED_DATABASE: &str = "queen";
@@ -177,7 +186,11 @@ impl Config {
             return Ok(DatabaseSource::External(Box::new(config)));
         }
         Ok(DatabaseSource::Managed {
-            data_dir: self.data_dir.clone(),
+            data_dir: self
+                .data_dir
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
+            chosen: self.data_dir.is_some(),
         })
     }
 }

@@ -82,10 +82,11 @@ async fn run(config: Config) -> Result<(), ServerError> {
             tracing::info!("using the configured PostgreSQL server");
             (*db_config, None)
         }
-        DatabaseSource::Managed { data_dir } => {
+        DatabaseSource::Managed { data_dir, chosen } => {
             let bin_dir = config.pg_bin_dir.clone();
             let cluster =
-                tokio::task::spawn_blocking(move || start_managed(data_dir, bin_dir)).await??;
+                tokio::task::spawn_blocking(move || start_managed(data_dir, chosen, bin_dir))
+                    .await??;
             tracing::info!(
                 data_dir = %cluster.data_dir().display(),
                 "managed PostgreSQL is running"
@@ -201,10 +202,30 @@ async fn apply_schema_with_retry(
 }
 
 /// Initialise (first start) and start the managed cluster. Blocking.
+///
+/// A default data directory (`chosen` false) that the `postgres` user cannot
+/// reach when root is replaced by one under `/var/lib/queen`, and the log says
+/// so; a chosen one is used as given.
 fn start_managed(
     data_dir: std::path::PathBuf,
+    chosen: bool,
     bin_dir: Option<std::path::PathBuf>,
 ) -> Result<Cluster, SqlError> {
+    let data_dir = if chosen {
+        data_dir
+    } else {
+        let choice = queen_sql::cluster::default_data_dir(&data_dir)?;
+        if let Some(unreachable) = &choice.unreachable {
+            tracing::warn!(
+                unreachable = %unreachable.display(),
+                data_dir = %choice.path.display(),
+                "running as root and the postgres user cannot reach the default data \
+                 directory, so the managed PostgreSQL lives in data_dir instead \
+                 (set QUEEN_DATA_DIR to choose another)"
+            );
+        }
+        choice.path
+    };
     let mut options = ClusterOptions::durable(data_dir);
     options.bin_dir = bin_dir;
     let mut cluster = Cluster::init_or_reuse(options)?;

@@ -90,6 +90,114 @@ fn versioned_bin_dirs() -> Vec<PathBuf> {
     versions.into_iter().map(|(_, dir)| dir).collect()
 }
 
+/// Where a root-run broker puts its managed cluster when the default data
+/// directory lies out of the `postgres` user's reach (see [`default_data_dir`]).
+pub const ROOT_FALLBACK_PARENT: &str = "/var/lib/queen";
+
+/// Where the default data directory ended up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataDirChoice {
+    /// The directory to use.
+    pub path: PathBuf,
+    /// Set when `path` is not the requested directory: the directory PostgreSQL
+    /// could not reach.
+    pub unreachable: Option<PathBuf>,
+}
+
+/// Resolve the broker's *default* data directory (`requested`, usually
+/// `./queen-data`, which the operator did not choose).
+///
+/// When not root, or when the `postgres` user can reach the directory that
+/// would hold it, that is the answer. A root user in a home directory such as
+/// `/root/project` is not so lucky: `/root` is mode 0700, and PostgreSQL runs as
+/// `postgres`. Then the cluster goes to
+/// `/var/lib/queen/<name>-<hash of the requested path>`, one per requested
+/// location, so two checkouts never share a cluster and a restart from the same
+/// place finds its cluster again. The permissions of directories the caller did
+/// not create are never changed: `/var/lib/queen` is set to 0755 only when this
+/// function creates it. A data directory the operator chose (`QUEEN_DATA_DIR`)
+/// is never redirected; [`Cluster::init_or_reuse`] refuses it with a reason.
+pub fn default_data_dir(requested: &Path) -> Result<DataDirChoice, SqlError> {
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| SqlError::Io { path, source }
+    };
+    let absolute = std::path::absolute(requested).map_err(io(requested))?;
+    let as_requested = DataDirChoice {
+        path: requested.to_owned(),
+        unreachable: None,
+    };
+    if !nix::unistd::Uid::effective().is_root() {
+        return Ok(as_requested);
+    }
+    // The nearest directory that exists is the one PostgreSQL must traverse.
+    let existing = absolute
+        .ancestors()
+        .skip(1)
+        .find(|dir| dir.is_dir())
+        .unwrap_or_else(|| Path::new("/"));
+    if service_user_passes("-x", existing) {
+        return Ok(as_requested);
+    }
+    let parent = Path::new(ROOT_FALLBACK_PARENT);
+    if !parent.exists() {
+        fs::create_dir_all(parent).map_err(io(parent))?;
+        // Ours, so ours to open: PostgreSQL must traverse it whatever the umask.
+        fs::set_permissions(parent, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .map_err(io(parent))?;
+    }
+    if !service_user_passes("-x", parent) {
+        return Err(SqlError::DataDir {
+            path: absolute,
+            reason: format!(
+                "the `{SERVICE_USER}` user can reach neither it nor {ROOT_FALLBACK_PARENT}; \
+                 set QUEEN_DATA_DIR to a directory that user can reach"
+            ),
+        });
+    }
+    Ok(DataDirChoice {
+        path: parent.join(fallback_name(existing, &absolute)),
+        unreachable: Some(absolute),
+    })
+}
+
+/// `<last component of the holding directory>-<8 hex digits of the path's hash>`.
+fn fallback_name(holder: &Path, absolute: &Path) -> String {
+    let label: String = holder
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(32)
+        .collect();
+    let hash = blake3::hash(absolute.as_os_str().as_encoded_bytes());
+    let short = hex::encode(&hash.as_bytes()[..4]);
+    if label.is_empty() {
+        short
+    } else {
+        format!("{label}-{short}")
+    }
+}
+
+/// True when `test <flag> <path>` succeeds as the service user.
+fn service_user_passes(flag: &str, path: &Path) -> bool {
+    Command::new("runuser")
+        .args(["-u", SERVICE_USER, "--", "test", flag])
+        .arg(path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
 /// How a managed cluster is created and started.
 #[derive(Debug, Clone)]
 pub struct ClusterOptions {
@@ -337,15 +445,7 @@ impl Cluster {
                 source: errno.into(),
             },
         )?;
-        let mut probe = Command::new("runuser");
-        probe
-            .args(["-u", user, "--", "test", "-w"])
-            .arg(self.data_dir())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let reachable = probe.status().is_ok_and(|status| status.success());
-        if !reachable {
+        if !service_user_passes("-w", self.data_dir()) {
             return Err(SqlError::DataDir {
                 path: self.data_dir().to_owned(),
                 reason: format!(

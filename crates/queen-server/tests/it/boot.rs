@@ -292,3 +292,111 @@ async fn shutdown_answers_parked_pops_at_once_and_exits_cleanly() {
     assert_eq!(pop_status, 204);
     assert!(waited < std::time::Duration::from_secs(10));
 }
+
+/// The data directory the broker's log says its managed PostgreSQL runs in.
+fn managed_data_dir_from_log(log: &str) -> PathBuf {
+    let line = log
+        .lines()
+        .find(|line| line.contains("managed PostgreSQL is running"))
+        .unwrap_or_else(|| panic!("no 'managed PostgreSQL is running' line:\n{log}"));
+    let value = line
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix("data_dir="))
+        .unwrap_or_else(|| panic!("no data_dir= in {line:?}"));
+    PathBuf::from(value)
+}
+
+/// Removes a managed cluster's directory when the test ends, pass or fail.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        if self.0.starts_with(queen_sql::cluster::ROOT_FALLBACK_PARENT) {
+            if let Ok(cluster) = Cluster::init_or_reuse(ClusterOptions::durable(&self.0)) {
+                let _ = std::process::Command::new("sh")
+                    .arg("-c")
+                    .arg(format!("{} >/dev/null 2>&1", cluster.stop_command_line()))
+                    .status();
+            }
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// Root in a home directory the `postgres` user cannot enter (like `/root`, mode
+/// 0700) gets a working broker with its cluster under /var/lib/queen, the same
+/// one again on restart, and the home directory's mode untouched. Not root:
+/// the default stays where it was asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn root_in_an_unreachable_home_gets_a_reachable_default_data_dir() {
+    let home = tempfile::Builder::new()
+        .prefix("queen-home-")
+        .tempdir_in("/tmp")
+        .expect("temp dir");
+    std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let project = home.path().join("project");
+    std::fs::create_dir(&project).unwrap();
+    let logs = scratch();
+
+    if !nix::unistd::Uid::effective().is_root() {
+        let choice = queen_sql::cluster::default_data_dir(&project.join("queen-data")).unwrap();
+        assert_eq!(choice.path, project.join("queen-data"));
+        assert_eq!(choice.unreachable, None);
+        return;
+    }
+
+    let broker = Broker::start_in(Some(&project), logs.path(), &[]).await;
+    assert_eq!(broker.client.get("/health").await.status, 200);
+    let log = broker.log_text();
+    let data_dir = managed_data_dir_from_log(&log);
+    let _cleanup = RemoveOnDrop(data_dir.clone());
+    assert!(
+        data_dir.starts_with("/var/lib/queen") && data_dir.join("PG_VERSION").is_file(),
+        "cluster not under /var/lib/queen: {}",
+        data_dir.display()
+    );
+    assert!(
+        log.contains("cannot reach the default data directory")
+            && log.contains(&format!(
+                "unreachable={}",
+                project.join("queen-data").display()
+            )),
+        "the log does not say where the data went:\n{log}"
+    );
+    let pushed = broker
+        .client
+        .post_json(
+            "/api/v1/push",
+            &serde_json::json!({"items": [{"queue": "home", "payload": 1}]}),
+        )
+        .await;
+    assert_eq!(pushed.status, 201);
+    let (status, log) = broker.terminate();
+    assert!(status.success(), "{log}");
+    assert!(!data_dir.join("postmaster.pid").exists(), "{log}");
+    assert!(
+        !project.join("queen-data").exists(),
+        "a data directory was left in the home"
+    );
+    let mode = std::fs::metadata(home.path()).unwrap().permissions().mode() & 0o777;
+    assert_eq!(
+        mode, 0o700,
+        "the home directory's permissions were loosened"
+    );
+
+    // A restart from the same place finds the same cluster and its message.
+    let broker = Broker::start_in(Some(&project), logs.path(), &[]).await;
+    let log = broker.log_text();
+    assert_eq!(managed_data_dir_from_log(&log), data_dir);
+    assert!(!log.contains("initialising PostgreSQL cluster"), "{log}");
+    let popped = broker
+        .client
+        .get("/api/v1/pop/queue/home?autoAck=true")
+        .await;
+    assert_eq!(
+        popped.status, 200,
+        "the message did not survive the restart"
+    );
+    let (status, log) = broker.terminate();
+    assert!(status.success(), "{log}");
+}

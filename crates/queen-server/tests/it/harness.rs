@@ -9,6 +9,7 @@ use queen_testkit::http::Client;
 /// Environment variables that would make the child pick another database.
 const DATABASE_VARS: &[&str] = &[
     "QUEEN_DATABASE_URL",
+    "QUEEN_DATA_DIR",
     "PG_HOST",
     "PG_PORT",
     "PG_DB",
@@ -46,11 +47,23 @@ pub(crate) fn command(vars: &[(&str, &str)]) -> Command {
 impl Broker {
     /// Start the binary with `vars` and wait until `/health` answers 200.
     pub(crate) async fn start(log_dir: &Path, vars: &[(&str, &str)]) -> Broker {
+        Broker::start_in(None, log_dir, vars).await
+    }
+
+    /// [`Broker::start`] with the process's working directory set to `cwd`.
+    pub(crate) async fn start_in(
+        cwd: Option<&Path>,
+        log_dir: &Path,
+        vars: &[(&str, &str)],
+    ) -> Broker {
         let port = free_port();
         let log = log_dir.join(format!("broker-{port}.log"));
         let log_file = std::fs::File::create(&log).expect("create broker log");
         let port_text = port.to_string();
         let mut cmd = command(vars);
+        if let Some(cwd) = cwd {
+            cmd.current_dir(cwd);
+        }
         cmd.env("PORT", &port_text)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
