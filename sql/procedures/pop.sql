@@ -8,7 +8,8 @@
 --   log_pop_wildcard_v1  the SQL candidate scan (QUEEN_HOTLIST=0), with the
 --                        empty-scan watermark.
 -- log_group_first_contact_v1 registers a (queue, group) and bulk-seeds its
--- cursors once; log_has_pending_v1 is the cheap "anything at all?" probe;
+-- cursors once; log_subscribe_early_v1 provisions a queue a group subscribes
+-- to before its first push; log_has_pending_v1 is the cheap "anything at all?" probe;
 -- log_seek_offset_v1 maps a timestamp to a cursor position.
 --
 -- Every function that reads a table is plpgsql: a LANGUAGE sql body is
@@ -141,6 +142,45 @@ BEGIN
      WHERE p.queue_id = p_qid
     ON CONFLICT (partition_id, consumer_group) DO NOTHING;
     RETURN true;
+END;
+$$;
+
+-- An early subscription (storage-model.md: "the first push, or an early
+-- subscription, provisions the row"): a named group subscribing 'new' or from
+-- a timestamp to a queue that does not exist yet provisions the queue row with
+-- its defaults and records the subscription now, first writer wins, without
+-- the seed marker (the group's first contact still seeds its cursors). Every
+-- partition a later push creates then seeds this group's cursor from that
+-- timestamp, so nothing pushed after the subscription is skipped. Returns the
+-- queue's pop columns.
+CREATE OR REPLACE FUNCTION queen.log_subscribe_early_v1(
+    p_tenant   text,
+    p_name     text,
+    p_new_qid  uuid,
+    p_group    text,
+    p_sub_mode text,
+    p_sub_from timestamptz
+) RETURNS TABLE (o_id uuid, o_min_pop_wait_time integer)
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    v_qid uuid;
+BEGIN
+    INSERT INTO queen.queues (id, tenant_id, name)
+    VALUES (p_new_qid, p_tenant, p_name)
+    ON CONFLICT (tenant_id, name) DO NOTHING;
+    SELECT q.id INTO STRICT v_qid
+      FROM queen.queues q
+     WHERE q.tenant_id = p_tenant AND q.name = p_name;
+    IF p_group <> '__QUEUE_MODE__' AND (p_sub_from IS NOT NULL OR p_sub_mode = 'new') THEN
+        INSERT INTO queen.consumer_groups_metadata (consumer_group, queue_id, subscription_mode, subscription_timestamp)
+        VALUES (p_group, v_qid,
+                CASE WHEN p_sub_from IS NOT NULL THEN 'timestamp' ELSE 'new' END,
+                COALESCE(p_sub_from, now()))
+        ON CONFLICT (consumer_group, queue_id) DO NOTHING;
+    END IF;
+    RETURN QUERY SELECT q.id, q.min_pop_wait_time FROM queen.queues q WHERE q.id = v_qid;
 END;
 $$;
 

@@ -7,6 +7,7 @@ mod configure;
 mod health;
 mod lifecycle;
 mod pop;
+mod pop_early;
 mod pop_mechanics;
 mod push;
 mod txn;

@@ -1,6 +1,7 @@
 //! The mechanics under the pop path: no waiting on other transactions, gaps
 //! and the cursor seal, what a parked pop holds, cancellation, wake-up
-//! latency, and the cost of polling a caught-up queue of 10,000 partitions.
+//! latency, the cost of polling a caught-up queue of 10,000 partitions, and
+//! pop maintenance against a parked pop.
 
 use std::time::{Duration, Instant};
 
@@ -9,7 +10,9 @@ use queen_tests::TestBroker;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::support::{configure, hotlist_config, pop_data, push, push_items, select_i64};
+use crate::support::{
+    configure, expect_status, hotlist_config, pop, pop_data, push, push_items, select_i64,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pop_never_waits_for_a_lock_another_transaction_holds() {
@@ -446,4 +449,48 @@ async fn min_pop_wait_time_holds_an_underfull_claim_in_the_broker() {
         "the held claim did not gather the later push"
     );
     broker.stop().await;
+}
+
+/// C: switching pop maintenance on answers a pop already parked with 204 at
+/// once, and a push that arrives afterwards is not delivered to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pop_maintenance_answers_a_parked_pop_empty_at_once() {
+    let broker = std::sync::Arc::new(TestBroker::start().await);
+    push(&broker, "maint", "p", &[json!("before")]).await;
+    assert!(pop(&broker, "/api/v1/pop/queue/maint?autoAck=true")
+        .await
+        .is_some());
+    let parked = {
+        let broker = std::sync::Arc::clone(&broker);
+        tokio::spawn(async move {
+            let reply = broker
+                .client
+                .get("/api/v1/pop/queue/maint?wait=true&timeout=10000&autoAck=true")
+                .await;
+            (reply.status.as_u16(), std::time::Instant::now())
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let switched = std::time::Instant::now();
+    let reply = broker
+        .client
+        .post_json("/api/v1/system/maintenance/pop", &json!({"enabled": true}))
+        .await;
+    expect_status(&reply, 200);
+    push(&broker, "maint", "p", &[json!("during")]).await;
+    let (status, answered) = parked.await.unwrap();
+    assert_eq!(status, 204, "a parked pop delivered during maintenance");
+    assert!(
+        answered - switched < std::time::Duration::from_millis(500),
+        "the parked pop answered {:?} after maintenance began",
+        answered - switched
+    );
+    // Off again: the message pushed during maintenance is still there.
+    let reply = broker
+        .client
+        .post_json("/api/v1/system/maintenance/pop", &json!({"enabled": false}))
+        .await;
+    expect_status(&reply, 200);
+    let popped = pop_data(&broker, "/api/v1/pop/queue/maint?autoAck=true").await;
+    assert_eq!(popped, Some(vec![json!("during")]));
 }

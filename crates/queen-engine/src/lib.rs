@@ -22,6 +22,7 @@ pub mod limiter;
 pub mod naming;
 mod pop;
 mod push;
+mod queue_cache;
 pub mod registry;
 mod traces;
 mod txn;

@@ -35,12 +35,6 @@ use crate::{Engine, EngineError};
 /// The consumer group of queue mode: one shared cursor per partition.
 pub const QUEUE_MODE_GROUP: &str = "__QUEUE_MODE__";
 
-/// How long a queue's configuration (or its absence) is trusted from cache.
-const QUEUE_INFO_TTL: Duration = Duration::from_secs(5);
-
-/// How long "no such queue" is trusted (a push elsewhere may create it).
-const MISSING_QUEUE_TTL: Duration = Duration::from_secs(1);
-
 /// What to pop from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PopTarget {
@@ -173,7 +167,7 @@ impl PopWait {
 /// Per-broker caches of the pop path.
 #[derive(Debug, Default)]
 pub(crate) struct PopState {
-    queues: Mutex<HashMap<String, (Instant, Option<QueueInfo>)>>,
+    queues: crate::queue_cache::QueueCache,
     /// (queue, group) pairs whose first contact ran (legacy path).
     contacted: Mutex<std::collections::HashSet<(Uuid, String)>>,
     /// False until some queue is seen with `min_pop_wait_time`: the default
@@ -206,7 +200,7 @@ impl Drop for ParkedGuard<'_> {
 
 impl PopState {
     pub(crate) fn forget_queue(&self, queue: &str) {
-        self.queues.lock().remove(queue);
+        self.queues.forget(queue);
     }
 
     /// Forget which (queue, group) pairs had their first contact (`queue`
@@ -240,6 +234,10 @@ impl Engine {
         let mut attempt = 0u32;
         loop {
             let seen = gate.generation();
+            if self.pop_state.maintenance.load(Ordering::Relaxed) {
+                // Switched on while this pop waited: no more work.
+                return Ok(Popped::default());
+            }
             let popped = match self.pop_once(&request).await {
                 Ok(popped) => popped,
                 Err(error) if error.is_transient() => {
@@ -255,6 +253,7 @@ impl Engine {
             {
                 return Ok(popped);
             }
+
             let now = Instant::now();
             if now >= deadline {
                 return Ok(popped);
@@ -268,8 +267,13 @@ impl Engine {
     }
 
     /// Enable or disable pop maintenance mode (every pop answers empty).
+    /// Enabling it wakes every parked pop, which then answers empty at once
+    /// rather than delivering what arrives while it waited.
     pub fn set_pop_maintenance(&self, enabled: bool) {
         self.pop_state.maintenance.store(enabled, Ordering::Relaxed);
+        if enabled {
+            self.gates.open_all();
+        }
     }
 
     /// A pooled connection for the pop path, counted.
@@ -336,7 +340,7 @@ impl Engine {
                 self.pop_partition(request, queue, partition).await
             }
             PopTarget::Queue { queue } => {
-                let Some(info) = self.queue_info(queue).await? else {
+                let Some(info) = self.queue_or_subscribe(request, queue).await? else {
                     return Ok(Popped::default());
                 };
                 if self.config.hotlist {
@@ -658,33 +662,67 @@ impl Engine {
         }
     }
 
-    /// A queue's pop-relevant configuration, cached for a few seconds.
+    /// A queue's pop-relevant configuration (`queue_cache.rs`: cached, a
+    /// missing queue only until its gate opens, one lookup at a time).
     pub(crate) async fn queue_info(&self, queue: &str) -> Result<Option<QueueInfo>, EngineError> {
-        let now = Instant::now();
-        if let Some((at, info)) = self.pop_state.queues.lock().get(queue) {
-            let ttl = if info.is_some() {
-                QUEUE_INFO_TTL
-            } else {
-                MISSING_QUEUE_TTL
-            };
-            if now.duration_since(*at) < ttl {
-                return Ok(info.clone());
-            }
-        }
-        let info = {
-            let client = self.pop_client().await?;
-            queen_sql::pop::queue_info(&**client, DEFAULT_TENANT, queue).await?
-        };
-        if info.as_ref().is_some_and(|i| i.min_pop_wait_time > 0) {
+        let generation = self.gates.generation(queue);
+        let info = self
+            .pop_state
+            .queues
+            .get(queue, generation, || async {
+                let client = self.pop_client().await?;
+                Ok(queen_sql::pop::queue_info(&**client, DEFAULT_TENANT, queue).await?)
+            })
+            .await?;
+        self.note_min_pop_wait(info.as_ref());
+        Ok(info)
+    }
+
+    fn note_min_pop_wait(&self, info: Option<&QueueInfo>) {
+        if info.is_some_and(|i| i.min_pop_wait_time > 0) {
             self.pop_state
                 .any_min_pop_wait
                 .store(true, Ordering::Relaxed);
         }
-        self.pop_state
-            .queues
-            .lock()
-            .insert(queue.to_owned(), (now, info.clone()));
-        Ok(info)
+    }
+
+    /// The queue of a pop, or `None` when it does not exist. A named group
+    /// subscribing `new` or from a timestamp to a queue that does not exist
+    /// yet provisions the queue row and records its subscription now
+    /// (storage-model.md: "the first push, or an early subscription,
+    /// provisions the row"), so what is pushed after the subscription is
+    /// delivered, not skipped as older than the group's first contact.
+    async fn queue_or_subscribe(
+        &self,
+        request: &PopRequest,
+        queue: &str,
+    ) -> Result<Option<QueueInfo>, EngineError> {
+        if let Some(info) = self.queue_info(queue).await? {
+            return Ok(Some(info));
+        }
+        let subscribes = request.group != QUEUE_MODE_GROUP
+            && (request.subscription_mode == SubscriptionMode::New
+                || request.subscription_from.is_some());
+        if !subscribes {
+            return Ok(None);
+        }
+        let params = params(request, Uuid::nil(), 1);
+        let info = {
+            let client = self.pop_client().await?;
+            queen_sql::pop::subscribe_early(
+                &**client,
+                DEFAULT_TENANT,
+                queue,
+                Uuid::now_v7(),
+                &request.group,
+                params.sub_mode,
+                params.sub_from,
+            )
+            .await?
+        };
+        self.note_min_pop_wait(Some(&info));
+        self.pop_state.queues.put(queue, info.clone());
+        Ok(Some(info))
     }
 }
 

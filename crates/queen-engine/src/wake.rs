@@ -76,6 +76,14 @@ impl WakeGates {
         gate
     }
 
+    /// The generation of `queue`'s gate (0 when nobody asked for it yet).
+    pub fn generation(&self, queue: &str) -> u64 {
+        self.gates
+            .lock()
+            .get(queue)
+            .map_or(0, |gate| gate.generation())
+    }
+
     /// Open `queue`'s gate, if anyone ever asked for it.
     pub fn open(&self, queue: &str) {
         let gate = self.gates.lock().get(queue).cloned();

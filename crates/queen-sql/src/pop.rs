@@ -13,6 +13,7 @@ use crate::prepared::{self, Conn};
 use crate::SqlError;
 
 const FIRST_CONTACT: &str = "SELECT queen.log_group_first_contact_v1($1, $2, $3, $4)";
+const SUBSCRIBE_EARLY: &str = "SELECT * FROM queen.log_subscribe_early_v1($1, $2, $3, $4, $5, $6)";
 const POP_LIST: &str =
     "SELECT * FROM queen.log_pop_list_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
 const POP_SPECIFIC: &str =
@@ -129,6 +130,36 @@ pub async fn queue_info(
         })
     })
     .transpose()
+}
+
+/// Provision queue `name` (with `new_id` if it is created now) and record
+/// `group`'s subscription to it (`log_subscribe_early_v1`).
+pub async fn subscribe_early(
+    client: &impl GenericClient,
+    tenant: &str,
+    name: &str,
+    new_id: Uuid,
+    group: &str,
+    sub_mode: &str,
+    sub_from: Option<SystemTime>,
+) -> Result<QueueInfo, SqlError> {
+    let row = client
+        .query_typed_one(
+            SUBSCRIBE_EARLY,
+            &[
+                (&tenant, Type::TEXT),
+                (&name, Type::TEXT),
+                (&new_id, Type::UUID),
+                (&group, Type::TEXT),
+                (&sub_mode, Type::TEXT),
+                (&sub_from, Type::TIMESTAMPTZ),
+            ],
+        )
+        .await?;
+    Ok(QueueInfo {
+        id: row.try_get(0)?,
+        min_pop_wait_time: row.try_get(1)?,
+    })
 }
 
 /// Names of the queues matching a namespace and/or task (discovery pop).

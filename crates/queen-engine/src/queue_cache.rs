@@ -1,0 +1,255 @@
+//! The pop path's cache of queue configuration (id, `min_pop_wait_time`).
+//!
+//! A pop needs the queue's id before it can ask SQL anything, and asking
+//! PostgreSQL on every pop would cost a pooled connection per re-poll. So:
+//!
+//! - a queue that exists is trusted for [`QUEUE_INFO_TTL`] (configure on this
+//!   broker forgets it at once; another broker's configure is seen within the
+//!   TTL);
+//! - a queue that does not exist is trusted only while its wake gate has not
+//!   opened since the lookup: the push that creates a queue opens its gate
+//!   after commit, so the consumer it wakes looks the queue up again instead of
+//!   believing a stale "missing" for up to a second (issue 12, A). Without any
+//!   wake (a push through another broker) "missing" lasts
+//!   [`MISSING_QUEUE_TTL`];
+//! - one lookup per queue at a time (single flight): the pops that wake
+//!   together on a gate wait for one answer instead of each taking a
+//!   connection.
+//!
+//! Memory: keyed by queue names clients choose, so capped at [`MAX_ENTRIES`];
+//! when full, entries past their TTL are dropped, and if none is, the lookup
+//! is simply not cached.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+// tokio's clock: the real one, which tests can pause and advance.
+use tokio::time::Instant;
+
+use parking_lot::Mutex;
+use queen_sql::pop::QueueInfo;
+
+use crate::EngineError;
+
+/// How long a queue's configuration is trusted from cache.
+pub(crate) const QUEUE_INFO_TTL: Duration = Duration::from_secs(5);
+
+/// How long "no such queue" is trusted when no push wakes its gate.
+pub(crate) const MISSING_QUEUE_TTL: Duration = Duration::from_secs(1);
+
+/// Most queues cached at once.
+pub(crate) const MAX_ENTRIES: usize = 65_536;
+
+/// One lookup's answer.
+#[derive(Debug, Clone)]
+struct Cached {
+    at: Instant,
+    info: Option<QueueInfo>,
+    /// The queue's wake-gate generation read before the lookup.
+    generation: u64,
+}
+
+impl Cached {
+    fn fresh(&self, now: Instant, generation: u64) -> bool {
+        match self.info {
+            Some(_) => now.duration_since(self.at) < QUEUE_INFO_TTL,
+            None => {
+                self.generation == generation && now.duration_since(self.at) < MISSING_QUEUE_TTL
+            }
+        }
+    }
+}
+
+/// One queue's slot: its answer, and the single-flight lock of its lookup.
+#[derive(Debug, Default)]
+struct Slot {
+    cached: Mutex<Option<Cached>>,
+    flight: tokio::sync::Mutex<()>,
+}
+
+impl Slot {
+    fn fresh(&self, now: Instant, generation: u64) -> Option<Option<QueueInfo>> {
+        let cached = self.cached.lock();
+        cached
+            .as_ref()
+            .filter(|cached| cached.fresh(now, generation))
+            .map(|cached| cached.info.clone())
+    }
+
+    fn expired(&self, now: Instant) -> bool {
+        self.cached.lock().as_ref().is_none_or(|cached| {
+            now.duration_since(cached.at) >= QUEUE_INFO_TTL.max(MISSING_QUEUE_TTL)
+        })
+    }
+}
+
+/// The cache; see the module docs.
+#[derive(Debug, Default)]
+pub(crate) struct QueueCache {
+    slots: Mutex<HashMap<String, Arc<Slot>>>,
+}
+
+impl QueueCache {
+    /// The configuration of `queue`, from cache or from `fetch` (one fetch per
+    /// queue at a time). `generation` is the queue's wake-gate generation now.
+    pub(crate) async fn get<F, Fut>(
+        &self,
+        queue: &str,
+        generation: u64,
+        fetch: F,
+    ) -> Result<Option<QueueInfo>, EngineError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Option<QueueInfo>, EngineError>>,
+    {
+        let Some(slot) = self.slot(queue, Instant::now()) else {
+            return fetch().await;
+        };
+        if let Some(info) = slot.fresh(Instant::now(), generation) {
+            return Ok(info);
+        }
+        let _flight = slot.flight.lock().await;
+        // Whoever held the flight may have answered for us.
+        if let Some(info) = slot.fresh(Instant::now(), generation) {
+            return Ok(info);
+        }
+        let at = Instant::now();
+        let info = fetch().await?;
+        *slot.cached.lock() = Some(Cached {
+            at,
+            info: info.clone(),
+            generation,
+        });
+        Ok(info)
+    }
+
+    /// Remember `info` for `queue` (it was just provisioned here).
+    pub(crate) fn put(&self, queue: &str, info: QueueInfo) {
+        if let Some(slot) = self.slot(queue, Instant::now()) {
+            *slot.cached.lock() = Some(Cached {
+                at: Instant::now(),
+                info: Some(info),
+                generation: 0,
+            });
+        }
+    }
+
+    /// Forget `queue` (configured or deleted here).
+    pub(crate) fn forget(&self, queue: &str) {
+        self.slots.lock().remove(queue);
+    }
+
+    /// Entries held now.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.slots.lock().len()
+    }
+
+    /// The slot of `queue`, made if there is room; `None` when the cache is
+    /// full of entries still fresh.
+    fn slot(&self, queue: &str, now: Instant) -> Option<Arc<Slot>> {
+        let mut slots = self.slots.lock();
+        if let Some(slot) = slots.get(queue) {
+            return Some(Arc::clone(slot));
+        }
+        if slots.len() >= MAX_ENTRIES {
+            slots.retain(|_, slot| !slot.expired(now));
+            if slots.len() >= MAX_ENTRIES {
+                return None;
+            }
+        }
+        let slot = Arc::new(Slot::default());
+        slots.insert(queue.to_owned(), Arc::clone(&slot));
+        Some(slot)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    fn info() -> QueueInfo {
+        QueueInfo {
+            id: uuid::Uuid::nil(),
+            min_pop_wait_time: 0,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn missing_lasts_only_until_the_gate_opens() {
+        let cache = QueueCache::default();
+        let fetches = AtomicUsize::new(0);
+        let fetch = |answer: Option<QueueInfo>| {
+            fetches.fetch_add(1, Ordering::Relaxed);
+            async move { Ok(answer) }
+        };
+        assert_eq!(cache.get("q", 7, || fetch(None)).await.unwrap(), None);
+        assert_eq!(
+            cache.get("q", 7, || fetch(Some(info()))).await.unwrap(),
+            None
+        );
+        assert_eq!(fetches.load(Ordering::Relaxed), 1, "missing was not cached");
+        // A push opened the gate: the answer is looked up again at once.
+        assert_eq!(
+            cache.get("q", 8, || fetch(Some(info()))).await.unwrap(),
+            Some(info())
+        );
+        assert_eq!(fetches.load(Ordering::Relaxed), 2);
+        // A queue that exists is kept whatever the gate does, for the TTL.
+        assert!(cache.get("q", 9, || fetch(None)).await.unwrap().is_some());
+        tokio::time::advance(QUEUE_INFO_TTL).await;
+        assert_eq!(cache.get("q", 9, || fetch(None)).await.unwrap(), None);
+        // Without a wake, missing expires on its own.
+        tokio::time::advance(MISSING_QUEUE_TTL).await;
+        assert!(cache
+            .get("q", 9, || fetch(Some(info())))
+            .await
+            .unwrap()
+            .is_some());
+        assert_eq!(fetches.load(Ordering::Relaxed), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn concurrent_lookups_of_one_queue_fetch_once() {
+        let cache = Arc::new(QueueCache::default());
+        let fetches = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..20 {
+            let (cache, fetches) = (Arc::clone(&cache), Arc::clone(&fetches));
+            tasks.push(tokio::spawn(async move {
+                cache
+                    .get("q", 1, || async {
+                        fetches.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        Ok(Some(info()))
+                    })
+                    .await
+                    .unwrap()
+            }));
+        }
+        for task in tasks {
+            assert_eq!(task.await.unwrap(), Some(info()));
+        }
+        assert_eq!(fetches.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_cache_is_capped_and_stale_entries_make_room() {
+        let cache = QueueCache::default();
+        for i in 0..MAX_ENTRIES {
+            let name = format!("q{i}");
+            cache.get(&name, 0, || async { Ok(None) }).await.unwrap();
+        }
+        assert_eq!(cache.len(), MAX_ENTRIES);
+        // Full of fresh entries: answered, not cached.
+        cache.get("extra", 0, || async { Ok(None) }).await.unwrap();
+        assert_eq!(cache.len(), MAX_ENTRIES);
+        tokio::time::advance(QUEUE_INFO_TTL).await;
+        cache.get("extra", 0, || async { Ok(None) }).await.unwrap();
+        assert_eq!(cache.len(), 1, "stale entries were not dropped");
+    }
+}
