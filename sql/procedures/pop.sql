@@ -34,6 +34,8 @@
 --   busy       the cursor row is being created or claimed by someone else
 --   deferred   pending, but hidden by windowBuffer/delayedProcessing
 --              (o_revisit_at: when it becomes visible)
+--   missing    (log_pop_list_v1) no partition of that name in the queue;
+--              o_partition_id is NULL
 
 -- The cursor position just before the first segment at or after p_ts: a
 -- forward walk on the primary key from the retention watermark (created_at is
@@ -461,12 +463,22 @@ BEGIN
         RETURN;
     END IF;
     FOR v_part IN
-        SELECT p.id, p.name
+        SELECT p.id, n.name
           FROM unnest(p_names) WITH ORDINALITY AS n(name, ord)
-          JOIN queen.log_partitions p ON p.queue_id = p_qid AND p.name = n.name
+          LEFT JOIN queen.log_partitions p ON p.queue_id = p_qid AND p.name = n.name
          ORDER BY n.ord
     LOOP
         EXIT WHEN v_budget <= 0 OR v_claimed >= greatest(p_max_partitions, 1);
+        IF v_part.id IS NULL THEN
+            -- No such partition (deleted, or the queue re-created elsewhere):
+            -- say so, so the broker drops the name instead of retrying it.
+            o_partition_id := NULL; o_partition_name := v_part.name;
+            o_kind := 'verdict'; o_verdict := 'missing'; o_revisit_at := NULL;
+            o_base_offset := NULL; o_start_idx := NULL; o_take := NULL;
+            o_msg_count := NULL; o_created_at := NULL; o_blob := NULL;
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
         v_took := 0;
         o_partition_id := v_part.id;
         o_partition_name := v_part.name;

@@ -494,3 +494,72 @@ async fn pop_maintenance_answers_a_parked_pop_empty_at_once() {
     let popped = pop_data(&broker, "/api/v1/pop/queue/maint?autoAck=true").await;
     assert_eq!(popped, Some(vec![json!("during")]));
 }
+
+/// D1: ring names with no matching partition (the queue was deleted and
+/// re-created through another broker) must leave the ring, not go back to its
+/// front forever ahead of the real partitions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ring_names_without_a_partition_leave_the_ring() {
+    let a = TestBroker::start().await;
+    let b = TestBroker::serve(a.db.clone(), EngineConfig::default()).await;
+    // 40 partitions with one message each; A's consumer takes one, so its
+    // ring holds the other 39 names.
+    let items = (0..40)
+        .map(|i| json!({"queue": "reborn", "partition": format!("old{i:02}"), "payload": i}))
+        .collect();
+    push_items(&a, items).await;
+    let first = pop(&a, "/api/v1/pop/queue/reborn?batch=1&autoAck=true").await;
+    assert!(first.is_some());
+    // Through B: delete the queue, re-create it with one real partition.
+    let deleted = b.client.delete("/api/v1/resources/queues/reborn").await;
+    assert!(deleted.status.is_success(), "{:?}", deleted.status);
+    push(&b, "reborn", "real", &[json!("live")]).await;
+    // A's first pop finds its cached queue id gone and looks again; then the
+    // real partition must be reached, though 39 dead names stand before it.
+    let deadline = Instant::now() + Duration::from_secs(4);
+    let mut got = None;
+    while got.is_none() && Instant::now() < deadline {
+        got = pop_data(&a, "/api/v1/pop/queue/reborn?batch=1&autoAck=true").await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(got, Some(vec![json!("live")]), "the real partition starved");
+}
+
+/// D1 again, with the queue kept: partitions removed under a ring (what
+/// partition cleanup does) are dropped from it at their first visit, so a
+/// partition pushed behind 39 dead names is reached within a few pops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_removed_under_a_ring_are_dropped_from_it() {
+    let broker = TestBroker::start().await;
+    let items = (0..40)
+        .map(|i| json!({"queue": "thinned", "partition": format!("old{i:02}"), "payload": i}))
+        .collect();
+    push_items(&broker, items).await;
+    assert!(
+        pop(&broker, "/api/v1/pop/queue/thinned?batch=1&autoAck=true")
+            .await
+            .is_some()
+    );
+    broker
+        .sql()
+        .await
+        .execute(
+            "DELETE FROM queen.log_partitions WHERE name LIKE 'old%'",
+            &[],
+        )
+        .await
+        .unwrap();
+    push(&broker, "thinned", "real", &[json!("live")]).await;
+    let mut got = None;
+    for _ in 0..5 {
+        got = pop_data(&broker, "/api/v1/pop/queue/thinned?batch=1&autoAck=true").await;
+        if got.is_some() {
+            break;
+        }
+    }
+    assert_eq!(
+        got,
+        Some(vec![json!("live")]),
+        "dead ring names starved the real partition"
+    );
+}

@@ -458,6 +458,16 @@ impl Engine {
                 return Err(error.into());
             }
         };
+        if rows.is_empty() {
+            // Every visited name yields a verdict, and the first is always
+            // visited: no row at all means the cached queue id is gone (the
+            // queue was deleted or re-created through another broker). Its
+            // rings name the old queue's partitions: the next pop looks the
+            // queue up again and makes first contact afresh.
+            self.pop_state.forget_queue(queue);
+            self.hotlist.forget_queue(queue);
+            return self.render(queue, request, worker, &rows);
+        }
         self.check_in(queue, group, &rows, candidates.names);
         self.render(queue, request, worker, &rows)
     }
@@ -524,7 +534,8 @@ impl Engine {
                     Some(at) => Outcome::RevisitAt(at),
                     None => Outcome::Empty,
                 },
-                Verdict::Empty => Outcome::Empty,
+                // A name with no partition leaves the ring like an empty one.
+                Verdict::Empty | Verdict::Missing => Outcome::Empty,
                 Verdict::Leased => Outcome::RevisitAt(
                     to_instant(*revisit_at).unwrap_or_else(|| HotList::busy_revisit(now)),
                 ),

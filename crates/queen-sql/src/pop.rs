@@ -103,6 +103,8 @@ pub enum Verdict {
     Busy,
     /// Pending, but hidden by windowBuffer or delayedProcessing.
     Deferred,
+    /// No partition of that name exists in the queue (its id is nil).
+    Missing,
 }
 
 /// The columns of a queue the pop path needs.
@@ -365,7 +367,10 @@ pub async fn has_pending(
 }
 
 fn decode(row: &Row) -> Result<PopRow, SqlError> {
-    let partition_id: Uuid = row.try_get("o_partition_id")?;
+    // NULL only on a `missing` verdict, which names a partition that is not there.
+    let partition_id: Uuid = row
+        .try_get::<_, Option<Uuid>>("o_partition_id")?
+        .unwrap_or(Uuid::nil());
     let partition: String = row.try_get("o_partition_name")?;
     let kind: &str = row.try_get("o_kind")?;
     let count = |name: &str| -> Result<usize, SqlError> {
@@ -393,6 +398,7 @@ fn decode(row: &Row) -> Result<PopRow, SqlError> {
                 "leased" => Verdict::Leased,
                 "busy" => Verdict::Busy,
                 "deferred" => Verdict::Deferred,
+                "missing" => Verdict::Missing,
                 _ => {
                     return Err(SqlError::Protocol {
                         what: "pop returned an unknown verdict",

@@ -185,3 +185,45 @@ async fn the_hot_statements_are_prepared_once_per_pooled_connection() {
         .get(0);
     assert_eq!(prepared, 2);
 }
+
+/// `log_pop_list_v1` answers a candidate name with no partition with a
+/// `missing` verdict (so the hot-list drops it) and goes on to the next name.
+#[tokio::test]
+async fn a_candidate_with_no_partition_gets_a_missing_verdict() {
+    let db = TestDb::new().await;
+    let pool = db.pool(1);
+    let client = pool.get().await.unwrap();
+    let hashes = hash_of(0);
+    let outcomes = queen_sql::push::push_segments(&client, "", &[write("listed", &hashes, None)])
+        .await
+        .unwrap();
+    let [SlotOutcome::Queued { queue_id, .. }] = outcomes.as_slice() else {
+        panic!("{outcomes:?}");
+    };
+    let params = PopParams {
+        group: "__QUEUE_MODE__",
+        worker: Uuid::now_v7(),
+        budget: 1,
+        max_partitions: 1,
+        lease_seconds: None,
+        auto_ack: true,
+        sub_mode: "all",
+        sub_from: None,
+    };
+    let rows = pop_list(&client, *queue_id, &["gone", "p"], &params, false)
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            rows.first(),
+            Some(PopRow::Verdict { partition, verdict: queen_sql::pop::Verdict::Missing, partition_id, .. })
+                if partition == "gone" && partition_id.is_nil()
+        ),
+        "{rows:?}"
+    );
+    assert!(
+        rows.iter()
+            .any(|row| matches!(row, PopRow::Segment { partition, .. } if partition == "p")),
+        "the live partition after the missing one was not popped: {rows:?}"
+    );
+}
