@@ -563,3 +563,34 @@ async fn partitions_removed_under_a_ring_are_dropped_from_it() {
         "dead ring names starved the real partition"
     );
 }
+
+/// D4: a parked consumer of a caught-up queue takes no pooled connection on
+/// its re-polls, not even when the cached queue configuration expires: the
+/// in-memory ring check comes before the queue lookup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn caught_up_re_polls_take_no_connection_when_the_queue_cache_expires() {
+    let broker = TestBroker::start_with(EngineConfig {
+        hotlist_reseed: Duration::from_secs(600),
+        ..EngineConfig::default()
+    })
+    .await;
+    push(&broker, "quiet", "p", &[json!(1)]).await;
+    assert!(pop_data(&broker, "/api/v1/pop/queue/quiet?autoAck=true")
+        .await
+        .is_some());
+    assert!(pop_data(&broker, "/api/v1/pop/queue/quiet?autoAck=true")
+        .await
+        .is_none());
+    let before = broker.engine.pop_checkouts();
+    // Longer than the 5 s the queue's configuration is cached.
+    let reply = broker
+        .client
+        .get("/api/v1/pop/queue/quiet?autoAck=true&wait=true&timeout=6500")
+        .await;
+    assert_eq!(reply.status, 204);
+    assert_eq!(
+        broker.engine.pop_checkouts() - before,
+        0,
+        "an empty re-poll of a caught-up queue took a pooled connection"
+    );
+}

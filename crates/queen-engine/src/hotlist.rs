@@ -158,6 +158,14 @@ pub struct Probe {
     pub ready: bool,
 }
 
+impl Probe {
+    /// A known ring with nothing ready and no reseed due: a pop can answer
+    /// empty without a permit, a connection or a queue lookup.
+    pub fn idle(&self) -> bool {
+        self.known && !self.reseed_due && !self.ready
+    }
+}
+
 impl HotList {
     /// `f` over the ring of (queue, group), if there is one, under the lock.
     fn with_ring<R>(&self, queue: &str, group: &str, f: impl FnOnce(Option<&mut Ring>) -> R) -> R {

@@ -340,14 +340,22 @@ impl Engine {
                 self.pop_partition(request, queue, partition).await
             }
             PopTarget::Queue { queue } => {
+                if !self.config.hotlist {
+                    let Some(info) = self.queue_or_subscribe(request, queue).await? else {
+                        return Ok(Popped::default());
+                    };
+                    return self.pop_scan(request, queue, &info).await;
+                }
+                // The cheap check comes before the queue lookup too, so a
+                // caught-up queue's re-polls never take a connection.
+                let probe = self.hot_probe(queue, &request.group);
+                if probe.is_some_and(|probe| probe.idle()) {
+                    return Ok(Popped::default());
+                }
                 let Some(info) = self.queue_or_subscribe(request, queue).await? else {
                     return Ok(Popped::default());
                 };
-                if self.config.hotlist {
-                    self.pop_hot(request, queue, &info).await
-                } else {
-                    self.pop_scan(request, queue, &info).await
-                }
+                self.pop_hot(request, queue, &info, probe).await
             }
             PopTarget::Discovery { namespace, task } => {
                 let queues = {
@@ -361,11 +369,15 @@ impl Engine {
                     .await?
                 };
                 for queue in queues {
+                    let probe = self.hot_probe(&queue, &request.group);
+                    if self.config.hotlist && probe.is_some_and(|probe| probe.idle()) {
+                        continue;
+                    }
                     let Some(info) = self.queue_info(&queue).await? else {
                         continue;
                     };
                     let popped = if self.config.hotlist {
-                        self.pop_hot(request, &queue, &info).await?
+                        self.pop_hot(request, &queue, &info, probe).await?
                     } else {
                         self.pop_scan(request, &queue, &info).await?
                     };
@@ -396,25 +408,27 @@ impl Engine {
         self.render(queue, request, worker, &rows)
     }
 
-    /// The hot-list path.
+    /// One look at the ring of (queue, group): `None` when this broker has
+    /// none yet (first contact).
+    fn hot_probe(&self, queue: &str, group: &str) -> Option<crate::hotlist::Probe> {
+        let probe = self
+            .hotlist
+            .probe(queue, group, Instant::now(), self.config.hotlist_reseed);
+        probe.known.then_some(probe)
+    }
+
+    /// The hot-list path. `probe` is the cheap check the caller made (`None`:
+    /// no ring yet, so this is the first contact).
     async fn pop_hot(
         &self,
         request: &PopRequest,
         queue: &str,
         info: &QueueInfo,
+        probe: Option<crate::hotlist::Probe>,
     ) -> Result<Popped, EngineError> {
         let group = request.group.as_str();
-        let now = Instant::now();
-        // The cheap check, one look at the ring: nothing ready and no reseed
-        // due means empty, without a permit or a connection.
-        let probe = self
-            .hotlist
-            .probe(queue, group, now, self.config.hotlist_reseed);
-        let first_contact = !probe.known;
-        let reseed = first_contact || probe.reseed_due;
-        if !reseed && !probe.ready {
-            return Ok(Popped::default());
-        }
+        let first_contact = probe.is_none();
+        let reseed = probe.is_none_or(|probe| probe.reseed_due);
         let worker = Uuid::now_v7();
         let params = params(request, worker, request.max_partitions);
         let permit = self.limiter.acquire().await;
