@@ -85,8 +85,14 @@ BEGIN
     SELECT m.subscription_timestamp INTO v_ts
       FROM queen.consumer_groups_metadata m
      WHERE m.consumer_group = p_group AND m.queue_id = p_qid;
-    IF v_ts IS NOT NULL THEN
-        RETURN queen.log_seek_offset_v1(p_pid, v_ts);
+    IF FOUND THEN
+        -- Registered: its record decides, and a NULL timestamp means 'all'.
+        -- The pop-carried intent below is only for a group that never
+        -- registered (a direct single-partition pop).
+        IF v_ts IS NOT NULL THEN
+            RETURN queen.log_seek_offset_v1(p_pid, v_ts);
+        END IF;
+        RETURN -1;
     END IF;
     IF p_sub_from IS NOT NULL THEN
         RETURN queen.log_seek_offset_v1(p_pid, p_sub_from);

@@ -225,7 +225,41 @@ async fn a_pop_without_a_subscription_moment_provisions_nothing(config: EngineCo
     assert_eq!(queues, 0);
 }
 
+/// D7: a group registered as `all` keeps that subscription for partitions
+/// created later, whatever a later pop of it carries: the pop-carried intent
+/// is only for a group that never registered.
+async fn a_group_registered_all_is_not_re_subscribed_by_a_later_pop(config: EngineConfig) {
+    let broker = TestBroker::start_with(config).await;
+    push_ids(&broker, "registered", 0..1).await;
+    let first = crate::support::pop(
+        &broker,
+        "/api/v1/pop/queue/registered?consumerGroup=g&autoAck=true",
+    )
+    .await;
+    assert_eq!(first.map(|p| ids(&p)), Some(vec![0]));
+    // A partition created after the group registered.
+    let items: Vec<Value> = (1..4)
+        .map(|id| json!({"queue": "registered", "partition": "later", "payload": {"id": id}}))
+        .collect();
+    let reply = broker
+        .client
+        .post_json("/api/v1/push", &json!({ "items": items }))
+        .await;
+    expect_status(&reply, 201);
+    let later = crate::support::pop(
+        &broker,
+        "/api/v1/pop/queue/registered?consumerGroup=g&subscriptionMode=new&batch=10&autoAck=true",
+    )
+    .await;
+    assert_eq!(
+        later.map(|p| ids(&p)),
+        Some(vec![1, 2, 3]),
+        "a pop's `new` overrode the group's registered `all`"
+    );
+}
+
 both_paths!(
+    a_group_registered_all_is_not_re_subscribed_by_a_later_pop,
     an_early_leased_consumer_on_one_partition_keeps_up,
     an_early_leased_consumer_on_ten_partitions_keeps_up,
     an_early_auto_ack_consumer_on_one_partition_keeps_up,
