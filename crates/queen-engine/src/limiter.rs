@@ -8,6 +8,11 @@
 //! one, above `beta` it shrinks by one, at most once a second, within
 //! `[min, max]`. Defaults follow the reference broker: 1, 16, 3, 6.
 //!
+//! It starts at `initial` (default: `max`), not at `min`: growing one step a
+//! second from 1 left a freshly booted broker serving one pop at a time for
+//! about 15 s (issue 12, D8). Starting open is safe because the pool bounds
+//! the real concurrency and Vegas steps down as soon as round trips inflate.
+//!
 //! The ordering that makes this work is in the pop path, not here: the cheap
 //! in-memory "is there anything?" check comes before the permit, so thousands
 //! of parked consumers re-polling an empty queue never queue for permits.
@@ -29,6 +34,8 @@ pub struct LimiterConfig {
     pub min: usize,
     /// Highest limit.
     pub max: usize,
+    /// The limit at start, clamped to `[min, max]`.
+    pub initial: usize,
     /// Grow while estimated queueing is below this.
     pub alpha: f64,
     /// Shrink while estimated queueing is above this.
@@ -42,6 +49,7 @@ impl Default for LimiterConfig {
         LimiterConfig {
             min: 1,
             max: 16,
+            initial: 16,
             alpha: 3.0,
             beta: 6.0,
             ema_span: 50,
@@ -100,17 +108,20 @@ pub struct Permit {
 }
 
 impl Limiter {
-    /// A limiter starting at `config.min`.
+    /// A limiter starting at `config.initial`.
     pub fn new(config: LimiterConfig) -> Arc<Limiter> {
         let min = config.min.max(1);
+        let max = config.max.max(min);
+        let initial = config.initial.clamp(min, max);
         Arc::new(Limiter {
             config: LimiterConfig {
                 min,
-                max: config.max.max(min),
+                max,
+                initial,
                 ..config
             },
             state: Mutex::new(State {
-                limit: min,
+                limit: initial,
                 in_flight: 0,
                 minima: VecDeque::new(),
                 rtt_recent: None,
@@ -246,9 +257,30 @@ impl Drop for Permit {
 mod tests {
     use super::*;
 
+    /// A limiter that starts at the bottom, to watch it grow.
+    fn from_the_bottom() -> Arc<Limiter> {
+        Limiter::new(LimiterConfig {
+            initial: 1,
+            ..LimiterConfig::default()
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fresh_limiter_grants_its_initial_limit_at_once() {
+        let limiter = Limiter::new(LimiterConfig::default());
+        let mut held = Vec::new();
+        for _ in 0..16 {
+            let permit = tokio::time::timeout(Duration::from_millis(1), limiter.acquire())
+                .await
+                .expect("a fresh limiter made a pop wait below its maximum");
+            held.push(permit);
+        }
+        assert_eq!(limiter.stats().in_flight, 16);
+    }
+
     #[test]
     fn grows_while_round_trips_stay_near_the_minimum() {
-        let limiter = Limiter::new(LimiterConfig::default());
+        let limiter = from_the_bottom();
         let start = Instant::now();
         for second in 0..20 {
             let now = start + Duration::from_secs(second);
@@ -260,7 +292,7 @@ mod tests {
 
     #[test]
     fn shrinks_when_round_trips_inflate_under_load() {
-        let limiter = Limiter::new(LimiterConfig::default());
+        let limiter = from_the_bottom();
         let start = Instant::now();
         for second in 0..20 {
             limiter.observe(
@@ -286,7 +318,7 @@ mod tests {
 
     #[test]
     fn the_limit_moves_at_most_once_a_second() {
-        let limiter = Limiter::new(LimiterConfig::default());
+        let limiter = from_the_bottom();
         let now = Instant::now();
         for _ in 0..100 {
             limiter.observe(Duration::from_millis(2), 1, now);
