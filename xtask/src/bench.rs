@@ -27,7 +27,7 @@ scenarios:
   ceiling  the same segments inserted straight into PostgreSQL, no broker
   pop      consume throughput, autoAck and pop + batch ack, 4/32 consumers,
            with an exactly-once check
-  latency  single-message push-to-pop latency at 500 and 50 msg/s
+  latency  single-message push-to-pop latency at 500 and 50 msg/s (auto, leased, early modes)
 
 Builds queen-server and queen-load (release), then runs queen-load against a
 throwaway durable PostgreSQL. Options go to queen-load unchanged; see

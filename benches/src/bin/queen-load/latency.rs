@@ -6,9 +6,20 @@
 //! later message. It sends each due message on an idle connection of a small
 //! keep-alive pool, so requests overlap only when a push takes longer than
 //! the interval. `--consumers` consumers (4) long-poll
-//! `GET /api/v1/pop/queue/<q>?batch=1&wait=true&timeout=1000&autoAck=true`
-//! (`--batch` changes the 1), each on its own connection. Messages go to the
-//! partitions round-robin.
+//! `GET /api/v1/pop/queue/<q>?batch=1&wait=true&timeout=1000`, each on its own
+//! connection, in one of three modes (`--modes`, every one by default):
+//!
+//! - `auto`: with `autoAck=true`;
+//! - `leased`: without it, then `POST /api/v1/ack/batch` for what came, as the
+//!   SDKs' consume loops do (by default at batch 1 and 10);
+//! - `early`: `autoAck=true`, but the consumers start before the queue exists
+//!   and the window's first push creates it (no warm-up): consumers commonly
+//!   start before producers, and issue 12's stall lived only there.
+//!
+//! `--batches` sets `batch=` for every mode (default 1, and 1 and 10 for
+//! `leased`). Messages go to the partitions round-robin. Each case also
+//! reports `first ms`, the latency of the window's first message (in `early`,
+//! the first delivery to a consumer parked before its queue existed).
 //!
 //! The consumers must keep up for the figure to mean latency: with `batch=1`
 //! they consume at most one message per pop round trip, so when pops per
@@ -21,7 +32,8 @@
 //! clock). Each case, on its own database and broker:
 //!
 //! 1. create the queue and every partition (one message each), start the
-//!    consumers;
+//!    consumers (`early`: start the consumers, let them park 500 ms, create
+//!    nothing);
 //! 2. warm-up: the schedule runs for `--warmup` seconds, not counted;
 //! 3. the window: `--duration` seconds of schedule; then up to `--grace`
 //!    seconds for the last deliveries; the consumers stop;
@@ -68,9 +80,34 @@ pub(crate) struct LatencyOpts {
     /// Seconds to wait after the window for its last deliveries.
     #[arg(long, value_name = "SECS", default_value_t = 2.0)]
     pub(crate) grace: f64,
-    /// `batch=` of each pop.
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub(crate) batch: usize,
+    /// Consumer modes, comma-separated: auto, leased, early [default: all].
+    #[arg(long, value_name = "MODE,..", value_delimiter = ',', value_enum)]
+    pub(crate) modes: Vec<Mode>,
+    /// `batch=` of each pop, comma-separated [default: 1; leased: 1,10].
+    #[arg(long, value_name = "N,..", value_delimiter = ',')]
+    pub(crate) batches: Vec<usize>,
+}
+
+/// How the consumers of a latency case consume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Mode {
+    /// `autoAck=true`.
+    Auto,
+    /// Pop without autoAck, then ack/batch.
+    Leased,
+    /// `autoAck=true`, consumers started before the queue exists.
+    Early,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Auto => "auto",
+            Mode::Leased => "leased",
+            Mode::Early => "early",
+        }
+    }
 }
 
 /// How the latency scenario words `--warmup` and `--quick`.
@@ -88,17 +125,39 @@ impl LatencyOpts {
             partitions: Vec::new(),
             consumers: 4,
             grace: 2.0,
-            batch: 1,
+            modes: Vec::new(),
+            batches: Vec::new(),
         }
     }
 
     fn cases(&self) -> Vec<Case> {
         let explicit = !(self.rates.is_empty() && self.partitions.is_empty());
+        let modes = if self.modes.is_empty() {
+            vec![Mode::Auto, Mode::Leased, Mode::Early]
+        } else {
+            self.modes.clone()
+        };
+        let consumer_cases = |rate: u32, partitions: usize| {
+            let mut cases = Vec::new();
+            for &mode in &modes {
+                let batches = match (self.batches.is_empty(), mode) {
+                    (false, _) => self.batches.clone(),
+                    (true, Mode::Leased) => vec![1, 10],
+                    (true, _) => vec![1],
+                };
+                for batch in batches {
+                    cases.push(Case {
+                        rate,
+                        partitions,
+                        mode,
+                        batch,
+                    });
+                }
+            }
+            cases
+        };
         if self.window.quick && !explicit {
-            return vec![Case {
-                rate: 500,
-                partitions: 100,
-            }];
+            return consumer_cases(500, 100);
         }
         let rates = if self.rates.is_empty() {
             vec![500, 50]
@@ -113,7 +172,7 @@ impl LatencyOpts {
         let mut cases = Vec::new();
         for &rate in &rates {
             for &partitions in &partitions {
-                cases.push(Case { rate, partitions });
+                cases.extend(consumer_cases(rate, partitions));
             }
         }
         cases
@@ -122,7 +181,7 @@ impl LatencyOpts {
     pub(crate) fn validate(&self) -> Result<()> {
         self.window.validate(&[("grace", self.grace)])?;
         if self.consumers == 0
-            || self.batch == 0
+            || self.batches.contains(&0)
             || self
                 .cases()
                 .iter()
@@ -143,7 +202,8 @@ impl LatencyOpts {
             serde_json::json!({
                 "grace_seconds": self.grace,
                 "consumers": self.consumers,
-                "pop": format!("GET {}", payload::pop_path("<q>", self.batch, true)),
+                "pop": format!("GET {} (leased: without autoAck, then POST /api/v1/ack/batch)",
+                               payload::pop_path("<q>", 1, true)),
                 "producer": format!("open loop, one message per push request, up to \
                                      {PRODUCER_CONNS} requests in flight"),
             }),
@@ -156,11 +216,19 @@ impl LatencyOpts {
 struct Case {
     rate: u32,
     partitions: usize,
+    mode: Mode,
+    batch: usize,
 }
 
 impl scenario::Case for Case {
     fn name(self) -> String {
-        format!("r{} p{}", self.rate, self.partitions)
+        format!(
+            "r{} p{} {} b{}",
+            self.rate,
+            self.partitions,
+            self.mode.name(),
+            self.batch
+        )
     }
 }
 
@@ -179,12 +247,13 @@ pub(crate) async fn run(
         |case| run_case(env, common, opts, bodies, case),
         |_, result| {
             eprintln!(
-                "queen-load:   {} sent, {} delivered, {} missing, {} duplicates, p50 {:.2} ms, \
-                 p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms, cpu {}",
+                "queen-load:   {} sent, {} delivered, {} missing, {} duplicates, first {:.2} ms, \
+                 p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms, cpu {}",
                 result.sent,
                 result.delivered,
                 result.missing,
                 result.duplicates,
+                result.first_ms,
                 result.latency_ms.p50,
                 result.latency_ms.p90,
                 result.latency_ms.p99,
@@ -205,6 +274,8 @@ struct Shared {
     partitions: Vec<String>,
     bodies: Arc<Bodies>,
     pop_path: String,
+    /// Consumers ack what they receive (leased mode).
+    leased: bool,
     /// The clock every time below is relative to.
     epoch: Instant,
     /// Per message id: nanoseconds after `epoch` when it was sent, plus one
@@ -232,7 +303,12 @@ async fn run_case(
     let pids = env::pids(&brokers);
 
     let rate = f64::from(case.rate);
-    let setup = u64::try_from(case.partitions).context("partitions")?;
+    let early = case.mode == Mode::Early;
+    let setup = if early {
+        0
+    } else {
+        u64::try_from(case.partitions).context("partitions")?
+    };
     let scheduled = |secs: f64| {
         // Whole messages due in `secs` at `rate`: small, non-negative.
         let due = (secs * rate).floor();
@@ -240,12 +316,24 @@ async fn run_case(
         let due = due.max(0.0) as u64;
         due
     };
-    let warm_count = scheduled(opts.window.warmup);
+    // An early case measures the queue's very first messages: no warm-up.
+    let warm_count = if early {
+        0
+    } else {
+        scheduled(opts.window.warmup)
+    };
     let window_count = scheduled(opts.window.duration());
     let capacity = usize::try_from(setup + warm_count + window_count).context("message count")?;
-    let queue = format!("bench.latency.r{}-p{}", case.rate, case.partitions);
+    let queue = format!(
+        "bench.latency.r{}-p{}-{}-b{}",
+        case.rate,
+        case.partitions,
+        case.mode.name(),
+        case.batch
+    );
     let shared = Arc::new(Shared {
-        pop_path: payload::pop_path(&queue, opts.batch, true),
+        pop_path: payload::pop_path(&queue, case.batch, case.mode != Mode::Leased),
+        leased: case.mode == Mode::Leased,
         queue,
         partitions: payload::partition_names(case.partitions),
         bodies: Arc::clone(bodies),
@@ -257,22 +345,28 @@ async fn run_case(
         pops: AtomicU64::new(0),
     });
 
-    // The queue and every partition: ids 0..setup.
+    // The queue and every partition: ids 0..setup (none for an early case,
+    // whose consumers park on a queue that does not exist yet).
     let mut producers = Conn::connect_many(addr, PRODUCER_CONNS).await?;
-    create_partitions(
-        &mut producers[0],
-        &shared.bodies,
-        &shared.queue,
-        &shared.partitions,
-        TxnIds::Fresh,
-        |ids| ids.for_each(|id| mark_sent(&shared, id)),
-    )
-    .await?;
+    if !early {
+        create_partitions(
+            &mut producers[0],
+            &shared.bodies,
+            &shared.queue,
+            &shared.partitions,
+            TxnIds::Fresh,
+            |ids| ids.for_each(|id| mark_sent(&shared, id)),
+        )
+        .await?;
+    }
 
     let mut consumer_tasks = Vec::with_capacity(opts.consumers);
     for _ in 0..opts.consumers {
         let conn = Conn::connect(addr).await?;
         consumer_tasks.push(tokio::spawn(consume(conn, Arc::clone(&shared))));
+    }
+    if early {
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 
     // Warm-up, then the window, on one schedule.
@@ -345,10 +439,21 @@ async fn run_case(
         .iter()
         .map(|d| u64::from(d.load(Ordering::Relaxed).saturating_sub(1)))
         .sum();
+    let first_ms = usize::try_from(window_first)
+        .ok()
+        .filter(|&i| {
+            i < shared.deliveries.len() && shared.deliveries[i].load(Ordering::Relaxed) > 0
+        })
+        .map_or(f64::NAN, |i| {
+            f64::from(shared.latency_us[i].load(Ordering::Relaxed)) / 1000.0
+        });
     Ok(LatencyResult {
         name: case.name(),
         rate: case.rate,
         partitions: case.partitions,
+        mode: case.mode,
+        batch: case.batch,
+        first_ms,
         consumers: opts.consumers,
         seconds: sent_seconds,
         sent: window_count,
@@ -456,7 +561,7 @@ struct ConsumerStats {
     unknown: u64,
 }
 
-/// The pop response; only the payload ids.
+/// The pop response; the payload ids, and what an ack names.
 #[derive(Deserialize)]
 struct PopBody {
     #[serde(default)]
@@ -464,8 +569,13 @@ struct PopBody {
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct PopMessage {
     data: PayloadId,
+    transaction_id: String,
+    partition_id: String,
+    #[serde(default)]
+    lease_id: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -496,7 +606,7 @@ async fn consume(mut conn: Conn, shared: Arc<Shared>) -> Result<ConsumerStats> {
         if body.messages.is_empty() {
             stats.empty += 1;
         }
-        for message in body.messages {
+        for message in &body.messages {
             let Some(i) = usize::try_from(message.data.id)
                 .ok()
                 .filter(|&i| i < shared.sent_ns.len())
@@ -516,8 +626,40 @@ async fn consume(mut conn: Conn, shared: Arc<Shared>) -> Result<ConsumerStats> {
                     .store(u32::try_from(micros).unwrap_or(u32::MAX), Ordering::Relaxed);
             }
         }
+        if shared.leased && !body.messages.is_empty() {
+            ack(&mut conn, &body.messages).await?;
+        }
     }
     Ok(stats)
+}
+
+/// `POST /api/v1/ack/batch` for every message of a leased pop; each must succeed.
+async fn ack(conn: &mut Conn, messages: &[PopMessage]) -> Result<()> {
+    let acknowledgments: Vec<serde_json::Value> = messages
+        .iter()
+        .map(|m| {
+            serde_json::json!({"transactionId": m.transaction_id, "partitionId": m.partition_id,
+                               "leaseId": m.lease_id, "status": "completed"})
+        })
+        .collect();
+    let body = serde_json::to_vec(&serde_json::json!({ "acknowledgments": acknowledgments }))
+        .context("ack body")?;
+    let reply = conn
+        .post_json("/api/v1/ack/batch", Bytes::from(body))
+        .await?;
+    if reply.status != StatusCode::OK {
+        return Err(Error::msg(format!(
+            "ack answered {}: {}",
+            reply.status,
+            reply.snippet()
+        )));
+    }
+    let results: Vec<serde_json::Value> =
+        serde_json::from_slice(&reply.body).context("ack response")?;
+    if results.iter().any(|r| r["success"] != true) {
+        return Err(Error::msg(format!("an ack failed: {}", reply.snippet())));
+    }
+    Ok(())
 }
 
 /// The figures of one latency case.
@@ -527,6 +669,11 @@ pub(crate) struct LatencyResult {
     /// Scheduled messages per second.
     pub(crate) rate: u32,
     pub(crate) partitions: usize,
+    pub(crate) mode: Mode,
+    /// `batch=` of each pop.
+    pub(crate) batch: usize,
+    /// Latency of the window's first message (early: the queue's first).
+    pub(crate) first_ms: f64,
     pub(crate) consumers: usize,
     /// Seconds the window's schedule took to send.
     pub(crate) seconds: f64,
@@ -561,12 +708,13 @@ cpu::measured!(LatencyResult);
 /// The latency table.
 pub(crate) fn table(cases: &[LatencyResult]) -> String {
     let mut table = Table::new(&[
-        ("case", 12),
+        ("case", 22),
         ("sent", 7),
         ("delivered", 9),
         ("missing", 8),
         ("dups", 8),
         ("pops/s", 8),
+        ("first ms", 8),
         ("p50 ms", 8),
         ("p90 ms", 8),
         ("p99 ms", 8),
@@ -584,6 +732,7 @@ pub(crate) fn table(cases: &[LatencyResult]) -> String {
             case.missing.to_string(),
             case.duplicates.to_string(),
             fixed(case.window_pops_per_second, 0),
+            fixed(case.first_ms, 2),
             fixed(case.latency_ms.p50, 2),
             fixed(case.latency_ms.p90, 2),
             fixed(case.latency_ms.p99, 2),
@@ -595,4 +744,39 @@ pub(crate) fn table(cases: &[LatencyResult]) -> String {
         ]);
     }
     table.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_rate_and_partition_count_runs_auto_leased_at_1_and_10_and_early() {
+        let names: Vec<String> = LatencyOpts::for_all(true, None)
+            .cases()
+            .into_iter()
+            .map(scenario::Case::name)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "r500 p100 auto b1",
+                "r500 p100 leased b1",
+                "r500 p100 leased b10",
+                "r500 p100 early b1"
+            ]
+        );
+        let mut opts = LatencyOpts::for_all(false, None);
+        opts.modes = vec![Mode::Leased];
+        opts.batches = vec![5];
+        assert_eq!(
+            opts.cases().len(),
+            4,
+            "2 rates x 2 partition counts x 1 x 1"
+        );
+        assert!(opts
+            .cases()
+            .iter()
+            .all(|c| c.mode == Mode::Leased && c.batch == 5));
+    }
 }

@@ -9,6 +9,20 @@ use uuid::Uuid;
 const ROWS: i64 = 300;
 
 /// A one-frame segment whose transaction-id hash is 16 copies of `n`'s bytes.
+/// A queue-mode, auto-ack pop of one message from one partition.
+fn queue_mode_pop() -> PopParams<'static> {
+    PopParams {
+        group: "__QUEUE_MODE__",
+        worker: Uuid::now_v7(),
+        budget: 1,
+        max_partitions: 1,
+        lease_seconds: None,
+        auto_ack: true,
+        sub_mode: "all",
+        sub_from: None,
+    }
+}
+
 fn hash_of(n: i64) -> Vec<u8> {
     let mut hash = [0u8; 16];
     hash[..8].copy_from_slice(&n.to_le_bytes());
@@ -153,16 +167,7 @@ async fn the_hot_statements_are_prepared_once_per_pooled_connection() {
             other => panic!("{other:?}"),
         }
     }
-    let params = PopParams {
-        group: "__QUEUE_MODE__",
-        worker: Uuid::now_v7(),
-        budget: 1,
-        max_partitions: 1,
-        lease_seconds: None,
-        auto_ack: true,
-        sub_mode: "all",
-        sub_from: None,
-    };
+    let params = queue_mode_pop();
     for _ in 0..2 {
         let rows = pop_list(&client, queue_id, &["p"], &params, false)
             .await
@@ -200,16 +205,7 @@ async fn a_candidate_with_no_partition_gets_a_missing_verdict() {
     let [SlotOutcome::Queued { queue_id, .. }] = outcomes.as_slice() else {
         panic!("{outcomes:?}");
     };
-    let params = PopParams {
-        group: "__QUEUE_MODE__",
-        worker: Uuid::now_v7(),
-        budget: 1,
-        max_partitions: 1,
-        lease_seconds: None,
-        auto_ack: true,
-        sub_mode: "all",
-        sub_from: None,
-    };
+    let params = queue_mode_pop();
     let rows = pop_list(&client, *queue_id, &["gone", "p"], &params, false)
         .await
         .unwrap();
