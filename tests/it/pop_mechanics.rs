@@ -594,3 +594,55 @@ async fn caught_up_re_polls_take_no_connection_when_the_queue_cache_expires() {
         "an empty re-poll of a caught-up queue took a pooled connection"
     );
 }
+
+/// D3: a discovery consumer parked on a caught-up namespace takes no pooled
+/// connection on its re-polls (the queue list is cached while no push wakes
+/// the discovery gate, and the ring check comes before any lookup).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parked_discovery_re_polls_take_no_connection() {
+    let broker = TestBroker::start_with(EngineConfig {
+        hotlist_reseed: Duration::from_secs(600),
+        ..EngineConfig::default()
+    })
+    .await;
+    configure(&broker, "disc.quiet", json!({"leaseTime": 30})).await;
+    push(&broker, "disc.quiet", "p", &[json!(1)]).await;
+    let path = "/api/v1/pop?namespace=disc&autoAck=true";
+    assert!(pop_data(&broker, path).await.is_some());
+    assert!(pop_data(&broker, path).await.is_none());
+    let before = broker.engine.pop_checkouts();
+    let reply = broker
+        .client
+        .get("/api/v1/pop?namespace=disc&autoAck=true&wait=true&timeout=3000")
+        .await;
+    assert_eq!(reply.status, 204);
+    assert_eq!(
+        broker.engine.pop_checkouts() - before,
+        0,
+        "a parked discovery pop's empty re-polls took pooled connections"
+    );
+}
+
+/// D3: a lease expiring opens the discovery gate too, so a discovery consumer
+/// parked behind it gets the message at the wheel's tick, not at its next
+/// backoff re-poll (up to a second later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_expiry_wakes_a_parked_discovery_pop() {
+    let broker = TestBroker::start().await;
+    configure(&broker, "wheel.leased", json!({"leaseTime": 2})).await;
+    push(&broker, "wheel.leased", "p", &[json!("again")]).await;
+    // Leased and never acked: it comes back when the lease ends.
+    let leased = pop(&broker, "/api/v1/pop?namespace=wheel").await;
+    assert!(leased.is_some());
+    let expires = Instant::now() + Duration::from_secs(2);
+    let reply = broker
+        .client
+        .get("/api/v1/pop?namespace=wheel&wait=true&timeout=8000&autoAck=true")
+        .await;
+    let late = Instant::now().saturating_duration_since(expires);
+    expect_status(&reply, 200);
+    assert!(
+        late < Duration::from_millis(400),
+        "the redelivery reached the parked discovery pop {late:?} after the lease ended"
+    );
+}

@@ -168,6 +168,8 @@ impl PopWait {
 #[derive(Debug, Default)]
 pub(crate) struct PopState {
     queues: crate::queue_cache::QueueCache,
+    /// The queues each (namespace, task) discovery pop found.
+    discovery: crate::queue_cache::DiscoveryCache,
     /// (queue, group) pairs whose first contact ran (legacy path).
     contacted: Mutex<std::collections::HashSet<(Uuid, String)>>,
     /// False until some queue is seen with `min_pop_wait_time`: the default
@@ -227,7 +229,7 @@ impl Engine {
             PopTarget::Partition { queue, .. } | PopTarget::Queue { queue } => {
                 self.gates.gate(queue)
             }
-            PopTarget::Discovery { .. } => self.gates.gate(DISCOVERY_GATE),
+            PopTarget::Discovery { .. } => self.gates.discovery(),
         };
         self.hold_for_min_pop_wait(&request, deadline).await;
         let _parked = ParkedGuard::new(&self.pop_state.parked);
@@ -358,28 +360,38 @@ impl Engine {
                 self.pop_hot(request, queue, &info, probe).await
             }
             PopTarget::Discovery { namespace, task } => {
-                let queues = {
-                    let client = self.pop_client().await?;
-                    queen_sql::pop::queues_by_namespace_task(
-                        &**client,
-                        DEFAULT_TENANT,
+                let generation = self.gates.discovery().generation();
+                let queues = self
+                    .pop_state
+                    .discovery
+                    .get(
                         namespace.as_deref(),
                         task.as_deref(),
+                        generation,
+                        || async {
+                            let client = self.pop_client().await?;
+                            Ok(queen_sql::pop::queues_by_namespace_task(
+                                &**client,
+                                DEFAULT_TENANT,
+                                namespace.as_deref(),
+                                task.as_deref(),
+                            )
+                            .await?)
+                        },
                     )
-                    .await?
-                };
-                for queue in queues {
-                    let probe = self.hot_probe(&queue, &request.group);
+                    .await?;
+                for queue in queues.iter() {
+                    let probe = self.hot_probe(queue, &request.group);
                     if self.config.hotlist && probe.is_some_and(|probe| probe.idle()) {
                         continue;
                     }
-                    let Some(info) = self.queue_info(&queue).await? else {
+                    let Some(info) = self.queue_info(queue).await? else {
                         continue;
                     };
                     let popped = if self.config.hotlist {
-                        self.pop_hot(request, &queue, &info, probe).await?
+                        self.pop_hot(request, queue, &info, probe).await?
                     } else {
-                        self.pop_scan(request, &queue, &info).await?
+                        self.pop_scan(request, queue, &info).await?
                     };
                     if !popped.messages.is_empty() {
                         return Ok(popped);
@@ -757,9 +769,6 @@ impl Engine {
 fn instant_of(at: SystemTime, now: Instant, wall: SystemTime) -> Instant {
     now + at.duration_since(wall).unwrap_or(Duration::ZERO)
 }
-
-/// The gate discovery pops wait on; every push opens it.
-pub(crate) const DISCOVERY_GATE: &str = "\u{0}discovery";
 
 fn params(request: &PopRequest, worker: Uuid, max_partitions: usize) -> PopParams<'_> {
     PopParams {

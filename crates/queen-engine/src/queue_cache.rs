@@ -1,4 +1,5 @@
-//! The pop path's cache of queue configuration (id, `min_pop_wait_time`).
+//! The pop path's cache of queue configuration (id, `min_pop_wait_time`), and
+//! discovery pops' cache of which queues a (namespace, task) matches.
 //!
 //! A pop needs the queue's id before it can ask SQL anything, and asking
 //! PostgreSQL on every pop would cost a pooled connection per re-poll. So:
@@ -166,6 +167,60 @@ impl QueueCache {
     }
 }
 
+/// Most (namespace, task) lists cached at once (client-chosen keys): when
+/// full, the stale ones go; if none is stale, the lookup is not cached.
+pub(crate) const MAX_DISCOVERY_ENTRIES: usize = 4096;
+
+/// Discovery pops' cache of which queues match a (namespace, task).
+///
+/// A list is trusted while the discovery gate has not opened since it was
+/// read, and for at most [`QUEUE_INFO_TTL`]: every push, ack-promote and
+/// wheel promotion opens that gate, so a queue created or woken since is
+/// looked for again, and the empty re-polls of a parked discovery pop in a
+/// quiet namespace take no connection (issue 12, D3).
+#[derive(Debug, Default)]
+pub(crate) struct DiscoveryCache {
+    lists: Mutex<HashMap<DiscoveryKey, DiscoveryList>>,
+}
+
+/// (namespace, task) of a discovery pop.
+type DiscoveryKey = (Option<String>, Option<String>);
+
+/// When a list was read, the discovery gate's generation then, the queues.
+type DiscoveryList = (Instant, u64, Arc<[String]>);
+
+impl DiscoveryCache {
+    /// The queues matching (`namespace`, `task`), from cache or from `fetch`.
+    pub(crate) async fn get<F, Fut>(
+        &self,
+        namespace: Option<&str>,
+        task: Option<&str>,
+        generation: u64,
+        fetch: F,
+    ) -> Result<Arc<[String]>, EngineError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Vec<String>, EngineError>>,
+    {
+        let key = (namespace.map(str::to_owned), task.map(str::to_owned));
+        let now = Instant::now();
+        if let Some((at, seen, list)) = self.lists.lock().get(&key) {
+            if *seen == generation && now.duration_since(*at) < QUEUE_INFO_TTL {
+                return Ok(Arc::clone(list));
+            }
+        }
+        let list: Arc<[String]> = fetch().await?.into();
+        let mut lists = self.lists.lock();
+        if lists.len() >= MAX_DISCOVERY_ENTRIES && !lists.contains_key(&key) {
+            lists.retain(|_, (at, _, _)| now.duration_since(*at) < QUEUE_INFO_TTL);
+        }
+        if lists.len() < MAX_DISCOVERY_ENTRIES || lists.contains_key(&key) {
+            lists.insert(key, (now, generation, Arc::clone(&list)));
+        }
+        Ok(list)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -235,6 +290,37 @@ mod tests {
             assert_eq!(task.await.unwrap(), Some(info()));
         }
         assert_eq!(fetches.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_discovery_list_lasts_until_the_gate_opens_and_the_lists_are_capped() {
+        let cache = DiscoveryCache::default();
+        let fetches = AtomicUsize::new(0);
+        let fetch = || {
+            fetches.fetch_add(1, Ordering::Relaxed);
+            async { Ok(vec!["q".to_owned()]) }
+        };
+        cache.get(Some("ns"), None, 1, fetch).await.unwrap();
+        cache.get(Some("ns"), None, 1, fetch).await.unwrap();
+        assert_eq!(
+            fetches.load(Ordering::Relaxed),
+            1,
+            "the list was not cached"
+        );
+        cache.get(Some("ns"), None, 2, fetch).await.unwrap();
+        assert_eq!(
+            fetches.load(Ordering::Relaxed),
+            2,
+            "a wake did not refresh it"
+        );
+        for i in 0..MAX_DISCOVERY_ENTRIES + 10 {
+            let name = format!("ns{i}");
+            cache
+                .get(Some(&name), None, 2, || async { Ok(Vec::new()) })
+                .await
+                .unwrap();
+        }
+        assert_eq!(cache.lists.lock().len(), MAX_DISCOVERY_ENTRIES);
     }
 
     #[tokio::test(start_paused = true)]

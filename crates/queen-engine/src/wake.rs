@@ -3,7 +3,8 @@
 //! Who waits: a parked long-poll pop, holding no permit, no pooled connection
 //! and no lock. Who wakes: a local push after commit, an ack that leaves data
 //! behind the cursor, the hot-list's wheel when a lease or a visibility hold
-//! ends, and (later) peers' mesh hints. What a missed wake costs: at most one
+//! ends, and (later) peers' mesh hints; each of those also opens the one
+//! discovery gate that namespace/task pops wait on. What a missed wake costs: at most one
 //! backoff interval (`POP_WAIT_MAX_INTERVAL_MS`), because a parked pop also
 //! re-polls on a timer; the generation counter closes the race between
 //! "checked, found nothing" and "started waiting".
@@ -58,6 +59,9 @@ impl Gate {
     }
 }
 
+/// The name of the discovery gate: no queue name can hold a NUL.
+pub(crate) const DISCOVERY: &str = "\u{0}discovery";
+
 /// Every queue's gate, created on first use.
 #[derive(Debug, Default)]
 pub struct WakeGates {
@@ -84,12 +88,22 @@ impl WakeGates {
             .map_or(0, |gate| gate.generation())
     }
 
-    /// Open `queue`'s gate, if anyone ever asked for it.
+    /// Open `queue`'s gate, if anyone ever asked for it, and the discovery
+    /// gate: whatever may wake a pop of the queue (a push, an ack-promote, a
+    /// lease or hold ending) may wake a discovery pop that would find it.
     pub fn open(&self, queue: &str) {
-        let gate = self.gates.lock().get(queue).cloned();
-        if let Some(gate) = gate {
+        let (gate, discovery) = {
+            let gates = self.gates.lock();
+            (gates.get(queue).cloned(), gates.get(DISCOVERY).cloned())
+        };
+        for gate in [gate, discovery].into_iter().flatten() {
             gate.open();
         }
+    }
+
+    /// The gate discovery pops (`/api/v1/pop?namespace=&task=`) wait on.
+    pub fn discovery(&self) -> Arc<Gate> {
+        self.gate(DISCOVERY)
     }
 
     /// Open every gate (shutdown: parked pops return empty at once).

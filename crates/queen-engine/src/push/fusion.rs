@@ -160,7 +160,6 @@ impl Shared {
     fn committed(&self, queue: &str, partition: &str) {
         self.hotlist.mark_ready(queue, partition);
         self.gates.open(queue);
-        self.gates.open(crate::pop::DISCOVERY_GATE);
     }
 }
 
