@@ -19,7 +19,8 @@
 -- Nothing here waits on another transaction: claims use FOR UPDATE SKIP
 -- LOCKED, cursor creation uses a try-lock, and every non-happy edge leaves at
 -- once (a wildcard pop keeps its transaction open across its whole candidate
--- loop, so one wait would chain into others).
+-- loop, so one wait would chain into others). log_pending_count_v1 answers
+-- minPopWaitTime's "would the batch be full?".
 --
 -- Rows a pop returns are raw segment rows plus slicing bounds
 -- (base_offset, start_idx, take, msg_count, created_at, blob); the broker
@@ -598,6 +599,40 @@ BEGIN
         END IF;
     END IF;
     RETURN v_pending;
+END;
+$$;
+
+-- minPopWaitTime's question (life-of-a-pop, "The minimum pop wait"): how
+-- many messages could a claim of up to p_max_partitions partitions take for
+-- this group now, at most p_cap. Coarse like the candidate scan (a missing
+-- cursor counts from offset 0, delayedProcessing is not applied): it only
+-- decides whether the broker keeps holding an under-full claim. Partitions
+-- under a live lease cannot be claimed and do not count. Its cost grows with
+-- the queue's pending partitions; it runs only for queues that configured
+-- min_pop_wait_time, and only while a pop holds.
+CREATE OR REPLACE FUNCTION queen.log_pending_count_v1(
+    p_qid            uuid,
+    p_group          text,
+    p_max_partitions integer,
+    p_cap            integer
+) RETURNS integer
+LANGUAGE plpgsql
+STABLE
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    RETURN (
+        SELECT COALESCE(least(sum(pending), p_cap), 0)::integer
+          FROM (SELECT least(p.last_offset - COALESCE(c.committed, -1), p_cap) AS pending
+                  FROM queen.log_partitions p
+                  LEFT JOIN queen.log_consumers c
+                    ON c.partition_id = p.id AND c.consumer_group = p_group
+                 WHERE p.queue_id = p_qid
+                   AND (c.partition_id IS NULL OR p.last_offset > c.committed)
+                   AND (c.worker_id IS NULL OR c.lease_expires_at IS NULL OR c.lease_expires_at < v_now)
+                 ORDER BY pending DESC
+                 LIMIT greatest(p_max_partitions, 1)) AS top);
 END;
 $$;
 

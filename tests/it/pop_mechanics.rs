@@ -417,9 +417,9 @@ async fn encrypted_payloads_come_back_decrypted() {
     broker.stop().await;
 }
 
-#[tokio::test]
-async fn min_pop_wait_time_holds_an_underfull_claim_in_the_broker() {
-    let broker = TestBroker::start().await;
+/// D5: on both candidate paths (it was silently off with `QUEEN_HOTLIST=0`).
+async fn min_pop_wait_time_holds_an_underfull_claim_in_the_broker(config: EngineConfig) {
+    let broker = TestBroker::start_with(config).await;
     configure(&broker, "gather", json!({"minPopWaitTime": 400})).await;
     push(&broker, "gather", "p", &[json!(1)]).await;
     // Prime: first contact and the cached config (which flips the gate atomic).
@@ -450,6 +450,61 @@ async fn min_pop_wait_time_holds_an_underfull_claim_in_the_broker() {
     );
     broker.stop().await;
 }
+
+/// D5: the hold ends at the first of batch full, window elapsed, deadline: a
+/// batch that is already full is not held at all, and one that fills during
+/// the window is answered when it fills. (A pop without `wait` has its
+/// deadline now, so it is never held.)
+async fn min_pop_wait_time_ends_when_the_batch_is_full(config: EngineConfig) {
+    let broker = TestBroker::start_with(config).await;
+    configure(&broker, "full", json!({"minPopWaitTime": 3000})).await;
+    let ten: Vec<Value> = (0..10).map(|i| json!(i)).collect();
+    push(&broker, "full", "p", &ten).await;
+    // Prime: first contact and the cached config.
+    let _ = pop_data(&broker, "/api/v1/pop/queue/full?batch=1&autoAck=true").await;
+    let started = Instant::now();
+    let got = pop_data(
+        &broker,
+        "/api/v1/pop/queue/full?batch=5&autoAck=true&wait=true&timeout=5000",
+    )
+    .await;
+    assert_eq!(got.map(|m| m.len()), Some(5));
+    assert!(
+        started.elapsed() < Duration::from_millis(1000),
+        "a full batch was held {:?}",
+        started.elapsed()
+    );
+    // 4 left; a batch of 6 fills when two more arrive 300 ms later.
+    let client = broker.client.clone();
+    let late = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        client
+            .post_json(
+                "/api/v1/push",
+                &json!({"items": [{"queue": "full", "partition": "p", "payload": 10},
+                                  {"queue": "full", "partition": "p", "payload": 11}]}),
+            )
+            .await
+    });
+    let started = Instant::now();
+    let got = pop_data(
+        &broker,
+        "/api/v1/pop/queue/full?batch=6&autoAck=true&wait=true&timeout=5000",
+    )
+    .await;
+    assert_eq!(late.await.unwrap().status, 201);
+    assert_eq!(got.map(|m| m.len()), Some(6));
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "the hold outlasted the batch filling: {:?}",
+        started.elapsed()
+    );
+}
+
+crate::support::both_paths!(
+    min_pop_wait_time_holds_an_underfull_claim_in_the_broker,
+    min_pop_wait_time_ends_when_the_batch_is_full,
+);
 
 /// C: switching pop maintenance on answers a pop already parked with 204 at
 /// once, and a push that arrives afterwards is not delivered to it.

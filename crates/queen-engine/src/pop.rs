@@ -308,9 +308,16 @@ impl Engine {
     }
 
     /// `min_pop_wait_time`: hold an under-full claim back so one commit carries
-    /// more messages. In the broker, before any permit or connection (a
-    /// `pg_sleep` in SQL would pin a connection, a permit and row locks), and
-    /// gated by one relaxed atomic that stays false unless some queue uses it.
+    /// more messages. In the broker, before any permit (a `pg_sleep` in SQL
+    /// would pin a connection, a permit and row locks), and gated by one
+    /// relaxed atomic that stays false unless some queue uses it.
+    ///
+    /// The hold ends at the first of: the batch would be full, the window
+    /// elapsed, the deadline. Only a non-empty queue is held (waiting on an
+    /// empty one is long-poll's job). What a claim could take now is one short
+    /// `log_pending_count_v1` call, on a connection returned before waiting,
+    /// made again each time a push or a wake opens the queue's gate; with the
+    /// hot-list, a ring with nothing ready skips even that.
     async fn hold_for_min_pop_wait(&self, request: &PopRequest, deadline: Instant) {
         if !self.pop_state.any_min_pop_wait.load(Ordering::Relaxed) || request.batch <= 1 {
             return;
@@ -318,22 +325,52 @@ impl Engine {
         let PopTarget::Queue { queue } = &request.target else {
             return;
         };
+        if self.config.hotlist
+            && !self
+                .hotlist
+                .has_ready(queue, &request.group, Instant::now())
+        {
+            return;
+        }
         let Ok(Some(info)) = self.queue_info(queue).await else {
             return;
         };
         let Ok(window) = u64::try_from(info.min_pop_wait_time) else {
             return;
         };
-        // Only a non-empty queue is held: waiting on an empty one is long-poll's job.
-        if window == 0
-            || !self
-                .hotlist
-                .has_ready(queue, &request.group, Instant::now())
-        {
+        if window == 0 {
             return;
         }
         let until = (Instant::now() + Duration::from_millis(window)).min(deadline);
-        tokio::time::sleep_until(until.into()).await;
+        let gate = self.gates.gate(queue);
+        let batch = i32::try_from(request.batch).unwrap_or(i32::MAX);
+        let max_partitions = i32::try_from(request.max_partitions.max(1)).unwrap_or(i32::MAX);
+        loop {
+            let seen = gate.generation();
+            let pending = async {
+                let client = self.pop_client().await?;
+                Ok::<_, EngineError>(
+                    queen_sql::pop::pending_count(
+                        &**client,
+                        info.id,
+                        &request.group,
+                        max_partitions,
+                        batch,
+                    )
+                    .await?,
+                )
+            }
+            .await;
+            match pending {
+                Ok(pending) if pending > 0 && pending < batch => {}
+                // Empty, full, or unknown (the database is in trouble): no hold.
+                _ => return,
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(until.into()) => return,
+                () = gate.wait_past(seen) => {}
+            }
+        }
     }
 
     async fn pop_once(&self, request: &PopRequest) -> Result<Popped, EngineError> {

@@ -21,6 +21,7 @@ const POP_SPECIFIC: &str =
 const POP_WILDCARD: &str =
     "SELECT * FROM queen.log_pop_wildcard_v1($1, $2, $3, $4, $5, $6, $7, $8, $9)";
 const HAS_PENDING: &str = "SELECT queen.log_has_pending_v1($1, $2)";
+const PENDING_COUNT: &str = "SELECT queen.log_pending_count_v1($1, $2, $3, $4)";
 const QUEUE_BY_NAME: &str =
     "SELECT id, min_pop_wait_time FROM queen.queues WHERE tenant_id = $1 AND name = $2";
 const QUEUES_BY_NAMESPACE_TASK: &str = "SELECT name FROM queen.queues \
@@ -361,6 +362,29 @@ pub async fn has_pending(
         .query_typed_one(
             HAS_PENDING,
             &[(&queue_id, Type::UUID), (&group, Type::TEXT)],
+        )
+        .await?;
+    Ok(row.try_get(0)?)
+}
+
+/// How many messages a claim of up to `max_partitions` partitions could take
+/// for `group` now, at most `cap` (`log_pending_count_v1`; minPopWaitTime).
+pub async fn pending_count(
+    client: &impl GenericClient,
+    queue_id: Uuid,
+    group: &str,
+    max_partitions: i32,
+    cap: i32,
+) -> Result<i32, SqlError> {
+    let row = client
+        .query_typed_one(
+            PENDING_COUNT,
+            &[
+                (&queue_id, Type::UUID),
+                (&group, Type::TEXT),
+                (&max_partitions, Type::INT4),
+                (&cap, Type::INT4),
+            ],
         )
         .await?;
     Ok(row.try_get(0)?)
