@@ -29,7 +29,8 @@
 -- the broker checks back into its hot-list:
 --   delivered  messages were taken and more are pending
 --   drained    messages were taken, and they were the last visible ones
---              (o_revisit_at: the lease expiry of a leased batch)
+--              (o_revisit_at: the lease expiry of a leased batch; for an
+--              auto-acked one, when a delayedProcessing tail shows, if any)
 --   empty      nothing pending for this group
 --   leased     another worker holds the lease (o_revisit_at: its expiry)
 --   busy       the cursor row is being created or claimed by someone else
@@ -404,7 +405,9 @@ BEGIN
                total_consumed = c.total_consumed + v_taken,
                last_consumed_at = v_now
          WHERE c.partition_id = p_pid AND c.consumer_group = p_group;
-        o_revisit_at := NULL;
+        -- A tail hidden by delayedProcessing is pending: say when it shows.
+        o_revisit_at := CASE WHEN v_hidden_at IS NOT NULL
+                             THEN v_hidden_at + make_interval(secs => p_delayed) END;
     ELSE
         UPDATE queen.log_consumers c
            SET worker_id = p_worker,

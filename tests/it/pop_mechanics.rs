@@ -701,3 +701,33 @@ async fn a_lease_expiry_wakes_a_parked_discovery_pop() {
         "the redelivery reached the parked discovery pop {late:?} after the lease ended"
     );
 }
+
+/// D6: a batch that ends where a delayedProcessing tail is still hidden says
+/// when that tail becomes visible, so an autoAck consumer gets it then,
+/// instead of the partition leaving the hot-list until the next reseed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hidden_delayed_tail_is_revisited_when_it_becomes_visible() {
+    let broker = TestBroker::start().await;
+    configure(&broker, "tail", json!({"delayedProcessing": 1})).await;
+    push(&broker, "tail", "p", &[json!("old")]).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    push(&broker, "tail", "p", &[json!("young")]).await;
+    let pushed = Instant::now();
+    let got = pop_data(&broker, "/api/v1/pop/queue/tail?batch=10&autoAck=true").await;
+    assert_eq!(
+        got,
+        Some(vec![json!("old")]),
+        "the hidden message was delivered early"
+    );
+    let got = pop_data(
+        &broker,
+        "/api/v1/pop/queue/tail?batch=10&autoAck=true&wait=true&timeout=8000",
+    )
+    .await;
+    assert_eq!(got, Some(vec![json!("young")]));
+    assert!(
+        pushed.elapsed() < Duration::from_millis(1600),
+        "the tail came {:?} after its push (visible after 1 s)",
+        pushed.elapsed()
+    );
+}

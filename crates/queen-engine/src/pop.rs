@@ -592,7 +592,8 @@ impl Engine {
             let outcome = match verdict {
                 Verdict::Delivered => Outcome::Delivered,
                 // A drained partition leaves the ring; a leased batch comes back
-                // at its lease expiry in case it is never acked.
+                // at its lease expiry in case it is never acked, an auto-acked
+                // one when its hidden delayedProcessing tail shows.
                 Verdict::Drained => match to_instant(*revisit_at) {
                     Some(at) => Outcome::RevisitAt(at),
                     None => Outcome::Empty,

@@ -94,7 +94,8 @@ pub enum Verdict {
     /// Messages were taken and more are pending.
     Delivered,
     /// Messages were taken; nothing visible is left behind them (a leased
-    /// batch's `revisit_at` is its lease expiry).
+    /// batch's `revisit_at` is its lease expiry; an auto-acked one's, when a
+    /// tail hidden by delayedProcessing becomes visible, if there is one).
     Drained,
     /// Nothing pending for the group.
     Empty,
