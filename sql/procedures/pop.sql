@@ -34,8 +34,10 @@
 --   empty      nothing pending for this group
 --   leased     another worker holds the lease (o_revisit_at: its expiry)
 --   busy       the cursor row is being created or claimed by someone else
---   deferred   pending, but hidden by windowBuffer/delayedProcessing
---              (o_revisit_at: when it becomes visible)
+--   deferred   pending, but windowBuffer holds it: the partition is not
+--              quiet yet (o_revisit_at: when it will be)
+--   delayed    pending, but delayedProcessing hides it (o_revisit_at: when
+--              it becomes visible)
 --   missing    (log_pop_list_v1) no partition of that name in the queue;
 --              o_partition_id is NULL
 
@@ -375,7 +377,9 @@ BEGIN
 
     IF v_taken = 0 THEN
         IF v_hidden_at IS NOT NULL THEN
-            o_verdict := 'deferred';
+            -- Not 'deferred': that one is windowBuffer's, whose revisit may
+            -- skip the debounce; this revisit must not.
+            o_verdict := 'delayed';
             o_revisit_at := v_hidden_at + make_interval(secs => p_delayed);
         ELSE
             -- The empty-partition cursor seal: no segments at all (retention

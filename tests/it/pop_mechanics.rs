@@ -731,3 +731,36 @@ async fn a_hidden_delayed_tail_is_revisited_when_it_becomes_visible() {
         pushed.elapsed()
     );
 }
+
+/// D2: a partition hidden by delayedProcessing is revisited without skipping
+/// the windowBuffer debounce: a push through another broker in between (which
+/// this broker's ring never hears of) keeps the partition from being quiet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delayed_processing_revisit_keeps_the_window_debounce() {
+    let a = TestBroker::start().await;
+    let b = TestBroker::serve(a.db.clone(), EngineConfig::default()).await;
+    configure(
+        &a,
+        "both",
+        json!({"windowBuffer": 1, "delayedProcessing": 3}),
+    )
+    .await;
+    push(&a, "both", "p", &[json!("first")]).await;
+    let start = Instant::now();
+    // Quiet for 1 s, but still hidden by the 3 s delay: a's ring schedules a
+    // revisit for when it shows.
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let path = "/api/v1/pop/queue/both?batch=10&autoAck=true";
+    assert_eq!(pop_data(&a, path).await, None);
+    // 2.6 s in, b takes a push a's ring never hears of.
+    tokio::time::sleep_until((start + Duration::from_millis(2600)).into()).await;
+    push(&b, "both", "p", &[json!("second")]).await;
+    // 3.2 s in, the first message is visible, but the partition received a
+    // segment 0.6 s ago: windowBuffer says deliver nothing at all.
+    tokio::time::sleep_until((start + Duration::from_millis(3200)).into()).await;
+    assert_eq!(
+        pop_data(&a, path).await,
+        None,
+        "a partition that is not quiet was delivered"
+    );
+}

@@ -10,8 +10,10 @@
 //!
 //! After each `log_pop_list_v1`, the verdicts are checked back in: delivered
 //! (keep, there may be more), empty (drop), leased or busy (revisit at lease
-//! expiry, or shortly), deferred (revisit when visible). Candidates a pop took
-//! but never reached go back to the front.
+//! expiry, or shortly), deferred by windowBuffer (revisit when quiet, skipping
+//! the SQL debounce unless a push came since), delayed by delayedProcessing
+//! (revisit when visible, debounce and all), missing (drop). Candidates a
+//! pop took but never reached go back to the front.
 //!
 //! Memory is bounded: a ring holds at most [`MAX_RING_PARTITIONS`] names
 //! (extra hints are dropped; the reseed finds them), and a ring unused for
@@ -228,12 +230,15 @@ impl HotList {
         }
     }
 
-    /// A local push (or an ack that left data behind) made `partition` of
-    /// `queue` pending for every group that has a ring.
+    /// A local push made `partition` of `queue` pending for every group that
+    /// has a ring. A push also restarts the partition's windowBuffer quiet
+    /// period, so a hold the wheel already ended no longer lets the next
+    /// visit skip the SQL debounce.
     pub fn mark_ready(&self, queue: &str, partition: &str) {
         let mut rings = self.rings.lock();
         for ((ring_queue, _), ring) in rings.iter_mut() {
             if ring_queue == queue {
+                ring.window_due.remove(partition);
                 ring.push_back(partition);
             }
         }
@@ -462,6 +467,27 @@ mod tests {
         assert_eq!((names(&before), before.skip_window), (vec!["x"], false));
         let due = hot.take("q", "g", 10, until);
         assert_eq!((names(&due), due.skip_window), (vec!["w"], true));
+    }
+
+    #[test]
+    fn a_push_after_a_hold_ended_takes_the_skip_away() {
+        let hot = HotList::default();
+        let now = Instant::now();
+        hot.reseed("q", "g", vec!["w".into()], now);
+        let _ = hot.take("q", "g", 1, now);
+        let until = now + Duration::from_secs(1);
+        hot.check_in(
+            "q",
+            "g",
+            &[("w".into(), Outcome::WindowUntil(until))],
+            vec![],
+            now,
+        );
+        assert_eq!(hot.promote_due(until), ["q"]);
+        // A push lands after the wheel ended the hold: not quiet any more.
+        hot.mark_ready("q", "w");
+        let taken = hot.take("q", "g", 10, until);
+        assert_eq!((names(&taken), taken.skip_window), (vec!["w"], false));
     }
 
     #[test]

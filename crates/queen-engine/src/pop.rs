@@ -604,10 +604,16 @@ impl Engine {
                     to_instant(*revisit_at).unwrap_or_else(|| HotList::busy_revisit(now)),
                 ),
                 Verdict::Busy => Outcome::RevisitAt(HotList::busy_revisit(now)),
+                // Only windowBuffer's hold is the wheel's to end (its
+                // revisit skips the SQL debounce); a delayedProcessing
+                // revisit goes through every gate again.
                 Verdict::Deferred => match to_instant(*revisit_at) {
                     Some(at) => Outcome::WindowUntil(at),
                     None => Outcome::RevisitAt(HotList::busy_revisit(now)),
                 },
+                Verdict::Delayed => Outcome::RevisitAt(
+                    to_instant(*revisit_at).unwrap_or_else(|| HotList::busy_revisit(now)),
+                ),
             };
             outcomes.push((partition.clone(), outcome));
         }

@@ -103,8 +103,10 @@ pub enum Verdict {
     Leased,
     /// The cursor row is being created or claimed right now.
     Busy,
-    /// Pending, but hidden by windowBuffer or delayedProcessing.
+    /// Pending, but windowBuffer holds it until the partition is quiet.
     Deferred,
+    /// Pending, but delayedProcessing hides it until `revisit_at`.
+    Delayed,
     /// No partition of that name exists in the queue (its id is nil).
     Missing,
 }
@@ -423,6 +425,7 @@ fn decode(row: &Row) -> Result<PopRow, SqlError> {
                 "leased" => Verdict::Leased,
                 "busy" => Verdict::Busy,
                 "deferred" => Verdict::Deferred,
+                "delayed" => Verdict::Delayed,
                 "missing" => Verdict::Missing,
                 _ => {
                     return Err(SqlError::Protocol {
