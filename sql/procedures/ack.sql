@@ -11,7 +11,8 @@
 --                     then each status applied in offset order.
 --   log_dlq_head_v1   files one frame in queen.log_dlq (or drops it when
 --                     dead-lettering is off) and moves the cursor past exactly
---                     that offset, in one transaction.
+--                     that offset, in one transaction; log_dlq_head_v2 does
+--                     it only while no other worker holds a live lease.
 --   log_lease_extend_v1  extends a lease on every partition it holds.
 --
 -- An ack whose lease is no longer the live one (another worker re-claimed the
@@ -302,6 +303,54 @@ BEGIN
         o_filed := true;
     END IF;
     o_pending := v_last_off > COALESCE(v_committed, p_off);
+    RETURN NEXT;
+END;
+$$;
+
+-- log_dlq_head_v1 with the lease guard (issue 12, D8): the filing runs in its
+-- own statement after log_ack_v1 decided it, so in between the lease may have
+-- ended and another worker re-claimed the batch. v2 takes the lease the
+-- decision was made under and refuses (o_applied false, nothing filed, the
+-- cursor untouched) when another worker holds a live lease on the row, as
+-- log_ack_v1 would. p_lease NULL (an ack without a lease id) is not guarded,
+-- as in log_ack_v1. v1 stays for brokers of the previous version during a
+-- rolling upgrade.
+CREATE OR REPLACE FUNCTION queen.log_dlq_head_v2(
+    p_pid         uuid,
+    p_group       text,
+    p_lease       uuid,
+    p_off         bigint,
+    p_message_id  uuid,
+    p_txn         text,
+    p_trace       uuid,
+    p_sub         text,
+    p_payload     bytea,
+    p_encrypted   boolean,
+    p_created_at  timestamptz,
+    p_error       text,
+    p_retry_count integer
+) RETURNS TABLE (o_applied boolean, o_filed boolean, o_pending boolean)
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    v_worker    uuid;
+    v_expires   timestamptz;
+BEGIN
+    SELECT c.worker_id, c.lease_expires_at INTO v_worker, v_expires
+      FROM queen.log_consumers c
+     WHERE c.partition_id = p_pid AND c.consumer_group = p_group
+       FOR UPDATE;
+    IF p_lease IS NOT NULL AND v_worker IS NOT NULL AND v_worker <> p_lease
+       AND v_expires IS NOT NULL AND v_expires >= clock_timestamp() THEN
+        o_applied := false; o_filed := false; o_pending := false;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    o_applied := true;
+    SELECT h.o_filed, h.o_pending INTO o_filed, o_pending
+      FROM queen.log_dlq_head_v1(p_pid, p_group, p_off, p_message_id, p_txn, p_trace, p_sub,
+                                 p_payload, p_encrypted, p_created_at, p_error, p_retry_count) h;
     RETURN NEXT;
 END;
 $$;

@@ -227,13 +227,19 @@ impl Engine {
                     ItemResult::UnknownStatus => {}
                     ItemResult::Deferred => next.push(item_idx),
                     ItemResult::Dlq(request) => {
-                        let pending = self
-                            .file_dead_letter(client.client(), partition_id, group, request)
+                        let filed = self
+                            .file_dead_letter(client.client(), partition_id, group, lease, request)
                             .await?;
-                        filed_pending = Some(pending);
-                        outcome.success = true;
-                        outcome.dlq = true;
-                        outcome.lease_released = true;
+                        if filed.applied {
+                            filed_pending = Some(filed.pending);
+                            outcome.success = true;
+                            outcome.dlq = true;
+                            outcome.lease_released = true;
+                        } else {
+                            // The lease ended and another worker re-claimed the
+                            // batch between the decision and the filing.
+                            outcome.error = Some("Invalid or expired lease".to_owned());
+                        }
                     }
                 }
             }
@@ -260,21 +266,24 @@ impl Engine {
         Ok(outcomes)
     }
 
-    /// Decode the frame `request` names and file it (or drop it). Returns
-    /// whether data is left behind the cursor.
+    /// Decode the frame `request` names and file it (or drop it), unless
+    /// another worker holds a live lease now (the decision was made under
+    /// `lease`).
     async fn file_dead_letter(
         &self,
         client: &impl queen_sql::GenericClient,
         partition_id: Uuid,
         group: &str,
+        lease: Option<Uuid>,
         request: &DlqRequest,
-    ) -> Result<bool, EngineError> {
+    ) -> Result<queen_sql::ack::DlqFiled, EngineError> {
         let Some((base, blob, created_at)) = &request.segment else {
             // Retention removed the segment: nothing to file, but the cursor
             // must still move past the poison offset.
             let letter = DeadLetter {
                 partition_id,
                 group,
+                lease,
                 offset: request.offset,
                 message_id: Uuid::nil(),
                 transaction_id: "",
@@ -286,7 +295,7 @@ impl Engine {
                 error: &request.error,
                 retry_count: request.retry_count,
             };
-            return Ok(queen_sql::ack::dlq_head(client, &letter).await?.1);
+            return Ok(queen_sql::ack::dlq_head(client, &letter).await?);
         };
         let segment = queen_frame::decompress(blob)?;
         let idx = usize::try_from(request.offset - base)
@@ -298,6 +307,7 @@ impl Engine {
         let letter = DeadLetter {
             partition_id,
             group,
+            lease,
             offset: request.offset,
             message_id: Uuid::from_bytes(frame.message_id),
             transaction_id: frame.transaction_id,
@@ -309,7 +319,7 @@ impl Engine {
             error: &request.error,
             retry_count: request.retry_count,
         };
-        Ok(queen_sql::ack::dlq_head(client, &letter).await?.1)
+        Ok(queen_sql::ack::dlq_head(client, &letter).await?)
     }
 
     /// (positional, by-hash) ack calls since start: how often the registry

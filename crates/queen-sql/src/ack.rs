@@ -12,7 +12,7 @@ use crate::SqlError;
 const ACK_BATCH: &str = "SELECT * FROM queen.log_ack_batch_v1($1, $2, $3, $4)";
 const ACK: &str = "SELECT * FROM queen.log_ack_v1($1, $2, $3, $4, $5, $6, $7)";
 const DLQ_HEAD: &str =
-    "SELECT * FROM queen.log_dlq_head_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
+    "SELECT * FROM queen.log_dlq_head_v2($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
 const LEASE_EXTEND: &str = "SELECT * FROM queen.log_lease_extend_v1($1, $2, $3)";
 
 /// Result of a positional whole-batch ack.
@@ -187,6 +187,8 @@ pub struct DeadLetter<'a> {
     pub partition_id: Uuid,
     /// Consumer group.
     pub group: &'a str,
+    /// The lease the filing was decided under (`None`: an ack without one).
+    pub lease: Option<Uuid>,
     /// Offset of the message.
     pub offset: i64,
     /// Message id.
@@ -209,18 +211,30 @@ pub struct DeadLetter<'a> {
     pub retry_count: i32,
 }
 
-/// File (or drop) a dead letter and move the cursor past it. Returns
-/// `(filed, pending)`.
+/// What filing a dead letter did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DlqFiled {
+    /// False: another worker holds a live lease now; nothing was done.
+    pub applied: bool,
+    /// The frame went to the DLQ (false when dead-lettering is off).
+    pub filed: bool,
+    /// Data is left behind the cursor.
+    pub pending: bool,
+}
+
+/// File (or drop) a dead letter and move the cursor past it, unless another
+/// worker holds a live lease on the cursor now (`log_dlq_head_v2`).
 pub async fn dlq_head(
     client: &impl GenericClient,
     letter: &DeadLetter<'_>,
-) -> Result<(bool, bool), SqlError> {
+) -> Result<DlqFiled, SqlError> {
     let row = client
         .query_typed_one(
             DLQ_HEAD,
             &[
                 (&letter.partition_id, Type::UUID),
                 (&letter.group, Type::TEXT),
+                (&letter.lease, Type::UUID),
                 (&letter.offset, Type::INT8),
                 (&letter.message_id, Type::UUID),
                 (&letter.transaction_id, Type::TEXT),
@@ -234,7 +248,11 @@ pub async fn dlq_head(
             ],
         )
         .await?;
-    Ok((row.try_get("o_filed")?, row.try_get("o_pending")?))
+    Ok(DlqFiled {
+        applied: row.try_get("o_applied")?,
+        filed: row.try_get("o_filed")?,
+        pending: row.try_get("o_pending")?,
+    })
 }
 
 /// Extend a lease on its partitions (`pids` when known). Returns the new

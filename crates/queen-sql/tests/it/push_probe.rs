@@ -223,3 +223,75 @@ async fn a_candidate_with_no_partition_gets_a_missing_verdict() {
         "the live partition after the missing one was not popped: {rows:?}"
     );
 }
+
+/// `log_dlq_head_v2` files nothing and leaves the cursor alone while another
+/// worker holds a live lease: between `log_ack_v1`'s decision and the filing,
+/// the lease may have ended and the batch been re-claimed.
+#[tokio::test]
+async fn filing_a_dead_letter_under_someone_elses_live_lease_is_refused() {
+    let db = TestDb::new().await;
+    let pool = db.pool(1);
+    let client = pool.get().await.unwrap();
+    let hashes = hash_of(0);
+    let outcomes = queen_sql::push::push_segments(&client, "", &[write("guarded", &hashes, None)])
+        .await
+        .unwrap();
+    let [SlotOutcome::Queued { queue_id, .. }] = outcomes.as_slice() else {
+        panic!("{outcomes:?}");
+    };
+    // A leased pop by "the other worker".
+    let mut params = queue_mode_pop();
+    params.auto_ack = false;
+    let other = params.worker;
+    pop_list(&client, *queue_id, &["p"], &params, false)
+        .await
+        .unwrap();
+    let partition_id: Uuid = client
+        .query_one(
+            "SELECT id FROM queen.log_partitions WHERE queue_id = $1",
+            &[queue_id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let letter = |lease| queen_sql::ack::DeadLetter {
+        partition_id,
+        group: "__QUEUE_MODE__",
+        lease: Some(lease),
+        offset: 0,
+        message_id: Uuid::nil(),
+        transaction_id: "t",
+        trace_id: None,
+        producer_sub: None,
+        payload: b"null",
+        encrypted: false,
+        created_at: std::time::SystemTime::now(),
+        error: "boom",
+        retry_count: 3,
+    };
+    let state = || async {
+        let row = client
+            .query_one(
+                "SELECT c.committed, (SELECT count(*) FROM queen.log_dlq) \
+                   FROM queen.log_consumers c WHERE c.partition_id = $1",
+                &[&partition_id],
+            )
+            .await
+            .unwrap();
+        (row.get::<_, i64>(0), row.get::<_, i64>(1))
+    };
+    let refused = queen_sql::ack::dlq_head(&**client, &letter(Uuid::now_v7()))
+        .await
+        .unwrap();
+    assert!(!refused.applied && !refused.filed, "{refused:?}");
+    assert_eq!(
+        state().await,
+        (-1, 0),
+        "the refused filing moved the cursor or filed"
+    );
+    let filed = queen_sql::ack::dlq_head(&**client, &letter(other))
+        .await
+        .unwrap();
+    assert!(filed.applied && filed.filed, "{filed:?}");
+    assert_eq!(state().await, (0, 1));
+}
