@@ -500,7 +500,15 @@ impl Engine {
                 self.hotlist.reseed(queue, group, names, Instant::now());
             }
             let k = (request.max_partitions.saturating_mul(8)).clamp(16, 256);
-            let candidates = self.hotlist.take(queue, group, k, Instant::now());
+            let sharers = self.limiter.stats().in_flight;
+            let candidates = self.hotlist.take_share(
+                queue,
+                group,
+                k,
+                request.max_partitions.saturating_mul(2),
+                sharers,
+                Instant::now(),
+            );
             if candidates.names.is_empty() {
                 permit.release();
                 return Ok(Popped::default());
@@ -516,7 +524,8 @@ impl Engine {
             Ok(rows) => rows,
             Err(error) => {
                 // Nothing was claimed: every candidate goes back.
-                self.hotlist
+                let _ = self
+                    .hotlist
                     .check_in(queue, group, &[], candidates.names, Instant::now());
                 return Err(error.into());
             }
@@ -623,8 +632,15 @@ impl Engine {
             .into_iter()
             .filter(|name| !visited.contains(name.as_str()))
             .collect();
-        self.hotlist
-            .check_in(queue, group, &outcomes, unvisited, now);
+        if self
+            .hotlist
+            .check_in(queue, group, &outcomes, unvisited, now)
+        {
+            // Pops that found the ring empty while these names were out (a
+            // backlog with more consumers than the ring can hand out at once)
+            // parked; without this they slept until their backoff re-poll.
+            self.gates.open(queue);
+        }
     }
 
     /// Decompress, slice and decrypt the delivered frames.
