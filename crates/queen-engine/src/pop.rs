@@ -500,15 +500,7 @@ impl Engine {
                 self.hotlist.reseed(queue, group, names, Instant::now());
             }
             let k = (request.max_partitions.saturating_mul(8)).clamp(16, 256);
-            let sharers = self.limiter.stats().in_flight;
-            let candidates = self.hotlist.take_share(
-                queue,
-                group,
-                k,
-                request.max_partitions.saturating_mul(2),
-                sharers,
-                Instant::now(),
-            );
+            let candidates = self.hotlist.take(queue, group, k, Instant::now());
             if candidates.names.is_empty() {
                 permit.release();
                 return Ok(Popped::default());
@@ -524,8 +516,7 @@ impl Engine {
             Ok(rows) => rows,
             Err(error) => {
                 // Nothing was claimed: every candidate goes back.
-                let _ = self
-                    .hotlist
+                self.hotlist
                     .check_in(queue, group, &[], candidates.names, Instant::now());
                 return Err(error.into());
             }
@@ -632,15 +623,8 @@ impl Engine {
             .into_iter()
             .filter(|name| !visited.contains(name.as_str()))
             .collect();
-        if self
-            .hotlist
-            .check_in(queue, group, &outcomes, unvisited, now)
-        {
-            // Pops that found the ring empty while these names were out (a
-            // backlog with more consumers than the ring can hand out at once)
-            // parked; without this they slept until their backoff re-poll.
-            self.gates.open(queue);
-        }
+        self.hotlist
+            .check_in(queue, group, &outcomes, unvisited, now);
     }
 
     /// Decompress, slice and decrypt the delivered frames.
