@@ -108,18 +108,16 @@ BEGIN
 END;
 $$;
 
--- First contact of a (queue, group): register the subscription (first writer
--- wins: a named group's 'new' or timestamp intent becomes the durable
--- subscription_timestamp) and elect exactly one seeder, which seeds the cursor
--- of every partition of the queue in one set-based statement. Runs as its own
--- short transaction, before the group's first pop. Returns true when this
--- call did the seeding.
-CREATE OR REPLACE FUNCTION queen.log_group_first_contact_v1(
+-- Register a (queue, group) subscription, first writer wins: a named group's
+-- subscriptionFrom becomes 'timestamp', its 'new' becomes 'new' at now();
+-- anything else, and queue mode always, is 'all' (NULL timestamp). Used by
+-- the first contact and by an early subscription.
+CREATE OR REPLACE FUNCTION queen.log_register_subscription_v1(
     p_qid      uuid,
     p_group    text,
     p_sub_mode text,
     p_sub_from timestamptz
-) RETURNS boolean
+) RETURNS void
 LANGUAGE plpgsql
 VOLATILE
 AS $$
@@ -135,10 +133,29 @@ BEGIN
     ELSE
         v_ts := NULL; v_mode := 'all';
     END IF;
-
     INSERT INTO queen.consumer_groups_metadata (consumer_group, queue_id, subscription_mode, subscription_timestamp)
     VALUES (p_group, p_qid, v_mode, v_ts)
     ON CONFLICT (consumer_group, queue_id) DO NOTHING;
+END;
+$$;
+
+-- First contact of a (queue, group): register the subscription (first writer
+-- wins: a named group's 'new' or timestamp intent becomes the durable
+-- subscription_timestamp) and elect exactly one seeder, which seeds the cursor
+-- of every partition of the queue in one set-based statement. Runs as its own
+-- short transaction, before the group's first pop. Returns true when this
+-- call did the seeding.
+CREATE OR REPLACE FUNCTION queen.log_group_first_contact_v1(
+    p_qid      uuid,
+    p_group    text,
+    p_sub_mode text,
+    p_sub_from timestamptz
+) RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+BEGIN
+    PERFORM queen.log_register_subscription_v1(p_qid, p_group, p_sub_mode, p_sub_from);
 
     -- The election: one UPDATE returns a row, every later one sees seeded_at set.
     UPDATE queen.consumer_groups_metadata m
@@ -185,12 +202,10 @@ BEGIN
     SELECT q.id INTO STRICT v_qid
       FROM queen.queues q
      WHERE q.tenant_id = p_tenant AND q.name = p_name;
+    -- Only a subscription with a moment to remember registers now; 'all'
+    -- registers at the group's first contact as usual.
     IF p_group <> '__QUEUE_MODE__' AND (p_sub_from IS NOT NULL OR p_sub_mode = 'new') THEN
-        INSERT INTO queen.consumer_groups_metadata (consumer_group, queue_id, subscription_mode, subscription_timestamp)
-        VALUES (p_group, v_qid,
-                CASE WHEN p_sub_from IS NOT NULL THEN 'timestamp' ELSE 'new' END,
-                COALESCE(p_sub_from, now()))
-        ON CONFLICT (consumer_group, queue_id) DO NOTHING;
+        PERFORM queen.log_register_subscription_v1(v_qid, p_group, p_sub_mode, p_sub_from);
     END IF;
     RETURN QUERY SELECT q.id, q.min_pop_wait_time FROM queen.queues q WHERE q.id = v_qid;
 END;

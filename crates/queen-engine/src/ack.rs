@@ -20,6 +20,10 @@ use uuid::Uuid;
 
 use crate::{Engine, EngineError};
 
+/// The error an ack item gets when its lease is not the live one (the wire
+/// contract's wording).
+pub const INVALID_LEASE: &str = "Invalid or expired lease";
+
 /// What a consumer says about one message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AckStatus {
@@ -222,7 +226,7 @@ impl Engine {
                         outcome.error = Some("Message not found".to_owned());
                     }
                     ItemResult::InvalidLease => {
-                        outcome.error = Some("Invalid or expired lease".to_owned());
+                        outcome.error = Some(INVALID_LEASE.to_owned());
                     }
                     ItemResult::UnknownStatus => {}
                     ItemResult::Deferred => next.push(item_idx),
@@ -238,7 +242,7 @@ impl Engine {
                         } else {
                             // The lease ended and another worker re-claimed the
                             // batch between the decision and the filing.
-                            outcome.error = Some("Invalid or expired lease".to_owned());
+                            outcome.error = Some(INVALID_LEASE.to_owned());
                         }
                     }
                 }

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-pub use ack::{AckItem, AckOutcome, AckStatus, LeaseError};
+pub use ack::{AckItem, AckOutcome, AckStatus, LeaseError, INVALID_LEASE};
 pub use configure::{ConfigureQueue, Configured, QueueSettings, MAX_NAME_BYTES};
 pub use crypto::EncryptionKey;
 pub use dlq::DeadLetter;

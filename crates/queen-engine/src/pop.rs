@@ -255,7 +255,6 @@ impl Engine {
             {
                 return Ok(popped);
             }
-
             let now = Instant::now();
             if now >= deadline {
                 return Ok(popped);
@@ -529,7 +528,7 @@ impl Engine {
             // queue up again and makes first contact afresh.
             self.pop_state.forget_queue(queue);
             self.hotlist.forget_queue(queue);
-            return self.render(queue, request, worker, &rows);
+            return Ok(Popped::default());
         }
         self.check_in(queue, group, &rows, candidates.names);
         self.render(queue, request, worker, &rows)
@@ -600,20 +599,18 @@ impl Engine {
                 },
                 // A name with no partition leaves the ring like an empty one.
                 Verdict::Empty | Verdict::Missing => Outcome::Empty,
-                Verdict::Leased => Outcome::RevisitAt(
+                // A lease's expiry, or when a delayedProcessing tail shows;
+                // the latter goes through every gate again (no window skip).
+                Verdict::Leased | Verdict::Delayed => Outcome::RevisitAt(
                     to_instant(*revisit_at).unwrap_or_else(|| HotList::busy_revisit(now)),
                 ),
                 Verdict::Busy => Outcome::RevisitAt(HotList::busy_revisit(now)),
                 // Only windowBuffer's hold is the wheel's to end (its
-                // revisit skips the SQL debounce); a delayedProcessing
-                // revisit goes through every gate again.
+                // revisit skips the SQL debounce).
                 Verdict::Deferred => match to_instant(*revisit_at) {
                     Some(at) => Outcome::WindowUntil(at),
                     None => Outcome::RevisitAt(HotList::busy_revisit(now)),
                 },
-                Verdict::Delayed => Outcome::RevisitAt(
-                    to_instant(*revisit_at).unwrap_or_else(|| HotList::busy_revisit(now)),
-                ),
             };
             outcomes.push((partition.clone(), outcome));
         }

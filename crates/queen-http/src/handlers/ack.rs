@@ -204,7 +204,7 @@ async fn apply(
     groups.sort_unstable();
     groups.dedup();
     let invalid = || AckOutcome {
-        error: Some("Invalid or expired lease".to_owned()),
+        error: Some(queen_engine::INVALID_LEASE.to_owned()),
         ..AckOutcome::default()
     };
     let mut outcomes: Vec<Option<AckOutcome>> = vec![None; pending.len()];
@@ -335,7 +335,7 @@ mod tests {
                 ..AckOutcome::default()
             },
             AckOutcome {
-                error: Some("Invalid or expired lease".to_owned()),
+                error: Some(queen_engine::INVALID_LEASE.to_owned()),
                 ..AckOutcome::default()
             },
         ];
