@@ -764,3 +764,60 @@ async fn a_delayed_processing_revisit_keeps_the_window_debounce() {
         "a partition that is not quiet was delivered"
     );
 }
+
+/// D9: on the SQL path (`QUEEN_HOTLIST=0`) a pop woken by a push first tries
+/// the partition the push named: one round trip that claims it, where the
+/// probe and the candidate scan take two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_woken_sql_path_pop_tries_the_pushed_partition_first() {
+    let broker = TestBroker::start_with(EngineConfig {
+        hotlist: false,
+        // No timer re-poll during the test: only the wake runs an attempt.
+        pop_wait: queen_engine::PopWait {
+            initial: Duration::from_secs(60),
+            max: Duration::from_secs(60),
+            ..queen_engine::PopWait::default()
+        },
+        ..EngineConfig::default()
+    })
+    .await;
+    let items = (0..100)
+        .map(|i| json!({"queue": "hinted", "partition": format!("p{i}"), "payload": i}))
+        .collect();
+    push_items(&broker, items).await;
+    let mut drained = 0;
+    while let Some(data) = pop_data(
+        &broker,
+        "/api/v1/pop/queue/hinted?autoAck=true&batch=100&maxPartitions=100",
+    )
+    .await
+    {
+        drained += data.len();
+    }
+    assert_eq!(drained, 100);
+
+    let client = broker.client.clone();
+    let parked = tokio::spawn(async move {
+        client
+            .get("/api/v1/pop/queue/hinted?autoAck=true&batch=10&wait=true&timeout=20000")
+            .await
+    });
+    while broker.engine.pops_in_progress() == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Let its first attempt find nothing and park.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = broker.engine.pop_checkouts();
+    push(&broker, "hinted", "p42", &[json!("late")]).await;
+    let reply = parked.await.unwrap();
+    expect_status(&reply, 200);
+    let popped = reply.json();
+    assert_eq!(popped["messages"][0]["partition"], "p42");
+    assert_eq!(popped["messages"][0]["data"], "late");
+    assert_eq!(
+        broker.engine.pop_checkouts() - before,
+        1,
+        "the woken pop did not go straight to the hinted partition"
+    );
+    broker.stop().await;
+}

@@ -338,7 +338,7 @@ impl Engine {
     /// Ack-promote: the partition has data behind the released cursor.
     fn promote(&self, queue: &str, group: &str, partition: &str) {
         self.hotlist.mark_ready_for(queue, group, partition);
-        self.gates.open(queue);
+        self.gates.open_partition(queue, partition);
     }
 
     /// Extend `lease` on every partition it holds by `seconds` from now.

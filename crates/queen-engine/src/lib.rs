@@ -132,7 +132,7 @@ impl Engine {
     /// (see `queen_sql::apply_schema`). Must be called inside a tokio runtime:
     /// it starts the push flusher tasks.
     pub fn new(pool: deadpool_postgres::Pool, config: EngineConfig) -> Arc<Engine> {
-        let gates = Arc::new(wake::WakeGates::default());
+        let gates = Arc::new(wake::WakeGates::new(!config.hotlist));
         let hotlist = Arc::new(hotlist::HotList::default());
         let fusion = push::Fusion::start(
             pool.clone(),

@@ -12,13 +12,14 @@
 //! 5. frames are decompressed, sliced and decrypted here, after PostgreSQL
 //!    answered, with the connection already returned;
 //! 6. an empty answer with `wait` parks on the queue's wake gate, bounded by
-//!    the backoff floor and the deadline, holding nothing.
+//!    the backoff floor and the deadline, holding nothing; on the SQL path a
+//!    wake first tries the partitions the gate's pushed-partition hints name.
 //!
 //! Transient database trouble never becomes a 5xx for a pop: it counts as an
 //! empty attempt, so the pop answers empty after its wait (clients' consume
 //! loops die on repeated 5xx).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -30,6 +31,7 @@ use uuid::Uuid;
 
 use crate::hotlist::{HotList, Outcome};
 use crate::naming::DEFAULT_TENANT;
+use crate::wake::Gate;
 use crate::{Engine, EngineError};
 
 /// The consumer group of queue mode: one shared cursor per partition.
@@ -234,13 +236,15 @@ impl Engine {
         self.hold_for_min_pop_wait(&request, deadline).await;
         let _parked = ParkedGuard::new(&self.pop_state.parked);
         let mut attempt = 0u32;
+        // Whether the gate (not the timer) ended the last wait.
+        let mut woken = false;
         loop {
             let seen = gate.generation();
             if self.pop_state.maintenance.load(Ordering::Relaxed) {
                 // Switched on while this pop waited: no more work.
                 return Ok(Popped::default());
             }
-            let popped = match self.pop_once(&request).await {
+            let popped = match self.pop_once(&request, woken.then_some(&*gate)).await {
                 Ok(popped) => popped,
                 Err(error) if error.is_transient() => {
                     tracing::warn!(error = %crate::error_chain(&error), "pop attempt failed; answering empty");
@@ -261,8 +265,14 @@ impl Engine {
             }
             let interval = self.config.pop_wait.interval(attempt).min(deadline - now);
             tokio::select! {
-                () = gate.wait_past(seen) => attempt = 0,
-                () = tokio::time::sleep(interval) => attempt = attempt.saturating_add(1),
+                () = gate.wait_past(seen) => {
+                    attempt = 0;
+                    woken = true;
+                }
+                () = tokio::time::sleep(interval) => {
+                    attempt = attempt.saturating_add(1);
+                    woken = false;
+                }
             }
         }
     }
@@ -372,7 +382,13 @@ impl Engine {
         }
     }
 
-    async fn pop_once(&self, request: &PopRequest) -> Result<Popped, EngineError> {
+    /// One attempt. `woken`: the gate that just woke this pop, whose
+    /// pushed-partition hints the SQL path tries first.
+    async fn pop_once(
+        &self,
+        request: &PopRequest,
+        woken: Option<&Gate>,
+    ) -> Result<Popped, EngineError> {
         match &request.target {
             PopTarget::Partition { queue, partition } => {
                 self.pop_partition(request, queue, partition).await
@@ -382,6 +398,12 @@ impl Engine {
                     let Some(info) = self.queue_or_subscribe(request, queue).await? else {
                         return Ok(Popped::default());
                     };
+                    if let Some(gate) = woken {
+                        let popped = self.pop_hinted(request, queue, &info, gate).await?;
+                        if !popped.messages.is_empty() {
+                            return Ok(popped);
+                        }
+                    }
                     return self.pop_scan(request, queue, &info).await;
                 }
                 // The cheap check comes before the queue lookup too, so a
@@ -531,6 +553,64 @@ impl Engine {
             return Ok(Popped::default());
         }
         self.check_in(queue, group, &rows, candidates.names);
+        self.render(queue, request, worker, &rows)
+    }
+
+    /// The SQL candidate path after a wake (life-of-a-pop step 7): a targeted
+    /// pop of the partitions the gate's hints name, instead of another
+    /// candidate scan. One `log_pop_list_v1` call visits them in turn, as a
+    /// single-partition pop of each would, in one round trip rather than one
+    /// per hint. Names it did not reach go back to the gate; when nothing is
+    /// delivered the caller falls through to the wildcard scan, the backstop
+    /// for missed wakes and older backlog. Before first contact there is no
+    /// cursor to pop from: the scan's first contact comes first.
+    async fn pop_hinted(
+        &self,
+        request: &PopRequest,
+        queue: &str,
+        info: &QueueInfo,
+        gate: &Gate,
+    ) -> Result<Popped, EngineError> {
+        let key = (info.id, request.group.clone());
+        if !self.pop_state.contacted.lock().contains(&key) {
+            return Ok(Popped::default());
+        }
+        let hints = gate.take_hints();
+        if hints.is_empty() {
+            return Ok(Popped::default());
+        }
+        let worker = Uuid::now_v7();
+        let params = params(request, worker, request.max_partitions);
+        let names: Vec<&str> = hints.iter().map(String::as_str).collect();
+        let permit = self.limiter.acquire().await;
+        let rows = async {
+            let client = self.pop_client().await?;
+            Ok::<_, EngineError>(
+                queen_sql::pop::pop_list(&client, info.id, &names, &params, false).await?,
+            )
+        }
+        .await;
+        permit.release();
+        let rows = match rows {
+            Ok(rows) => rows,
+            Err(error) => {
+                gate.return_hints(hints);
+                return Err(error);
+            }
+        };
+        let visited: HashSet<&str> = rows
+            .iter()
+            .filter_map(|row| match row {
+                PopRow::Verdict { partition, .. } => Some(partition.as_str()),
+                PopRow::Segment { .. } => None,
+            })
+            .collect();
+        let unvisited: Vec<String> = hints
+            .iter()
+            .filter(|name| !visited.contains(name.as_str()))
+            .cloned()
+            .collect();
+        gate.return_hints(unvisited);
         self.render(queue, request, worker, &rows)
     }
 

@@ -8,6 +8,12 @@
 //! backoff interval (`POP_WAIT_MAX_INTERVAL_MS`), because a parked pop also
 //! re-polls on a timer; the generation counter closes the race between
 //! "checked, found nothing" and "started waiting".
+//!
+//! On the SQL candidate path (`QUEEN_HOTLIST=0`) a gate also carries the
+//! pushed-partition hints (life-of-a-pop step 7): the partitions pushes and
+//! ack-promotes named since a woken pop last drained them, at most
+//! [`MAX_HINTS`] distinct names (more are dropped: the wildcard scan, the
+//! backstop, finds them).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,7 +29,12 @@ pub struct Gate {
     notify: Notify,
     /// Set when the queue was deleted: parked pops answer empty at once.
     closed: std::sync::atomic::AtomicBool,
+    /// Pushed-partition hints (SQL path only), at most [`MAX_HINTS`].
+    hints: Mutex<Vec<String>>,
 }
+
+/// The most pushed-partition hints one gate keeps.
+pub const MAX_HINTS: usize = 64;
 
 impl Gate {
     /// The current generation; pass it to [`Gate::wait_past`].
@@ -40,6 +51,28 @@ impl Gate {
     pub fn open(&self) {
         self.generation.fetch_add(1, Ordering::AcqRel);
         self.notify.notify_waiters();
+    }
+
+    /// Remember that `partition` has new data, unless the gate already holds
+    /// [`MAX_HINTS`] names.
+    fn hint(&self, partition: &str) {
+        let mut hints = self.hints.lock();
+        if hints.len() < MAX_HINTS && !hints.iter().any(|name| name == partition) {
+            hints.push(partition.to_owned());
+        }
+    }
+
+    /// Take every hint: the woken pop that drains them tries these partitions
+    /// first.
+    pub fn take_hints(&self) -> Vec<String> {
+        std::mem::take(&mut *self.hints.lock())
+    }
+
+    /// Give back hints a woken pop took but did not visit.
+    pub fn return_hints(&self, names: impl IntoIterator<Item = String>) {
+        for name in names {
+            self.hint(&name);
+        }
     }
 
     /// Wait until the gate was opened after `seen` was read. Returns at once if
@@ -66,9 +99,20 @@ pub(crate) const DISCOVERY: &str = "\u{0}discovery";
 #[derive(Debug, Default)]
 pub struct WakeGates {
     gates: Mutex<HashMap<String, Arc<Gate>>>,
+    /// Whether gates collect pushed-partition hints (the SQL path).
+    hints: bool,
 }
 
 impl WakeGates {
+    /// Gates that collect pushed-partition hints when `hints` (the SQL
+    /// candidate path; the hot-list path has its rings instead).
+    pub fn new(hints: bool) -> WakeGates {
+        WakeGates {
+            gates: Mutex::default(),
+            hints,
+        }
+    }
+
     /// The gate of `queue`.
     pub fn gate(&self, queue: &str) -> Arc<Gate> {
         let mut gates = self.gates.lock();
@@ -92,10 +136,24 @@ impl WakeGates {
     /// gate: whatever may wake a pop of the queue (a push, an ack-promote, a
     /// lease or hold ending) may wake a discovery pop that would find it.
     pub fn open(&self, queue: &str) {
+        self.open_with(queue, None);
+    }
+
+    /// [`WakeGates::open`] because `partition` of `queue` has new data (a
+    /// push committed, an ack left data behind the cursor): on the SQL path
+    /// the gate also remembers the partition for the pop it wakes.
+    pub fn open_partition(&self, queue: &str, partition: &str) {
+        self.open_with(queue, Some(partition));
+    }
+
+    fn open_with(&self, queue: &str, partition: Option<&str>) {
         let (gate, discovery) = {
             let gates = self.gates.lock();
             (gates.get(queue).cloned(), gates.get(DISCOVERY).cloned())
         };
+        if let (Some(gate), Some(partition), true) = (&gate, partition, self.hints) {
+            gate.hint(partition);
+        }
         for gate in [gate, discovery].into_iter().flatten() {
             gate.open();
         }
@@ -182,5 +240,37 @@ mod tests {
                 .is_err(),
             "opening a woke b"
         );
+    }
+
+    #[test]
+    fn hints_are_collected_only_when_enabled_deduplicated_and_capped() {
+        let off = WakeGates::new(false);
+        let gate = off.gate("q");
+        off.open_partition("q", "p");
+        assert!(gate.take_hints().is_empty());
+
+        let on = WakeGates::new(true);
+        let gate = on.gate("q");
+        let seen = gate.generation();
+        on.open_partition("q", "a");
+        on.open_partition("q", "a");
+        assert_ne!(
+            gate.generation(),
+            seen,
+            "a hinted open still opens the gate"
+        );
+        for i in 0..2 * MAX_HINTS {
+            on.open_partition("q", &format!("p{i}"));
+        }
+        let hints = gate.take_hints();
+        assert_eq!(hints.len(), MAX_HINTS);
+        assert_eq!(hints[0], "a");
+        assert_eq!(hints.iter().filter(|name| *name == "a").count(), 1);
+        assert!(gate.take_hints().is_empty(), "taking drains the hints");
+        gate.return_hints(["b".to_owned()]);
+        assert_eq!(gate.take_hints(), ["b"]);
+        // A queue nobody waits on keeps no hints at all.
+        on.open_partition("unwatched", "p");
+        assert!(on.gate("unwatched").take_hints().is_empty());
     }
 }

@@ -159,7 +159,7 @@ impl Shared {
     /// then parked pops of the queue (and discovery pops) wake.
     fn committed(&self, queue: &str, partition: &str) {
         self.hotlist.mark_ready(queue, partition);
-        self.gates.open(queue);
+        self.gates.open_partition(queue, partition);
     }
 }
 
