@@ -141,10 +141,13 @@ $$;
 
 -- First contact of a (queue, group): register the subscription (first writer
 -- wins: a named group's 'new' or timestamp intent becomes the durable
--- subscription_timestamp) and elect exactly one seeder, which seeds the cursor
--- of every partition of the queue in one set-based statement. Runs as its own
--- short transaction, before the group's first pop. Returns true when this
--- call did the seeding.
+-- subscription_timestamp) and elect exactly one seeder. Runs as its own short
+-- transaction, before the group's first pop. Returns true to the one call
+-- that won the election; that caller then seeds the cursors with
+-- log_seed_cursors_v1, chunk by chunk. (The seed used to run here, as one
+-- statement over every partition in this transaction: a lazy creator in
+-- log_pop_v1 whose ON CONFLICT met one of its uncommitted rows waited for
+-- the whole seed to commit.)
 CREATE OR REPLACE FUNCTION queen.log_group_first_contact_v1(
     p_qid      uuid,
     p_group    text,
@@ -157,20 +160,59 @@ AS $$
 BEGIN
     PERFORM queen.log_register_subscription_v1(p_qid, p_group, p_sub_mode, p_sub_from);
 
-    -- The election: one UPDATE returns a row, every later one sees seeded_at set.
+    -- The election: one UPDATE returns a row, every later one sees seeded_at
+    -- set. Competing electors wait only for each other's short transaction.
     UPDATE queen.consumer_groups_metadata m
        SET seeded_at = now(), updated_at = now()
      WHERE m.consumer_group = p_group AND m.queue_id = p_qid AND m.seeded_at IS NULL;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
+    RETURN FOUND;
+END;
+$$;
 
+-- The elected seeder's bulk seed, one chunk per call and per transaction: the
+-- cursors of up to p_limit partitions named after p_after (in name order),
+-- seeded per step 3. Each row is inserted only under the same try-lock a lazy
+-- creator in log_pop_v1 takes, so neither ever waits on the other: a
+-- partition whose lock is taken is being created by a pop already and is
+-- skipped here. Returns the last name looked at (pass it back as p_after),
+-- NULL when no partition is left. A seeder that dies half way leaves the rest
+-- to lazy creation, which is what seeds partitions created later anyway.
+CREATE OR REPLACE FUNCTION queen.log_seed_cursors_v1(
+    p_qid      uuid,
+    p_group    text,
+    p_sub_mode text,
+    p_sub_from timestamptz,
+    p_after    text,
+    p_limit    integer
+) RETURNS text
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    v_ids   uuid[];
+    v_names text[];
+BEGIN
+    SELECT array_agg(c.id ORDER BY c.name), array_agg(c.name ORDER BY c.name)
+      INTO v_ids, v_names
+      FROM (SELECT p.id, p.name
+              FROM queen.log_partitions p
+             WHERE p.queue_id = p_qid AND (p_after IS NULL OR p.name > p_after)
+             ORDER BY p.name
+             LIMIT greatest(p_limit, 1)) c;
+    IF v_ids IS NULL THEN
+        RETURN NULL;
+    END IF;
     INSERT INTO queen.log_consumers (partition_id, consumer_group, committed)
-    SELECT p.id, p_group, queen.log_seed_position_v1(p.id, p_qid, p_group, p_sub_mode, p_sub_from)
-      FROM queen.log_partitions p
-     WHERE p.queue_id = p_qid
+    SELECT f.id, p_group, queen.log_seed_position_v1(f.id, p_qid, p_group, p_sub_mode, p_sub_from)
+      FROM (SELECT u.id
+              FROM unnest(v_ids) AS u(id)
+             WHERE NOT EXISTS (SELECT 1 FROM queen.log_consumers c
+                                WHERE c.partition_id = u.id AND c.consumer_group = p_group)
+             -- Materialised so the try-lock runs only for rows still missing.
+             OFFSET 0) f
+     WHERE pg_try_advisory_xact_lock(hashtextextended(f.id::text || '/' || p_group, 42))
     ON CONFLICT (partition_id, consumer_group) DO NOTHING;
-    RETURN true;
+    RETURN v_names[array_length(v_names, 1)];
 END;
 $$;
 

@@ -821,3 +821,82 @@ async fn a_woken_sql_path_pop_tries_the_pushed_partition_first() {
     );
     broker.stop().await;
 }
+
+/// D8: a pop never waits on the elected seeder. While one chunk of the bulk
+/// seed is open (its transaction held here), a pop of the same group creates
+/// no cursor behind it and waits for nothing: the partitions the chunk holds
+/// answer "busy" for a moment. Once it commits, the pop delivers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pop_never_waits_for_the_bulk_seed() {
+    let broker = TestBroker::start().await;
+    push(&broker, "seeding", "a", &[json!("a")]).await;
+    let seeder = broker.sql().await;
+    let elected: bool = seeder
+        .query_one(
+            "SELECT queen.log_group_first_contact_v1(q.id, 'g', 'all', NULL) \
+             FROM queen.queues q WHERE q.name = 'seeding'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(elected);
+    seeder.batch_execute("BEGIN").await.unwrap();
+    let after: Option<String> = seeder
+        .query_one(
+            "SELECT queen.log_seed_cursors_v1(q.id, 'g', 'all', NULL, NULL, 256) \
+             FROM queen.queues q WHERE q.name = 'seeding'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(after.as_deref(), Some("a"));
+    for path in [
+        "/api/v1/pop/queue/seeding?consumerGroup=g&autoAck=true",
+        "/api/v1/pop/queue/seeding/partition/a?consumerGroup=g&autoAck=true",
+    ] {
+        let reply = tokio::time::timeout(Duration::from_secs(5), broker.client.get(path))
+            .await
+            .unwrap_or_else(|_| panic!("{path} waited on the seeder's open transaction"));
+        assert_eq!(reply.status, 204, "{path}");
+    }
+    seeder.batch_execute("COMMIT").await.unwrap();
+    let data = pop_data(
+        &broker,
+        "/api/v1/pop/queue/seeding?consumerGroup=g&autoAck=true&wait=true&timeout=5000",
+    )
+    .await;
+    assert_eq!(data, Some(vec![json!("a")]));
+    broker.stop().await;
+}
+
+/// D8: the bulk seed runs chunk by chunk and still seeds every partition of a
+/// queue larger than one chunk, each where the subscription says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chunked_bulk_seed_covers_every_partition() {
+    let broker = TestBroker::start().await;
+    // More than one chunk (1,024 partitions).
+    let items = (0..1100)
+        .map(|i| json!({"queue": "wide", "partition": format!("p{i:04}"), "payload": i}))
+        .collect();
+    push_items(&broker, items).await;
+    assert!(pop_data(
+        &broker,
+        "/api/v1/pop/queue/wide?consumerGroup=fresh&subscriptionMode=new&autoAck=true"
+    )
+    .await
+    .is_none());
+    let sql = broker.sql().await;
+    let seeded = select_i64(
+        &sql,
+        "SELECT count(*) FROM queen.log_consumers c JOIN queen.log_partitions p ON p.id = c.partition_id \
+         WHERE c.consumer_group = 'fresh' AND c.committed = p.last_offset",
+    )
+    .await;
+    assert_eq!(
+        seeded, 1100,
+        "every cursor seeded at the end by the first contact"
+    );
+    broker.stop().await;
+}

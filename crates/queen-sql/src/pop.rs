@@ -13,6 +13,7 @@ use crate::prepared::{self, Conn};
 use crate::SqlError;
 
 const FIRST_CONTACT: &str = "SELECT queen.log_group_first_contact_v1($1, $2, $3, $4)";
+const SEED_CURSORS: &str = "SELECT queen.log_seed_cursors_v1($1, $2, $3, $4, $5, $6)";
 const SUBSCRIBE_EARLY: &str = "SELECT * FROM queen.log_subscribe_early_v1($1, $2, $3, $4, $5, $6)";
 const POP_LIST: &str =
     "SELECT * FROM queen.log_pop_list_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
@@ -213,8 +214,8 @@ pub async fn pending_partitions(
         .collect()
 }
 
-/// Register a (queue, group) and bulk-seed its cursors once. True when this
-/// call did the seeding.
+/// Register a (queue, group) and elect its one seeder. True when this call
+/// won: the caller then seeds with [`seed_cursors`].
 pub async fn first_contact(
     client: &impl GenericClient,
     queue_id: Uuid,
@@ -230,6 +231,34 @@ pub async fn first_contact(
                 (&group, Type::TEXT),
                 (&sub_mode, Type::TEXT),
                 (&sub_from, Type::TIMESTAMPTZ),
+            ],
+        )
+        .await?;
+    Ok(row.try_get(0)?)
+}
+
+/// Seed the cursors of up to `limit` partitions named after `after` (the
+/// elected seeder's bulk seed, one chunk per call and transaction). Returns
+/// the name to continue after, `None` when every partition was looked at.
+pub async fn seed_cursors(
+    client: &impl GenericClient,
+    queue_id: Uuid,
+    group: &str,
+    sub_mode: &str,
+    sub_from: Option<SystemTime>,
+    after: Option<&str>,
+    limit: i32,
+) -> Result<Option<String>, SqlError> {
+    let row = client
+        .query_typed_one(
+            SEED_CURSORS,
+            &[
+                (&queue_id, Type::UUID),
+                (&group, Type::TEXT),
+                (&sub_mode, Type::TEXT),
+                (&sub_from, Type::TIMESTAMPTZ),
+                (&after, Type::TEXT),
+                (&limit, Type::INT4),
             ],
         )
         .await?;
