@@ -900,3 +900,32 @@ async fn the_chunked_bulk_seed_covers_every_partition() {
     );
     broker.stop().await;
 }
+
+/// E: a leased batch locks its partition for the group until the ack, so the
+/// ring holds the name back instead of sending every other consumer to SQL
+/// to be told "leased"; the ack brings it back at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leased_partition_sends_no_other_pop_to_sql_until_its_ack() {
+    let broker = TestBroker::start().await;
+    push(&broker, "held", "p", &[json!(1), json!(2)]).await;
+    let first = pop(&broker, "/api/v1/pop/queue/held?batch=1")
+        .await
+        .expect("the first message");
+    let before = broker.engine.pop_checkouts();
+    for _ in 0..5 {
+        assert!(pop(&broker, "/api/v1/pop/queue/held?batch=1")
+            .await
+            .is_none());
+    }
+    assert_eq!(
+        broker.engine.pop_checkouts() - before,
+        0,
+        "pops of a leased partition went to SQL"
+    );
+    crate::support::ack_all(&broker, &first, "completed", None).await;
+    let second = pop(&broker, "/api/v1/pop/queue/held?batch=1")
+        .await
+        .expect("the ack hands the partition back");
+    assert_eq!(crate::support::data(&second), [json!(2)]);
+    broker.stop().await;
+}

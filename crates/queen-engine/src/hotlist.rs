@@ -74,6 +74,11 @@ struct Ring {
     wheel: BTreeMap<Instant, Vec<String>>,
     reseeded_at: Option<Instant>,
     used_at: Instant,
+    /// Names taken by pops and not checked back in yet.
+    out: usize,
+    /// A pop found nothing ready while names were out: the next check-in
+    /// that puts names back should wake the queue's parked pops.
+    starved: bool,
 }
 
 impl Ring {
@@ -86,6 +91,8 @@ impl Ring {
             wheel: BTreeMap::new(),
             reseeded_at: None,
             used_at: now,
+            out: 0,
+            starved: false,
         }
     }
 
@@ -187,12 +194,16 @@ impl HotList {
             Some(ring) => {
                 ring.used_at = now;
                 ring.promote_due(now);
+                let ready = !ring.ready.is_empty();
+                if !ready && ring.out > 0 {
+                    ring.starved = true;
+                }
                 Probe {
                     known: true,
                     reseed_due: ring
                         .reseeded_at
                         .is_none_or(|at| now.duration_since(at) >= period),
-                    ready: !ring.ready.is_empty(),
+                    ready,
                 }
             }
         })
@@ -262,6 +273,22 @@ impl HotList {
     /// Take up to `k` candidates from the front of the ring. Window-due names
     /// are handed out on their own so their pop may skip the SQL debounce.
     pub fn take(&self, queue: &str, group: &str, k: usize, now: Instant) -> Candidates {
+        self.take_share(queue, group, k, 1, 1, now)
+    }
+
+    /// [`HotList::take`] for one of `sharers` pops serving the ring at once:
+    /// at most an even share of the ready names (but at least `floor`), so a
+    /// few in-flight pops do not hold every name while the others find the
+    /// ring empty and park (issue 12, E).
+    pub fn take_share(
+        &self,
+        queue: &str,
+        group: &str,
+        k: usize,
+        floor: usize,
+        sharers: usize,
+        now: Instant,
+    ) -> Candidates {
         let mut rings = self.rings.lock();
         let Some(ring) = rings.get_mut(&(queue.to_owned(), group.to_owned())) else {
             return Candidates {
@@ -271,6 +298,7 @@ impl HotList {
         };
         ring.used_at = now;
         ring.promote_due(now);
+        let k = k.min((ring.ready.len() / sharers.max(1)).max(floor.max(1)));
         let window_first = ring
             .ready
             .front()
@@ -290,6 +318,10 @@ impl HotList {
             ring.window_due.remove(&name);
             names.push(name);
         }
+        if names.is_empty() && ring.out > 0 {
+            ring.starved = true;
+        }
+        ring.out = ring.out.saturating_add(names.len());
         Candidates {
             names,
             skip_window: window_first,
@@ -298,6 +330,12 @@ impl HotList {
 
     /// Check one pop's results back in. `unvisited` are candidates the pop
     /// never reached; they go back to the front.
+    ///
+    /// Returns true when a pop found the ring empty while these names were
+    /// out (more consumers than the ring hands out at once) and names went
+    /// back into the ready set: that pop parked, and the caller should open
+    /// the queue's gate rather than leave it to its backoff re-poll. Only
+    /// then: a check-in nobody waited for wakes no one.
     pub fn check_in(
         &self,
         queue: &str,
@@ -305,22 +343,28 @@ impl HotList {
         outcomes: &[(String, Outcome)],
         unvisited: Vec<String>,
         now: Instant,
-    ) {
+    ) -> bool {
         let mut rings = self.rings.lock();
         let Some(ring) = rings.get_mut(&(queue.to_owned(), group.to_owned())) else {
-            return;
+            return false;
         };
+        ring.out = ring.out.saturating_sub(outcomes.len() + unvisited.len());
+        let mut readied = !unvisited.is_empty();
         for name in unvisited.into_iter().rev() {
             ring.push_front(name);
         }
         for (name, outcome) in outcomes {
             match *outcome {
-                Outcome::Delivered => ring.push_back(name),
+                Outcome::Delivered => {
+                    ring.push_back(name);
+                    readied = true;
+                }
                 Outcome::Empty => {}
                 Outcome::RevisitAt(at) => ring.schedule(name, at.max(now), false),
                 Outcome::WindowUntil(at) => ring.schedule(name, at.max(now), true),
             }
         }
+        readied && std::mem::take(&mut ring.starved)
     }
 
     /// The default revisit time of a busy partition.
@@ -533,5 +577,66 @@ mod tests {
         hot.expire_idle(now + IDLE_RING_EXPIRY);
         assert!(!hot.knows("q", "g"), "an idle ring survived");
         assert!(hot.knows("q2", "g"));
+    }
+
+    #[test]
+    fn a_check_in_wakes_only_when_a_pop_found_the_ring_empty_while_names_were_out() {
+        let hot = HotList::default();
+        let now = Instant::now();
+        hot.reseed("q", "g", vec!["a".to_owned(), "b".to_owned()], now);
+        let first = hot.take("q", "g", 1, now);
+        // Nobody went without: putting the name back is no news.
+        assert!(!hot.check_in(
+            "q",
+            "g",
+            &[(first.names[0].clone(), Outcome::Delivered)],
+            vec![],
+            now
+        ));
+        let all = hot.take("q", "g", 16, now);
+        assert_eq!(all.names.len(), 2);
+        // A second pop finds nothing ready while both are out, and parks.
+        assert!(!hot.probe("q", "g", now, Duration::MAX).ready);
+        let mut names = all.names.into_iter();
+        let a = names.next().unwrap();
+        let b = names.next().unwrap();
+        // Dropping a name readies nothing: still no news.
+        assert!(!hot.check_in("q", "g", &[(a, Outcome::Empty)], vec![], now));
+        // Putting one back wakes, once.
+        assert!(hot.check_in("q", "g", &[(b.clone(), Outcome::Delivered)], vec![], now));
+        let again = hot.take("q", "g", 16, now);
+        assert!(!hot.check_in(
+            "q",
+            "g",
+            &[(b, Outcome::Delivered)],
+            again.names[1..].to_vec(),
+            now
+        ));
+        // An empty ring with nothing out (a drained queue) is not starvation.
+        let hot = HotList::default();
+        hot.reseed("q", "g", vec![], now);
+        assert!(!hot.probe("q", "g", now, Duration::MAX).ready);
+        hot.mark_ready("q", "p");
+        let taken = hot.take("q", "g", 16, now);
+        assert!(!hot.check_in(
+            "q",
+            "g",
+            &[(taken.names[0].clone(), Outcome::Delivered)],
+            vec![],
+            now
+        ));
+    }
+
+    #[test]
+    fn concurrent_pops_take_an_even_share_of_the_ring() {
+        let hot = HotList::default();
+        let now = Instant::now();
+        let hundred: Vec<String> = (0..100).map(|i| format!("p{i}")).collect();
+        hot.reseed("q", "g", hundred, now);
+        // 16 pops serving at once: 100 / 16 = 6 each, not 16.
+        assert_eq!(hot.take_share("q", "g", 16, 2, 16, now).names.len(), 6);
+        // Alone, a pop takes its full k; never fewer than the floor.
+        assert_eq!(hot.take_share("q", "g", 16, 2, 1, now).names.len(), 16);
+        assert_eq!(hot.take_share("q", "g", 16, 2, 1000, now).names.len(), 2);
     }
 }

@@ -88,6 +88,9 @@ struct State {
     rtt_recent: Option<f64>,
     last_adjust: Option<Instant>,
     granted: u64,
+    /// Tickets of the pops waiting for a permit, first come first.
+    waiting: VecDeque<u64>,
+    next_ticket: u64,
 }
 
 /// The limiter. Share it with `Arc`.
@@ -127,27 +130,57 @@ impl Limiter {
                 rtt_recent: None,
                 last_adjust: None,
                 granted: 0,
+                waiting: VecDeque::new(),
+                next_ticket: 0,
             }),
             released: Notify::new(),
         })
     }
 
-    /// Wait for a permit.
+    /// Wait for a permit. Waiters are served first come, first served: a pop
+    /// that found no free slot takes a ticket, and a free slot goes to the
+    /// oldest ticket. (Every waiter used to race for each released slot, and
+    /// at 32 consumers some lost for a hundred milliseconds; issue 12, E.)
     pub async fn acquire(self: &Arc<Self>) -> Permit {
+        let mut queued: Option<Queued<'_>> = None;
         loop {
             let notified = self.released.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             {
                 let mut state = self.state.lock();
-                if state.in_flight < state.limit {
+                let my_turn = match &queued {
+                    None => state.waiting.is_empty(),
+                    Some(queued) => state.waiting.front() == Some(&queued.ticket),
+                };
+                if my_turn && state.in_flight < state.limit {
+                    if let Some(queued) = queued.take() {
+                        state.waiting.pop_front();
+                        std::mem::forget(queued);
+                    }
                     state.in_flight += 1;
                     state.granted += 1;
+                    // Another slot may be free for the next in line, who was
+                    // woken with everyone and went back to sleep.
+                    let more = state.in_flight < state.limit && !state.waiting.is_empty();
+                    drop(state);
+                    if more {
+                        self.released.notify_waiters();
+                    }
                     return Permit {
                         limiter: Arc::clone(self),
                         started: Instant::now(),
                         done: false,
                     };
+                }
+                if queued.is_none() {
+                    let ticket = state.next_ticket;
+                    state.next_ticket = state.next_ticket.wrapping_add(1);
+                    state.waiting.push_back(ticket);
+                    queued = Some(Queued {
+                        limiter: self,
+                        ticket,
+                    });
                 }
             }
             notified.await;
@@ -219,6 +252,27 @@ impl Limiter {
         state.in_flight = in_flight;
         self.record(&mut state, rtt, now);
         state.in_flight = held;
+    }
+}
+
+/// A ticket in the wait queue; a waiter that gives up (its pop was
+/// cancelled) leaves the queue, so it never blocks the ones behind it.
+struct Queued<'a> {
+    limiter: &'a Limiter,
+    ticket: u64,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        let was_front = {
+            let mut state = self.limiter.state.lock();
+            let was_front = state.waiting.front() == Some(&self.ticket);
+            state.waiting.retain(|ticket| *ticket != self.ticket);
+            was_front
+        };
+        if was_front {
+            self.limiter.released.notify_waiters();
+        }
     }
 }
 
@@ -369,5 +423,91 @@ mod tests {
         drop(b);
         drop(c);
         assert_eq!(limiter.stats().in_flight, 0);
+    }
+
+    /// One permit, `n` waiters queued in a known order.
+    async fn queue_behind_one(
+        n: usize,
+    ) -> (
+        Arc<Limiter>,
+        Permit,
+        Vec<tokio::task::JoinHandle<usize>>,
+        Arc<Mutex<Vec<usize>>>,
+    ) {
+        let limiter = Limiter::new(LimiterConfig {
+            min: 1,
+            max: 1,
+            ..LimiterConfig::default()
+        });
+        let held = limiter.acquire().await;
+        let served = Arc::new(Mutex::new(Vec::new()));
+        let mut waiters = Vec::new();
+        for i in 0..n {
+            let limiter = Arc::clone(&limiter);
+            let served = Arc::clone(&served);
+            waiters.push(tokio::spawn(async move {
+                let permit = limiter.acquire().await;
+                served.lock().push(i);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                permit.release();
+                i
+            }));
+            // Let it queue before the next one arrives.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        (limiter, held, waiters, served)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiters_are_served_first_come_first_served() {
+        let (_limiter, held, waiters, served) = queue_behind_one(8).await;
+        held.release();
+        for waiter in waiters {
+            waiter.await.unwrap();
+        }
+        assert_eq!(*served.lock(), (0..8).collect::<Vec<_>>());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cancelled_waiter_leaves_the_queue() {
+        let (limiter, held, mut waiters, served) = queue_behind_one(3).await;
+        // The first in line gives up (its client went away).
+        waiters.remove(0).abort();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        held.release();
+        for waiter in waiters {
+            tokio::time::timeout(Duration::from_secs(5), waiter)
+                .await
+                .expect("a cancelled waiter blocked the queue")
+                .unwrap();
+        }
+        assert_eq!(*served.lock(), [1, 2]);
+        assert_eq!(limiter.stats().in_flight, 0);
+        assert!(limiter.state.lock().waiting.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pop_that_releases_cannot_barge_ahead_of_a_waiter() {
+        let limiter = Limiter::new(LimiterConfig {
+            min: 1,
+            max: 1,
+            ..LimiterConfig::default()
+        });
+        let first = limiter.acquire().await;
+        let waiter = {
+            let limiter = Arc::clone(&limiter);
+            tokio::spawn(async move { limiter.acquire().await.release() })
+        };
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        // A consumer looping pop after pop gives its permit back and asks
+        // again at once, before the woken waiter has run.
+        first.release();
+        let again = limiter.acquire().await;
+        assert!(
+            waiter.is_finished(),
+            "the releasing pop took the slot again ahead of the queued waiter"
+        );
+        again.release();
+        waiter.await.unwrap();
     }
 }

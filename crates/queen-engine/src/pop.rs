@@ -514,7 +514,14 @@ impl Engine {
                 self.hotlist.reseed(queue, group, names, Instant::now());
             }
             let k = (request.max_partitions.saturating_mul(8)).clamp(16, 256);
-            let candidates = self.hotlist.take(queue, group, k, Instant::now());
+            let candidates = self.hotlist.take_share(
+                queue,
+                group,
+                k,
+                request.max_partitions.saturating_mul(2),
+                self.limiter.stats().in_flight,
+                Instant::now(),
+            );
             if candidates.names.is_empty() {
                 permit.release();
                 return Ok(Popped::default());
@@ -530,8 +537,12 @@ impl Engine {
             Ok(rows) => rows,
             Err(error) => {
                 // Nothing was claimed: every candidate goes back.
-                self.hotlist
-                    .check_in(queue, group, &[], candidates.names, Instant::now());
+                if self
+                    .hotlist
+                    .check_in(queue, group, &[], candidates.names, Instant::now())
+                {
+                    self.gates.open(queue);
+                }
                 return Err(error.into());
             }
         };
@@ -655,7 +666,15 @@ impl Engine {
                 continue;
             };
             let outcome = match verdict {
-                Verdict::Delivered => Outcome::Delivered,
+                // A leased batch locks the partition for the group until its
+                // ack (whose promote brings the name back) or its expiry: no
+                // other pop could claim it meanwhile, so it waits instead of
+                // drawing every parked consumer to a partition they cannot
+                // have. Auto-acked, there may be more for anyone: keep it.
+                Verdict::Delivered => match to_instant(*revisit_at) {
+                    Some(at) => Outcome::RevisitAt(at),
+                    None => Outcome::Delivered,
+                },
                 // A drained partition leaves the ring; a leased batch comes back
                 // at its lease expiry in case it is never acked, an auto-acked
                 // one when its hidden delayedProcessing tail shows.
@@ -686,8 +705,14 @@ impl Engine {
             .into_iter()
             .filter(|name| !visited.contains(name.as_str()))
             .collect();
-        self.hotlist
-            .check_in(queue, group, &outcomes, unvisited, now);
+        if self
+            .hotlist
+            .check_in(queue, group, &outcomes, unvisited, now)
+        {
+            // A pop found the ring empty while these names were out, and
+            // parked: without this it would sleep until its backoff re-poll.
+            self.gates.open(queue);
+        }
     }
 
     /// Decompress, slice and decrypt the delivered frames.
