@@ -175,7 +175,8 @@ $$;
 -- creator in log_pop_v1 takes, so neither ever waits on the other: a
 -- partition whose lock is taken is being created by a pop already and is
 -- skipped here. Returns the last name looked at (pass it back as p_after),
--- NULL when no partition is left. A seeder that dies half way leaves the rest
+-- NULL when no partition is left after this chunk (a chunk shorter than
+-- p_limit was the last, so one call seeds a small queue). A seeder that dies half way leaves the rest
 -- to lazy creation, which is what seeds partitions created later anyway.
 CREATE OR REPLACE FUNCTION queen.log_seed_cursors_v1(
     p_qid      uuid,
@@ -212,6 +213,9 @@ BEGIN
              OFFSET 0) f
      WHERE pg_try_advisory_xact_lock(hashtextextended(f.id::text || '/' || p_group, 42))
     ON CONFLICT (partition_id, consumer_group) DO NOTHING;
+    IF array_length(v_names, 1) < greatest(p_limit, 1) THEN
+        RETURN NULL;
+    END IF;
     RETURN v_names[array_length(v_names, 1)];
 END;
 $$;

@@ -27,6 +27,7 @@ pub mod registry;
 mod traces;
 mod txn;
 pub mod wake;
+mod warm;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -174,6 +174,8 @@ pub(crate) struct PopState {
     discovery: crate::queue_cache::DiscoveryCache,
     /// (queue, group) pairs whose first contact ran (legacy path).
     contacted: Mutex<std::collections::HashSet<(Uuid, String)>>,
+    /// One first contact at a time per (queue, group) on the hot-list path.
+    first_contacts: SingleFlight,
     /// False until some queue is seen with `min_pop_wait_time`: the default
     /// path then pays one relaxed load, not a map lookup.
     any_min_pop_wait: AtomicBool,
@@ -184,6 +186,43 @@ pub(crate) struct PopState {
     pub(crate) parked: AtomicUsize,
     /// Connections checked out by the pop path.
     checkouts: AtomicU64,
+}
+
+/// Async gates by key hash: a fixed set of stripes (so no map keyed by client
+/// names to bound), each a tokio mutex held across the awaits of the one
+/// task it lets through. Unrelated keys share a stripe only by hash, and
+/// only contend while both are inside.
+#[derive(Debug)]
+pub(crate) struct SingleFlight {
+    stripes: Vec<tokio::sync::Mutex<()>>,
+}
+
+/// Stripes of a [`SingleFlight`].
+const FLIGHT_STRIPES: usize = 64;
+
+impl Default for SingleFlight {
+    fn default() -> SingleFlight {
+        SingleFlight {
+            stripes: (0..FLIGHT_STRIPES)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
+        }
+    }
+}
+
+impl SingleFlight {
+    /// Wait until no other task is inside for `key` (or a key sharing its
+    /// stripe), then enter; leaving is dropping the guard.
+    pub(crate) async fn enter(
+        &self,
+        key: &impl std::hash::Hash,
+    ) -> tokio::sync::MutexGuard<'_, ()> {
+        use std::hash::{BuildHasher, BuildHasherDefault};
+        let hash = BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default()
+            .hash_one(key);
+        let stripe = usize::try_from(hash % FLIGHT_STRIPES as u64).unwrap_or(0);
+        self.stripes[stripe].lock().await
+    }
 }
 
 /// Counts a pop in progress for as long as it lives.
@@ -415,6 +454,24 @@ impl Engine {
                 let Some(info) = self.queue_or_subscribe(request, queue).await? else {
                     return Ok(Popped::default());
                 };
+                if probe.is_some() {
+                    return self.pop_hot(request, queue, &info, probe).await;
+                }
+                // First contact here: one pop at a time per (queue, group).
+                // Consumers woken together by the push that created their
+                // queue used to run it side by side, and the ones that were
+                // not elected met the seeder's locks ("busy", revisited 100 ms
+                // later). The others wait in memory, then use the ring the
+                // first one built.
+                let _flight = self
+                    .pop_state
+                    .first_contacts
+                    .enter(&(info.id, request.group.as_str()))
+                    .await;
+                let probe = self.hot_probe(queue, &request.group);
+                if probe.is_some_and(|probe| probe.idle()) {
+                    return Ok(Popped::default());
+                }
                 self.pop_hot(request, queue, &info, probe).await
             }
             PopTarget::Discovery { namespace, task } => {
@@ -908,7 +965,7 @@ const SEED_CHUNK: i32 = 1024;
 /// The first contact of (queue, group) on this broker: register, and if this
 /// call wins the election, bulk-seed every partition's cursor chunk by chunk.
 /// No chunk waits on a pop creating a cursor, and no pop waits on a chunk.
-async fn first_contact_of(
+pub(crate) async fn first_contact_of(
     client: &impl queen_sql::GenericClient,
     queue_id: Uuid,
     params: &PopParams<'_>,

@@ -64,6 +64,12 @@ pub(crate) struct Config {
     #[arg(long, env = "QUEEN_DB_POOL_SIZE", default_value_t = 32)]
     pub(crate) db_pool_size: usize,
 
+    /// Pooled connections opened and warmed before the broker listens (their
+    /// sessions compile Queen's procedures once, in a rolled-back
+    /// transaction); 0 turns the warm-up off.
+    #[arg(long, env = "QUEEN_DB_POOL_WARM", default_value_t = 8)]
+    pub(crate) db_pool_warm: usize,
+
     /// AES-256-GCM key for queues with encryptionEnabled: 64 hex characters.
     /// Without it, pushes to an encrypted queue fail (never stored as plaintext).
     #[arg(long, env = "QUEEN_ENCRYPTION_KEY", hide_env_values = true)]
