@@ -390,9 +390,17 @@ BEGIN
         )
         SELECT max(e.lease_expires_at) INTO o_expires_at FROM extended e;
     END IF;
-    o_found := o_expires_at IS NOT NULL OR EXISTS (
-        SELECT 1 FROM queen.log_consumers c
-         WHERE c.worker_id = p_lease AND (p_pids IS NULL OR c.partition_id = ANY (p_pids)));
+    -- Only a miss asks whether an expired lease had that id; two statements
+    -- again, so each is planned on its index (idx_log_consumers_worker for
+    -- the registry's misses).
+    IF o_expires_at IS NOT NULL THEN
+        o_found := true;
+    ELSIF p_pids IS NOT NULL THEN
+        o_found := EXISTS (SELECT 1 FROM queen.log_consumers c
+                            WHERE c.partition_id = ANY (p_pids) AND c.worker_id = p_lease);
+    ELSE
+        o_found := EXISTS (SELECT 1 FROM queen.log_consumers c WHERE c.worker_id = p_lease);
+    END IF;
     RETURN NEXT;
 END;
 $$;

@@ -971,3 +971,38 @@ async fn the_pool_warm_up_warms_distinct_sessions_and_leaves_nothing_behind() {
     );
     broker.stop().await;
 }
+
+/// D8: extending a lease this broker's registry does not know (it was
+/// popped through another broker, or before a restart) finds the lease's
+/// rows through an index, not by reading every cursor of every queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_extend_without_the_registry_reads_only_the_leased_rows() {
+    let broker = TestBroker::start().await;
+    let items = (0..2000)
+        .map(|i| json!({"queue": "many", "partition": format!("p{i}"), "payload": i}))
+        .collect();
+    push_items(&broker, items).await;
+    let popped = pop(&broker, "/api/v1/pop/queue/many?batch=1")
+        .await
+        .expect("a leased message");
+    let lease = popped["messages"][0]["leaseId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let cursors = select_i64(
+        &broker.sql().await,
+        "SELECT count(*) FROM queen.log_consumers",
+    )
+    .await;
+    assert_eq!(cursors, 2000, "the first contact seeds every cursor");
+    // A session of its own: PostgreSQL 15 keeps a session's unflushed table
+    // counts in its xact view, so the count above would show up here.
+    let sql = broker.sql().await;
+    let read = rows_read_by(
+        &sql,
+        &format!("SELECT * FROM queen.log_lease_extend_v1('{lease}', 30, NULL)"),
+    )
+    .await;
+    assert!(read <= 4, "the fallback lease extend read {read} rows");
+    broker.stop().await;
+}

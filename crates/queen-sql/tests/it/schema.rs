@@ -326,7 +326,10 @@ async fn check_indexes(client: &tokio_postgres::Client) {
     );
     assert_eq!(
         texts(client, INDEXES_SQL, "queen.log_consumers").await[..],
-        ["log_consumers_pkey|valid|CREATE UNIQUE INDEX log_consumers_pkey ON queen.log_consumers USING btree (partition_id, consumer_group)"]
+        [
+            "idx_log_consumers_worker|valid|CREATE INDEX idx_log_consumers_worker ON queen.log_consumers USING btree (worker_id) WHERE (worker_id IS NOT NULL)",
+            "log_consumers_pkey|valid|CREATE UNIQUE INDEX log_consumers_pkey ON queen.log_consumers USING btree (partition_id, consumer_group)",
+        ]
     );
 }
 
