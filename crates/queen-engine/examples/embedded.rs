@@ -16,7 +16,7 @@ use queen_engine::{
     AckItem, AckStatus, Engine, EngineConfig, PopRequest, PopTarget, PushItem, SubscriptionMode,
     QUEUE_MODE_GROUP,
 };
-use queen_sql::cluster::{Cluster, ClusterOptions};
+use queen_pg::cluster::{Cluster, ClusterOptions};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

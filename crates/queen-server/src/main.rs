@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use config::{Config, DatabaseSource, MANAGED_DATABASE};
-use queen_sql::cluster::{Cluster, ClusterOptions};
+use queen_pg::cluster::{Cluster, ClusterOptions};
 use queen_sql::SqlError;
 use tokio::net::TcpListener;
 
@@ -35,6 +35,8 @@ use tokio::net::TcpListener;
 enum ServerError {
     #[error(transparent)]
     Sql(#[from] SqlError),
+    #[error(transparent)]
+    ManagedPg(#[from] queen_pg::PgError),
     #[error("cannot listen on {addr}")]
     Bind {
         addr: std::net::SocketAddr,
@@ -214,11 +216,11 @@ fn start_managed(
     data_dir: std::path::PathBuf,
     chosen: bool,
     bin_dir: Option<std::path::PathBuf>,
-) -> Result<Cluster, SqlError> {
+) -> Result<Cluster, queen_pg::PgError> {
     let data_dir = if chosen {
         data_dir
     } else {
-        let choice = queen_sql::cluster::default_data_dir(&data_dir)?;
+        let choice = queen_pg::cluster::default_data_dir(&data_dir)?;
         if let Some(unreachable) = &choice.unreachable {
             tracing::warn!(
                 unreachable = %unreachable.display(),

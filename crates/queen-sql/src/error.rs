@@ -1,8 +1,6 @@
 //! The one error type of `queen-sql`.
 
-use std::path::PathBuf;
-
-/// Everything that can go wrong talking to, or managing, PostgreSQL.
+/// Everything that can go wrong talking to PostgreSQL.
 #[derive(Debug, thiserror::Error)]
 pub enum SqlError {
     /// A statement or connection failed inside PostgreSQL or the driver.
@@ -16,37 +14,6 @@ pub enum SqlError {
     /// The pool itself could not be built from the configuration.
     #[error("invalid pool configuration")]
     PoolBuild(#[from] deadpool_postgres::BuildError),
-
-    /// The PostgreSQL server binaries (`initdb`, `pg_ctl`) were not found.
-    #[error(
-        "PostgreSQL server binaries not found (looked for {program} in {searched}); \
-         install PostgreSQL (e.g. `apt-get install postgresql`) or point Queen at a server \
-         with QUEEN_DATABASE_URL"
-    )]
-    BinariesNotFound {
-        program: &'static str,
-        searched: String,
-    },
-
-    /// A PostgreSQL management command exited unsuccessfully.
-    #[error("`{program}` failed with {status}: {stderr}")]
-    Command {
-        program: String,
-        status: String,
-        stderr: String,
-    },
-
-    /// Filesystem trouble around a managed cluster's directory.
-    #[error("i/o error on {}", path.display())]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-
-    /// The managed data directory cannot be used by the account PostgreSQL runs as.
-    #[error("data directory {} is unusable: {reason}", path.display())]
-    DataDir { path: PathBuf, reason: String },
 
     /// A procedure answered with rows this crate does not understand: the
     /// binary and the applied SQL disagree.
@@ -101,10 +68,6 @@ impl SqlError {
             }
             SqlError::Pool(_) => true,
             SqlError::PoolBuild(_)
-            | SqlError::BinariesNotFound { .. }
-            | SqlError::Command { .. }
-            | SqlError::Io { .. }
-            | SqlError::DataDir { .. }
             | SqlError::SegmentNotFound { .. }
             | SqlError::Protocol { .. }
             | SqlError::SchemaFile { .. } => false,

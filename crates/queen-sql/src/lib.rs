@@ -5,8 +5,8 @@
 //! - `registry`: the `.sql` files, embedded with `include_str!`, in apply order.
 //! - `schema`: [`apply_schema`], run at every boot, idempotent, serialised by an
 //!   advisory lock so two brokers booting at once are safe.
-//! - `cluster`: a PostgreSQL cluster the broker (or a test) manages itself:
-//!   locating binaries, `initdb`, `pg_ctl start/stop`, running as `postgres` when root.
+//!
+//! Managed PostgreSQL (the server processes themselves) is `queen-pg`'s.
 //! - `connect`: connection settings and the pool.
 //! - `segments`: typed functions over segment rows (one per statement).
 //! - `prepared`: [`Conn`], how the hot statements (push, pop, ack) are
@@ -15,7 +15,6 @@
 //! Nothing above this crate builds SQL text.
 
 pub mod ack;
-pub mod cluster;
 pub mod connect;
 pub mod dlq;
 mod error;

@@ -10,7 +10,7 @@
 //!
 //! The cluster runs with `fsync=off` and friends: it is thrown away after the run.
 //! PostgreSQL binaries are required; without them every test fails with the
-//! one clear error of `queen_sql::cluster::PgBinaries::locate`.
+//! one clear error of `queen_pg::cluster::PgBinaries::locate`.
 
 pub mod http;
 
@@ -19,7 +19,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use queen_sql::cluster::{Cluster, ClusterOptions};
+use queen_pg::cluster::{Cluster, ClusterOptions};
 use tokio::sync::OnceCell;
 
 /// The database that holds the applied schema and is cloned for every test.

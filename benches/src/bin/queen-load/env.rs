@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use queen_sql::cluster::{Cluster, ClusterOptions};
+use queen_pg::cluster::{Cluster, ClusterOptions};
 
 use crate::error::{Context, Error, Result};
 use crate::http::Conn;

@@ -3,7 +3,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use queen_sql::cluster::{Cluster, ClusterOptions};
+use queen_pg::cluster::{Cluster, ClusterOptions};
 use queen_testkit::TestDb;
 
 use crate::harness::{command, Broker};
@@ -311,7 +311,7 @@ struct RemoveOnDrop(PathBuf);
 
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
-        if self.0.starts_with(queen_sql::cluster::ROOT_FALLBACK_PARENT) {
+        if self.0.starts_with(queen_pg::cluster::ROOT_FALLBACK_PARENT) {
             if let Ok(cluster) = Cluster::init_or_reuse(ClusterOptions::durable(&self.0)) {
                 let _ = std::process::Command::new("sh")
                     .arg("-c")
@@ -339,7 +339,7 @@ async fn root_in_an_unreachable_home_gets_a_reachable_default_data_dir() {
     let logs = scratch();
 
     if !nix::unistd::Uid::effective().is_root() {
-        let choice = queen_sql::cluster::default_data_dir(&project.join("queen-data")).unwrap();
+        let choice = queen_pg::cluster::default_data_dir(&project.join("queen-data")).unwrap();
         assert_eq!(choice.path, project.join("queen-data"));
         assert_eq!(choice.unreachable, None);
         return;

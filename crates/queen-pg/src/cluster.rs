@@ -17,7 +17,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::SqlError;
+use crate::PgError;
 
 /// The superuser name `initdb` creates in a managed cluster.
 pub const SUPERUSER: &str = "postgres";
@@ -47,7 +47,7 @@ pub struct PgBinaries {
 impl PgBinaries {
     /// Find `initdb` and `pg_ctl`: only in `bin_dir` when one is given, otherwise
     /// on `PATH`, then under `/usr/lib/postgresql/*/bin` (newest major version first).
-    pub fn locate(bin_dir: Option<&Path>) -> Result<PgBinaries, SqlError> {
+    pub fn locate(bin_dir: Option<&Path>) -> Result<PgBinaries, PgError> {
         let (dirs, searched) = match bin_dir {
             Some(dir) => (vec![dir.to_owned()], dir.display().to_string()),
             None => {
@@ -62,7 +62,7 @@ impl PgBinaries {
             dirs.iter()
                 .map(|dir| dir.join(program))
                 .find(|candidate| candidate.is_file())
-                .ok_or_else(|| SqlError::BinariesNotFound {
+                .ok_or_else(|| PgError::BinariesNotFound {
                     program,
                     searched: searched.clone(),
                 })
@@ -117,10 +117,10 @@ pub struct DataDirChoice {
 /// not create are never changed: `/var/lib/queen` is set to 0755 only when this
 /// function creates it. A data directory the operator chose (`QUEEN_DATA_DIR`)
 /// is never redirected; [`Cluster::init_or_reuse`] refuses it with a reason.
-pub fn default_data_dir(requested: &Path) -> Result<DataDirChoice, SqlError> {
+pub fn default_data_dir(requested: &Path) -> Result<DataDirChoice, PgError> {
     let io = |path: &Path| {
         let path = path.to_owned();
-        move |source| SqlError::Io { path, source }
+        move |source| PgError::Io { path, source }
     };
     let absolute = std::path::absolute(requested).map_err(io(requested))?;
     let as_requested = DataDirChoice {
@@ -147,7 +147,7 @@ pub fn default_data_dir(requested: &Path) -> Result<DataDirChoice, SqlError> {
             .map_err(io(parent))?;
     }
     if !service_user_passes("-x", parent) {
-        return Err(SqlError::DataDir {
+        return Err(PgError::DataDir {
             path: absolute,
             reason: format!(
                 "the `{SERVICE_USER}` user can reach neither it nor {ROOT_FALLBACK_PARENT}; \
@@ -253,21 +253,21 @@ pub struct Cluster {
 
 impl Cluster {
     /// Make sure `options.data_dir` holds a cluster: `initdb` on first use, reuse after.
-    pub fn init_or_reuse(options: ClusterOptions) -> Result<Cluster, SqlError> {
+    pub fn init_or_reuse(options: ClusterOptions) -> Result<Cluster, PgError> {
         let binaries = PgBinaries::locate(options.bin_dir.as_deref())?;
         let run_as = nix::unistd::Uid::effective()
             .is_root()
             .then_some(SERVICE_USER);
-        fs::create_dir_all(&options.data_dir).map_err(|source| SqlError::Io {
+        fs::create_dir_all(&options.data_dir).map_err(|source| PgError::Io {
             path: options.data_dir.clone(),
             source,
         })?;
-        let data_dir = fs::canonicalize(&options.data_dir).map_err(|source| SqlError::Io {
+        let data_dir = fs::canonicalize(&options.data_dir).map_err(|source| PgError::Io {
             path: options.data_dir.clone(),
             source,
         })?;
         if data_dir.as_os_str().len() > MAX_SOCKET_DIR_LEN {
-            return Err(SqlError::DataDir {
+            return Err(PgError::DataDir {
                 path: data_dir,
                 reason: format!(
                     "the path is longer than {MAX_SOCKET_DIR_LEN} bytes, too long for the Unix \
@@ -314,7 +314,7 @@ impl Cluster {
             .port(PORT)
             .user(SUPERUSER)
             .dbname(dbname);
-        crate::connect::apply_session_defaults(&mut config);
+        queen_sql::connect::apply_session_defaults(&mut config);
         config
     }
 
@@ -328,7 +328,7 @@ impl Cluster {
 
     /// Start the server and wait until it accepts connections.
     /// A server already running on this directory is reused and left running on stop.
-    pub fn start(&mut self) -> Result<(), SqlError> {
+    pub fn start(&mut self) -> Result<(), PgError> {
         if self.is_running() {
             tracing::info!(data_dir = %self.data_dir().display(), "reusing running PostgreSQL");
             return Ok(());
@@ -377,7 +377,7 @@ impl Cluster {
 
     /// Stop the server if this value started it (fast shutdown: sessions are
     /// disconnected, transactions rolled back, then a clean checkpoint).
-    pub fn stop(&mut self) -> Result<(), SqlError> {
+    pub fn stop(&mut self) -> Result<(), PgError> {
         if !self.started_here {
             return Ok(());
         }
@@ -405,7 +405,7 @@ impl Cluster {
         format!("{runuser}{pg_ctl} stop -m immediate -D {data_dir}")
     }
 
-    fn initdb(&self) -> Result<(), SqlError> {
+    fn initdb(&self) -> Result<(), PgError> {
         tracing::info!(data_dir = %self.data_dir().display(), "initialising PostgreSQL cluster");
         let mut cmd = self.command(&self.binaries.initdb);
         cmd.arg("-D")
@@ -425,14 +425,14 @@ impl Cluster {
 
     /// When root, give the data directory to the service user and check that it
     /// can actually reach it (a parent such as `/root` is often mode 0700).
-    fn hand_over_data_dir(&self) -> Result<(), SqlError> {
+    fn hand_over_data_dir(&self) -> Result<(), PgError> {
         let Some(user) = self.run_as else {
             return Ok(());
         };
         let account = nix::unistd::User::from_name(user)
             .ok()
             .flatten()
-            .ok_or_else(|| SqlError::DataDir {
+            .ok_or_else(|| PgError::DataDir {
                 path: self.data_dir().to_owned(),
                 reason: format!(
                     "running as root, PostgreSQL must run as the `{user}` user, which does not \
@@ -440,13 +440,13 @@ impl Cluster {
                 ),
             })?;
         nix::unistd::chown(self.data_dir(), Some(account.uid), Some(account.gid)).map_err(
-            |errno| SqlError::Io {
+            |errno| PgError::Io {
                 path: self.data_dir().to_owned(),
                 source: errno.into(),
             },
         )?;
         if !service_user_passes("-w", self.data_dir()) {
-            return Err(SqlError::DataDir {
+            return Err(PgError::DataDir {
                 path: self.data_dir().to_owned(),
                 reason: format!(
                     "the `{user}` user cannot reach it (a parent directory is not searchable by \
@@ -471,22 +471,22 @@ impl Cluster {
         cmd
     }
 
-    /// Run a management command, turning failure into [`SqlError::Command`] with
+    /// Run a management command, turning failure into [`PgError::Command`] with
     /// its stderr and the tail of the server log.
-    fn run(&self, mut cmd: Command, what: &str) -> Result<(), SqlError> {
+    fn run(&self, mut cmd: Command, what: &str) -> Result<(), PgError> {
         // Output goes to a file rather than a pipe: the postmaster that `pg_ctl start`
         // spawns would otherwise inherit the pipe and `output()` would never see EOF.
         let capture = tempfile_in_tmp()?;
-        let stdout = capture.try_clone().map_err(|source| SqlError::Io {
+        let stdout = capture.try_clone().map_err(|source| PgError::Io {
             path: PathBuf::from("/tmp"),
             source,
         })?;
         cmd.stdout(stdout)
-            .stderr(capture.try_clone().map_err(|source| SqlError::Io {
+            .stderr(capture.try_clone().map_err(|source| PgError::Io {
                 path: PathBuf::from("/tmp"),
                 source,
             })?);
-        let status = cmd.status().map_err(|source| SqlError::Io {
+        let status = cmd.status().map_err(|source| PgError::Io {
             path: PathBuf::from(what),
             source,
         })?;
@@ -502,7 +502,7 @@ impl Cluster {
                 output.push('\n');
             }
         }
-        Err(SqlError::Command {
+        Err(PgError::Command {
             program: what.to_owned(),
             status: status.to_string(),
             stderr: output,
@@ -521,7 +521,7 @@ impl Drop for Cluster {
 }
 
 /// An anonymous temporary file for command output.
-fn tempfile_in_tmp() -> Result<fs::File, SqlError> {
+fn tempfile_in_tmp() -> Result<fs::File, PgError> {
     let dir = std::env::temp_dir();
     let path = dir.join(format!(
         "queen-cmd-{}-{}",
@@ -533,7 +533,7 @@ fn tempfile_in_tmp() -> Result<fs::File, SqlError> {
         .read(true)
         .write(true)
         .open(&path)
-        .map_err(|source| SqlError::Io {
+        .map_err(|source| PgError::Io {
             path: path.clone(),
             source,
         })?;
