@@ -361,7 +361,7 @@ async fn invalid_requests_answer_400_and_write_nothing() {
         ),
         (
             json!({"queue": "q\u{0}"}),
-            "queue must not contain NUL characters",
+            "queue must not contain control characters",
         ),
         (
             json!({"queue": "q", "options": [1]}),

@@ -16,8 +16,7 @@ use crate::{Engine, EngineError};
 
 pub use queen_sql::queues::QueueSettings;
 
-/// The longest tenant, queue name, namespace or task, in bytes.
-pub const MAX_NAME_BYTES: usize = 255;
+pub use crate::naming::MAX_NAME_BYTES;
 
 /// Create queue `(tenant, queue)`, or fully replace its configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,12 +117,16 @@ impl Plan {
     }
 }
 
-/// A name that identifies something: required, plus the label rules.
+/// A name that identifies something: required, plus the one name rule
+/// (`naming::name_problem`).
 fn check_name(field: &'static str, value: &str) -> Result<(), EngineError> {
     if value.is_empty() {
         return Err(invalid(field, "is required"));
     }
-    check_label(field, value)
+    match crate::naming::name_problem(value) {
+        Some(rule) => Err(invalid(field, rule)),
+        None => Ok(()),
+    }
 }
 
 /// Text stored in a `text` column: bounded, and free of NUL, which PostgreSQL
@@ -215,7 +218,7 @@ mod tests {
     }
 
     #[test]
-    fn names_are_required_bounded_and_nul_free() {
+    fn names_follow_the_name_rule_and_labels_are_bounded_and_nul_free() {
         assert_eq!(refusal(request("")), "queue is required");
         assert_eq!(
             refusal(request(&"q".repeat(256))),
@@ -224,7 +227,11 @@ mod tests {
         assert!(Plan::check(request(&"q".repeat(255))).is_ok());
         assert_eq!(
             refusal(request("a\0b")),
-            "queue must not contain NUL characters"
+            "queue must not contain control characters"
+        );
+        assert_eq!(
+            refusal(request("a\nb")),
+            "queue must not contain control characters"
         );
         let mut no_tenant = request("q");
         no_tenant.tenant = String::new();

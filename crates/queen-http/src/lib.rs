@@ -5,6 +5,7 @@
 //!   encode the reply (mini-redis's parse / apply / encode).
 //! - `error`: the only place an error becomes a status code.
 //! - `server`: the accept loop and graceful connection shutdown.
+//! - `wire`: what every handler shares about the wire (the one name rule).
 //!
 //! **Invariant:** this crate never sees `tokio_postgres` types; it talks to
 //! `queen_engine::Engine` only.
@@ -21,6 +22,7 @@ mod query;
 mod response;
 mod routes;
 mod server;
+mod wire;
 
 pub use error::HttpError;
 pub use server::{serve, ServeOptions, WireDefaults};

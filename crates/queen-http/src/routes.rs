@@ -19,6 +19,11 @@ pub(crate) async fn route(app: &App, req: Request) -> Response {
     let decoded = query::segments(&path);
     let segments: Vec<&str> = decoded.iter().map(AsRef::as_ref).collect();
     let engine = &*app.engine;
+    // Every queue, partition and group name in the path obeys the one name
+    // rule before any handler runs.
+    if let Err(error) = crate::wire::path_names(&segments) {
+        return error.into_response();
+    }
     // Handlers that read the body take the request by value.
     let res = match (&method, segments.as_slice()) {
         (&Method::GET, ["health"]) => Ok(handlers::health::get(engine).await),

@@ -100,6 +100,7 @@ fn parse(
         .non_empty("consumerGroup")
         .unwrap_or(QUEUE_MODE_GROUP)
         .to_owned();
+    crate::wire::name("consumerGroup", &group)?;
     let mode_text = query
         .str("subscriptionMode")
         .unwrap_or(&defaults.subscription_mode);

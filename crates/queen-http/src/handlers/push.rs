@@ -11,7 +11,7 @@ use std::io::Write as _;
 
 use bytes::Bytes;
 use hyper::StatusCode;
-use queen_engine::naming::DEFAULT_PARTITION;
+use queen_engine::naming::{name_problem, DEFAULT_PARTITION};
 use queen_engine::{Engine, PushItem, PushOutcome, PushStatus};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -116,12 +116,16 @@ fn item_from_raw(
     let queue = string_field(item.queue)
         .map_err(|()| invalid("queue", "must be a string"))?
         .ok_or_else(|| invalid("queue", "is required"))?;
-    check_name(&queue).map_err(|rule| invalid("queue", rule))?;
+    if let Some(rule) = name_problem(&queue) {
+        return Err(invalid("queue", rule));
+    }
 
     let partition = string_field(item.partition)
         .map_err(|()| invalid("partition", "must be a string"))?
         .unwrap_or_else(|| DEFAULT_PARTITION.to_owned());
-    check_name(&partition).map_err(|rule| invalid("partition", rule))?;
+    if let Some(rule) = name_problem(&partition) {
+        return Err(invalid("partition", rule));
+    }
 
     let transaction_id = string_field(item.transaction_id)
         .map_err(|()| invalid("transactionId", "must be a string"))?;
@@ -165,19 +169,6 @@ fn string_field(raw: Option<&RawValue>) -> Result<Option<String>, ()> {
             .map(Some)
             .map_err(|_| ()),
     }
-}
-
-fn check_name(name: &str) -> Result<(), &'static str> {
-    if name.is_empty() {
-        return Err("must not be empty");
-    }
-    if name.len() > queen_engine::MAX_NAME_BYTES {
-        return Err("must be at most 255 bytes");
-    }
-    if name.chars().any(char::is_control) {
-        return Err("must not contain control characters");
-    }
-    Ok(())
 }
 
 /// The 201 body: one object per item, written by hand (no intermediate
