@@ -116,7 +116,7 @@ pub(crate) async fn seek(
     let seeked = engine.seek(group, queue, partition, target).await?;
     let target_timestamp = match target {
         SeekTarget::End => Value::Null,
-        SeekTarget::Timestamp(at) => json!(format_millis(at)),
+        SeekTarget::Timestamp(at) => json!(crate::wire::format_millis(at)),
     };
     let answer = match (partition, seeked) {
         (None, None) => json!({
@@ -168,7 +168,7 @@ pub(crate) async fn subscription(
         &json!({
             "success": true,
             "consumerGroup": group,
-            "newTimestamp": format_millis(at),
+            "newTimestamp": crate::wire::format_millis(at),
             "rowsUpdated": rows,
         }),
     ))
@@ -190,7 +190,7 @@ pub(crate) async fn get(engine: &Engine, group: &str) -> Result<Response, HttpEr
                 json!({
                     "partition": c.partition,
                     "workerId": c.worker_id.map(|id| id.to_string()),
-                    "lastConsumedAt": c.last_consumed_at.map(format_millis),
+                    "lastConsumedAt": c.last_consumed_at.map(crate::wire::format_millis),
                     "totalConsumed": c.total_consumed,
                     "offsetLag": c.offset_lag,
                     "timeLagSeconds": c.time_lag_seconds,
@@ -228,8 +228,8 @@ fn summary(group: &GroupSummary) -> Value {
         "maxTimeLag": group.max_time_lag_seconds,
         "state": state,
         "subscriptionMode": subscription.map(|s| s.mode.as_str()),
-        "subscriptionTimestamp": subscription.and_then(|s| s.timestamp).map(format_millis),
-        "subscriptionCreatedAt": subscription.map(|s| format_millis(s.created_at)),
+        "subscriptionTimestamp": subscription.and_then(|s| s.timestamp).map(crate::wire::format_millis),
+        "subscriptionCreatedAt": subscription.map(|s| crate::wire::format_millis(s.created_at)),
     })
 }
 
@@ -246,8 +246,8 @@ fn lagging_row(cursor: &CursorLag) -> Value {
         "offset_lag": cursor.offset_lag,
         "time_lag_seconds": cursor.time_lag_seconds,
         "lag_hours": lag_hours,
-        "oldest_unconsumed_at": cursor.oldest_unconsumed_at.map(format_millis),
-        "last_consumed_at": cursor.last_consumed_at.map(format_millis),
+        "oldest_unconsumed_at": cursor.oldest_unconsumed_at.map(crate::wire::format_millis),
+        "last_consumed_at": cursor.last_consumed_at.map(crate::wire::format_millis),
     })
 }
 
@@ -272,48 +272,6 @@ async fn read_object(req: Request) -> Result<Value, HttpError> {
 fn timestamp(value: &Value, field: &str) -> Result<SystemTime, HttpError> {
     value
         .as_str()
-        .and_then(parse_iso)
+        .and_then(crate::wire::parse_timestamp)
         .ok_or_else(|| HttpError::Validation(format!("{field} must be an ISO-8601 timestamp")))
-}
-
-fn parse_iso(text: &str) -> Option<SystemTime> {
-    use time::format_description::well_known::Rfc3339;
-    let text = text.trim();
-    if let Ok(at) = time::OffsetDateTime::parse(text, &Rfc3339) {
-        return Some(at.into());
-    }
-    const LOCAL: &[time::format_description::FormatItem<'static>] = time::macros::format_description!(
-        "[year]-[month]-[day][first [T][ ]][hour]:[minute]:[second][optional [.[subsecond]]]"
-    );
-    time::PrimitiveDateTime::parse(text, LOCAL)
-        .ok()
-        .map(|at| at.assume_utc().into())
-}
-
-/// `2026-01-01T00:00:00.123Z`: UTC with milliseconds, as the admin views
-/// answer.
-fn format_millis(at: SystemTime) -> String {
-    const FORMAT: &[time::format_description::FormatItem<'static>] = time::macros::format_description!(
-        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
-    );
-    time::OffsetDateTime::from(at)
-        .format(FORMAT)
-        .unwrap_or_default()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn timestamps_parse_with_an_offset_a_z_or_none() {
-        let z = parse_iso("2026-01-02T03:04:05.678Z").unwrap();
-        assert_eq!(format_millis(z), "2026-01-02T03:04:05.678Z");
-        let offset = parse_iso("2026-01-02T05:04:05.678+02:00").unwrap();
-        assert_eq!(offset, z);
-        let naive = parse_iso("2026-01-02T03:04:05.678").unwrap();
-        assert_eq!(naive, z);
-        assert!(parse_iso("yesterday").is_none());
-        assert!(parse_iso("").is_none());
-    }
 }

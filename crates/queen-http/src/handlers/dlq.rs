@@ -10,10 +10,10 @@ use hyper::StatusCode;
 use queen_engine::{DlqFilter, Engine};
 
 use crate::error::HttpError;
-use crate::handlers::pop::format_micros;
 use crate::query::Query;
 use crate::response::{self, Response};
 use crate::server::Request;
+use crate::wire::format_micros;
 
 pub(crate) async fn list(engine: &Engine, req: &Request) -> Result<Response, HttpError> {
     let query = Query::parse(req.uri().query());

@@ -47,7 +47,7 @@ pub(crate) async fn extend(
     Ok(reply(
         lease,
         result
-            .map(crate::handlers::pop::format_micros)
+            .map(crate::wire::format_micros)
             .map_err(queen_engine::LeaseError::message),
     ))
 }

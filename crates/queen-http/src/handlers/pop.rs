@@ -114,7 +114,7 @@ fn parse(
             subscription_mode = SubscriptionMode::New;
             None
         }
-        Some(text) => Some(parse_timestamp(text).ok_or_else(|| {
+        Some(text) => Some(crate::wire::parse_timestamp(text).ok_or_else(|| {
             HttpError::Validation(
                 "subscriptionFrom must be an ISO-8601 timestamp or \"now\"".to_owned(),
             )
@@ -131,23 +131,6 @@ fn parse(
         subscription_mode,
         subscription_from,
     })
-}
-
-/// RFC 3339 / ISO-8601 with an offset or `Z`.
-fn parse_timestamp(text: &str) -> Option<SystemTime> {
-    time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
-        .ok()
-        .map(SystemTime::from)
-}
-
-/// `2026-01-01T00:00:00.123456Z`: UTC with microseconds, as clients expect.
-pub(crate) fn format_micros(at: SystemTime) -> String {
-    const FORMAT: &[time::format_description::FormatItem<'static>] = time::macros::format_description!(
-        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z"
-    );
-    time::OffsetDateTime::from(at)
-        .format(FORMAT)
-        .unwrap_or_default()
 }
 
 /// The 200 envelope. Payload bytes are copied in verbatim.
@@ -199,7 +182,10 @@ pub(crate) fn render(popped: &Popped, group: &str) -> Vec<u8> {
             .as_ref()
             .is_none_or(|(at, _)| *at != message.created_at)
         {
-            created = Some((message.created_at, format_micros(message.created_at)));
+            created = Some((
+                message.created_at,
+                crate::wire::format_micros(message.created_at),
+            ));
         }
         push_str(
             &mut out,
@@ -262,13 +248,5 @@ mod tests {
         assert_eq!(first["consumerGroup"], "__QUEUE_MODE__");
         assert!(value["messages"][1]["data"].is_null());
         assert!(value["messages"][1]["traceId"].is_null());
-    }
-
-    #[test]
-    fn timestamps_parse_with_offsets_and_z() {
-        let z = parse_timestamp("2026-01-01T00:00:00Z").unwrap();
-        let offset = parse_timestamp("2026-01-01T01:00:00+01:00").unwrap();
-        assert_eq!(z, offset);
-        assert!(parse_timestamp("yesterday").is_none());
     }
 }
