@@ -500,3 +500,38 @@ async fn one_hundred_thousand_messages_with_concurrent_consumers_and_acks_arrive
     assert!(positional > by_hash, "the ack registry was bypassed");
     broker.stop().await;
 }
+
+/// `seconds` of a lease extend is read like every integer in a body (the one
+/// coercion in `wire.rs`): an integer string counts, anything else answers
+/// 400 naming the field, and a refused extend changes nothing.
+#[tokio::test]
+async fn lease_extend_reads_seconds_like_every_integer_in_a_body() {
+    let broker = TestBroker::start().await;
+    push(&broker, "secs", "p", &[json!(1)]).await;
+    let popped = pop(&broker, "/api/v1/pop/queue/secs").await.unwrap();
+    let path = format!(
+        "/api/v1/lease/{}/extend",
+        popped["leaseId"].as_str().unwrap()
+    );
+    let reply = broker
+        .client
+        .post_json(&path, &json!({"seconds": "90"}))
+        .await;
+    expect_status(&reply, 200);
+    assert_eq!(reply.json()["success"], true);
+    for (seconds, error) in [
+        (json!(1.5), "seconds must be an integer"),
+        (json!("soon"), "seconds must be an integer"),
+        (json!(-1), "seconds must not be negative"),
+        (json!(0), "seconds must be a positive integer"),
+        (json!(1_u64 << 40), "seconds must be at most 2147483647"),
+    ] {
+        let reply = broker
+            .client
+            .post_json(&path, &json!({"seconds": seconds}))
+            .await;
+        expect_status(&reply, 400);
+        assert_eq!(reply.json()["error"], error, "{seconds}");
+    }
+    broker.stop().await;
+}

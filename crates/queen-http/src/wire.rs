@@ -2,9 +2,12 @@
 //! partition and consumer-group names (`queen_engine::naming::name_problem`),
 //! applied to the names a path carries before any handler runs, and to the
 //! names query strings and bodies carry by the handlers that read them; and
-//! the one ISO-8601 parser and the two formats timestamps go out in.
+//! the one ISO-8601 parser and the two formats timestamps go out in; and
+//! the coercion of integers and booleans in JSON bodies.
 
 use std::time::SystemTime;
+
+use serde_json::Value;
 
 use crate::error::HttpError;
 
@@ -82,9 +85,181 @@ pub(crate) fn path_names(segments: &[&str]) -> Result<(), HttpError> {
     Ok(())
 }
 
+/// An integer in a JSON body: a JSON integer, a float with no fraction, or a
+/// string holding an integer; non-negative and within `i32`. `field` names
+/// it in the error (`options.leaseTime`, `seconds`).
+pub(crate) fn integer(field: &str, value: &Value) -> Result<i32, HttpError> {
+    let parsed = match value {
+        Value::Number(number) => match (number.as_i64(), number.as_u64(), number.as_f64()) {
+            (Some(int), _, _) => from_i64(int),
+            // Only integers past i64::MAX are u64 and not i64.
+            (None, Some(_), _) => Err(Problem::TooLarge),
+            (None, None, Some(float)) => from_f64(float),
+            (None, None, None) => Err(Problem::NotInteger),
+        },
+        Value::String(text) => from_text(text),
+        Value::Null | Value::Bool(_) | Value::Array(_) | Value::Object(_) => {
+            Err(Problem::NotInteger)
+        }
+    };
+    parsed.map_err(|problem| {
+        let rule = match problem {
+            Problem::NotInteger => "must be an integer".to_owned(),
+            Problem::Negative => "must not be negative".to_owned(),
+            Problem::TooLarge => format!("must be at most {}", i32::MAX),
+        };
+        HttpError::Validation(format!("{field} {rule}"))
+    })
+}
+
+/// A boolean in a JSON body: a JSON boolean or the string `"true"` /
+/// `"false"`.
+pub(crate) fn boolean(field: &str, value: &Value) -> Result<bool, HttpError> {
+    match value {
+        Value::Bool(flag) => Ok(*flag),
+        Value::String(text) if text == "true" => Ok(true),
+        Value::String(text) if text == "false" => Ok(false),
+        _ => Err(HttpError::Validation(format!("{field} must be a boolean"))),
+    }
+}
+
+/// Why a value is not an acceptable integer option.
+#[derive(Debug, PartialEq, Eq)]
+enum Problem {
+    NotInteger,
+    Negative,
+    TooLarge,
+}
+
+fn from_i64(int: i64) -> Result<i32, Problem> {
+    if int < 0 {
+        return Err(Problem::Negative);
+    }
+    i32::try_from(int).map_err(|_| Problem::TooLarge)
+}
+
+fn from_f64(float: f64) -> Result<i32, Problem> {
+    if !float.is_finite() || float.fract() != 0.0 {
+        return Err(Problem::NotInteger);
+    }
+    if float < 0.0 {
+        return Err(Problem::Negative);
+    }
+    if float > f64::from(i32::MAX) {
+        return Err(Problem::TooLarge);
+    }
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "float is integral and within 0..=i32::MAX, checked above"
+    )]
+    Ok(float as i32)
+}
+
+/// An integer written as text, as PostgreSQL's `integer` input reads it:
+/// surrounding whitespace, an optional sign, decimal digits.
+fn from_text(text: &str) -> Result<i32, Problem> {
+    let trimmed = text.trim_ascii();
+    let (negative, digits) = match trimmed.as_bytes().first() {
+        Some(b'-') => (true, &trimmed[1..]),
+        Some(b'+') => (false, &trimmed[1..]),
+        _ => (false, trimmed),
+    };
+    if digits.is_empty() || !digits.bytes().all(|byte| byte.is_ascii_digit()) {
+        return Err(Problem::NotInteger);
+    }
+    let significant = digits.trim_start_matches('0');
+    if significant.is_empty() {
+        return Ok(0);
+    }
+    if negative {
+        return Err(Problem::Negative);
+    }
+    // Ten digits hold i32::MAX; more cannot fit, and must not overflow a parse.
+    if significant.len() > 10 {
+        return Err(Problem::TooLarge);
+    }
+    significant
+        .parse::<i64>()
+        .map_err(|_| Problem::NotInteger)
+        .and_then(from_i64)
+}
+
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+
+    fn check_integer(value: &Value, expected: Result<i32, &str>) {
+        let got = integer("options.leaseTime", value).map_err(|error| error.to_string());
+        assert_eq!(got, expected.map_err(str::to_owned), "{value}");
+    }
+
+    #[test]
+    fn integer_options_accept_integers_integral_floats_and_integer_strings() {
+        check_integer(&json!(30), Ok(30));
+        check_integer(&json!(0), Ok(0));
+        check_integer(&json!(2_147_483_647), Ok(i32::MAX));
+        check_integer(&json!(30.0), Ok(30));
+        check_integer(&json!(-0.0), Ok(0));
+        check_integer(&json!("30"), Ok(30));
+        check_integer(&json!(" 30 "), Ok(30));
+        check_integer(&json!("+30"), Ok(30));
+        check_integer(&json!("007"), Ok(7));
+        check_integer(&json!("-0"), Ok(0));
+        check_integer(&json!("2147483647"), Ok(i32::MAX));
+    }
+
+    #[test]
+    fn integer_options_refuse_everything_else_naming_the_option() {
+        let not_integer = Err("options.leaseTime must be an integer");
+        let negative = Err("options.leaseTime must not be negative");
+        let too_large = Err("options.leaseTime must be at most 2147483647");
+        check_integer(&json!(1.5), not_integer);
+        check_integer(&json!("abc"), not_integer);
+        check_integer(&json!(""), not_integer);
+        check_integer(&json!("-"), not_integer);
+        check_integer(&json!("1.0"), not_integer);
+        check_integer(&json!("1e3"), not_integer);
+        check_integer(&json!("0x10"), not_integer);
+        check_integer(&json!(true), not_integer);
+        check_integer(&json!([1]), not_integer);
+        check_integer(&json!({"n": 1}), not_integer);
+        check_integer(&json!(-1), negative);
+        check_integer(&json!(-1.0), negative);
+        check_integer(&json!("-5"), negative);
+        check_integer(&json!(i64::MIN), negative);
+        check_integer(&json!(2_147_483_648_i64), too_large);
+        check_integer(&json!(1_u64 << 40), too_large);
+        check_integer(&json!(u64::MAX), too_large);
+        check_integer(&json!(1e12), too_large);
+        check_integer(&json!("2147483648"), too_large);
+        check_integer(&json!("99999999999999999999999999"), too_large);
+    }
+
+    #[test]
+    fn boolean_options_accept_booleans_and_their_strings_only() {
+        let check = |value: Value, expected: Result<bool, &str>| {
+            let got =
+                boolean("options.encryptionEnabled", &value).map_err(|error| error.to_string());
+            assert_eq!(got, expected.map_err(str::to_owned), "{value}");
+        };
+        check(json!(true), Ok(true));
+        check(json!(false), Ok(false));
+        check(json!("true"), Ok(true));
+        check(json!("false"), Ok(false));
+        let refused = Err("options.encryptionEnabled must be a boolean");
+        for value in [
+            json!("yes"),
+            json!("TRUE"),
+            json!(1),
+            json!(0),
+            json!([]),
+            json!({}),
+        ] {
+            check(value, refused);
+        }
+    }
 
     #[test]
     fn timestamps_parse_with_an_offset_a_z_or_none() {

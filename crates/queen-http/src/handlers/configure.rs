@@ -84,11 +84,11 @@ impl Command {
                 (Field::Bool(slot), None) => Value::from(*slot(&mut defaults)),
                 (_, Some(Value::Null)) => Value::Null,
                 (Field::Int(slot), Some(value)) => {
-                    *slot(&mut settings) = integer(key, value)?;
+                    *slot(&mut settings) = crate::wire::integer(&format!("options.{key}"), value)?;
                     value.clone()
                 }
                 (Field::Bool(slot), Some(value)) => {
-                    *slot(&mut settings) = boolean(key, value)?;
+                    *slot(&mut settings) = crate::wire::boolean(&format!("options.{key}"), value)?;
                     value.clone()
                 }
             };
@@ -176,103 +176,6 @@ fn text(body: &Value, key: &str) -> Option<String> {
     body.get(key).and_then(Value::as_str).map(str::to_owned)
 }
 
-/// An integer option: a JSON integer, a float with no fraction, or a string
-/// holding an integer; non-negative and within `i32`.
-fn integer(key: &str, value: &Value) -> Result<i32, HttpError> {
-    let parsed = match value {
-        Value::Number(number) => match (number.as_i64(), number.as_u64(), number.as_f64()) {
-            (Some(int), _, _) => from_i64(int),
-            // Only integers past i64::MAX are u64 and not i64.
-            (None, Some(_), _) => Err(Problem::TooLarge),
-            (None, None, Some(float)) => from_f64(float),
-            (None, None, None) => Err(Problem::NotInteger),
-        },
-        Value::String(text) => from_text(text),
-        Value::Null | Value::Bool(_) | Value::Array(_) | Value::Object(_) => {
-            Err(Problem::NotInteger)
-        }
-    };
-    parsed.map_err(|problem| {
-        let rule = match problem {
-            Problem::NotInteger => "must be an integer".to_owned(),
-            Problem::Negative => "must not be negative".to_owned(),
-            Problem::TooLarge => format!("must be at most {}", i32::MAX),
-        };
-        invalid(format!("options.{key} {rule}"))
-    })
-}
-
-/// A boolean option: a JSON boolean or the string `"true"` / `"false"`.
-fn boolean(key: &str, value: &Value) -> Result<bool, HttpError> {
-    match value {
-        Value::Bool(flag) => Ok(*flag),
-        Value::String(text) if text == "true" => Ok(true),
-        Value::String(text) if text == "false" => Ok(false),
-        _ => Err(invalid(format!("options.{key} must be a boolean"))),
-    }
-}
-
-/// Why a value is not an acceptable integer option.
-#[derive(Debug, PartialEq, Eq)]
-enum Problem {
-    NotInteger,
-    Negative,
-    TooLarge,
-}
-
-fn from_i64(int: i64) -> Result<i32, Problem> {
-    if int < 0 {
-        return Err(Problem::Negative);
-    }
-    i32::try_from(int).map_err(|_| Problem::TooLarge)
-}
-
-fn from_f64(float: f64) -> Result<i32, Problem> {
-    if !float.is_finite() || float.fract() != 0.0 {
-        return Err(Problem::NotInteger);
-    }
-    if float < 0.0 {
-        return Err(Problem::Negative);
-    }
-    if float > f64::from(i32::MAX) {
-        return Err(Problem::TooLarge);
-    }
-    #[expect(
-        clippy::cast_possible_truncation,
-        reason = "float is integral and within 0..=i32::MAX, checked above"
-    )]
-    Ok(float as i32)
-}
-
-/// An integer written as text, as PostgreSQL's `integer` input reads it:
-/// surrounding whitespace, an optional sign, decimal digits.
-fn from_text(text: &str) -> Result<i32, Problem> {
-    let trimmed = text.trim_ascii();
-    let (negative, digits) = match trimmed.as_bytes().first() {
-        Some(b'-') => (true, &trimmed[1..]),
-        Some(b'+') => (false, &trimmed[1..]),
-        _ => (false, trimmed),
-    };
-    if digits.is_empty() || !digits.bytes().all(|byte| byte.is_ascii_digit()) {
-        return Err(Problem::NotInteger);
-    }
-    let significant = digits.trim_start_matches('0');
-    if significant.is_empty() {
-        return Ok(0);
-    }
-    if negative {
-        return Err(Problem::Negative);
-    }
-    // Ten digits hold i32::MAX; more cannot fit, and must not overflow a parse.
-    if significant.len() > 10 {
-        return Err(Problem::TooLarge);
-    }
-    significant
-        .parse::<i64>()
-        .map_err(|_| Problem::NotInteger)
-        .and_then(from_i64)
-}
-
 fn invalid(message: String) -> HttpError {
     HttpError::Validation(message)
 }
@@ -282,76 +185,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-
-    fn check_integer(value: &Value, expected: Result<i32, &str>) {
-        let got = integer("leaseTime", value).map_err(|error| error.to_string());
-        assert_eq!(got, expected.map_err(str::to_owned), "{value}");
-    }
-
-    #[test]
-    fn integer_options_accept_integers_integral_floats_and_integer_strings() {
-        check_integer(&json!(30), Ok(30));
-        check_integer(&json!(0), Ok(0));
-        check_integer(&json!(2_147_483_647), Ok(i32::MAX));
-        check_integer(&json!(30.0), Ok(30));
-        check_integer(&json!(-0.0), Ok(0));
-        check_integer(&json!("30"), Ok(30));
-        check_integer(&json!(" 30 "), Ok(30));
-        check_integer(&json!("+30"), Ok(30));
-        check_integer(&json!("007"), Ok(7));
-        check_integer(&json!("-0"), Ok(0));
-        check_integer(&json!("2147483647"), Ok(i32::MAX));
-    }
-
-    #[test]
-    fn integer_options_refuse_everything_else_naming_the_option() {
-        let not_integer = Err("options.leaseTime must be an integer");
-        let negative = Err("options.leaseTime must not be negative");
-        let too_large = Err("options.leaseTime must be at most 2147483647");
-        check_integer(&json!(1.5), not_integer);
-        check_integer(&json!("abc"), not_integer);
-        check_integer(&json!(""), not_integer);
-        check_integer(&json!("-"), not_integer);
-        check_integer(&json!("1.0"), not_integer);
-        check_integer(&json!("1e3"), not_integer);
-        check_integer(&json!("0x10"), not_integer);
-        check_integer(&json!(true), not_integer);
-        check_integer(&json!([1]), not_integer);
-        check_integer(&json!({"n": 1}), not_integer);
-        check_integer(&json!(-1), negative);
-        check_integer(&json!(-1.0), negative);
-        check_integer(&json!("-5"), negative);
-        check_integer(&json!(i64::MIN), negative);
-        check_integer(&json!(2_147_483_648_i64), too_large);
-        check_integer(&json!(1_u64 << 40), too_large);
-        check_integer(&json!(u64::MAX), too_large);
-        check_integer(&json!(1e12), too_large);
-        check_integer(&json!("2147483648"), too_large);
-        check_integer(&json!("99999999999999999999999999"), too_large);
-    }
-
-    #[test]
-    fn boolean_options_accept_booleans_and_their_strings_only() {
-        let check = |value: Value, expected: Result<bool, &str>| {
-            let got = boolean("encryptionEnabled", &value).map_err(|error| error.to_string());
-            assert_eq!(got, expected.map_err(str::to_owned), "{value}");
-        };
-        check(json!(true), Ok(true));
-        check(json!(false), Ok(false));
-        check(json!("true"), Ok(true));
-        check(json!("false"), Ok(false));
-        let refused = Err("options.encryptionEnabled must be a boolean");
-        for value in [
-            json!("yes"),
-            json!("TRUE"),
-            json!(1),
-            json!(0),
-            json!([]),
-            json!({}),
-        ] {
-            check(value, refused);
-        }
-    }
 
     #[test]
     fn omitted_and_null_options_take_defaults_and_the_echo_has_every_option() {

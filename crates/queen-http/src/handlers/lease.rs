@@ -34,9 +34,14 @@ pub(crate) async fn extend(
     };
     let seconds = match body.get("seconds") {
         None | Some(Value::Null) => DEFAULT_SECONDS,
-        Some(value) => value.as_i64().filter(|s| *s > 0).ok_or_else(|| {
-            HttpError::Validation("seconds must be a positive integer".to_owned())
-        })?,
+        Some(value) => match crate::wire::integer("seconds", value)? {
+            0 => {
+                return Err(HttpError::Validation(
+                    "seconds must be a positive integer".to_owned(),
+                ))
+            }
+            seconds => i64::from(seconds),
+        },
     }
     .min(MAX_SECONDS);
     let Ok(lease_id) = lease.parse::<uuid::Uuid>() else {
