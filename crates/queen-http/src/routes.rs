@@ -1,8 +1,15 @@
-//! The route table: every endpoint of the broker in one `match`.
+//! The route table: every endpoint of the broker in one table, each with its
+//! metadata (the access level the contract gives it, whether it is
+//! tenant-scoped), and one dispatch `match` over the endpoints.
 //!
-//! Path segments are percent-decoded before matching. Static segments come
-//! before parameters in the match, so `/consumer-groups/lagging` wins over
-//! `/consumer-groups/:group`.
+//! A route cannot be added without its metadata (the fields of [`Route`] are
+//! all required) nor without its handler (the dispatch `match` has no `_`
+//! arm). Path segments are percent-decoded before matching; a pattern
+//! segment starting with `:` is a parameter. The first route in table order
+//! whose method and pattern match wins, so static segments are listed before
+//! parameters (`/consumer-groups/lagging` before `/consumer-groups/:group`).
+//! The security issue enforces `access` and `tenant_scoped`; today they are
+//! declared and tested.
 
 use hyper::{Method, StatusCode};
 
@@ -12,79 +19,526 @@ use crate::query;
 use crate::response::{self, Response};
 use crate::server::{App, Request};
 
+/// Who may call a route (wire-api.md §1: PUB, RO, RW, ADM).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Access {
+    /// No token needed.
+    Public,
+    /// `read-only` and above.
+    ReadOnly,
+    /// `read-write` and above.
+    ReadWrite,
+    /// `admin` only.
+    Admin,
+}
+
+/// Every endpoint a route can lead to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Endpoint {
+    Health,
+    Configure,
+    Push,
+    Ack,
+    AckBatch,
+    LeaseExtend,
+    Transaction,
+    Traces,
+    Dlq,
+    PopDiscovery,
+    PopQueue,
+    PopPartition,
+    DeleteQueue,
+    ListGroups,
+    LaggingGroups,
+    GetGroup,
+    DeleteGroup,
+    DeleteGroupOnQueue,
+    GroupSubscription,
+    SeekQueue,
+    SeekPartition,
+    GetPopMaintenance,
+    SetPopMaintenance,
+}
+
+/// One row of the route table.
+#[derive(Debug)]
+pub(crate) struct Route {
+    pub(crate) method: Method,
+    /// Path segments; `:name` marks a parameter.
+    pub(crate) pattern: &'static [&'static str],
+    pub(crate) endpoint: Endpoint,
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "declared now, enforced by the security issue")
+    )]
+    pub(crate) access: Access,
+    /// Whether what it reads or writes belongs to one tenant.
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "declared now, enforced by the security issue")
+    )]
+    pub(crate) tenant_scoped: bool,
+}
+
+const fn route(
+    method: Method,
+    pattern: &'static [&'static str],
+    endpoint: Endpoint,
+    access: Access,
+    tenant_scoped: bool,
+) -> Route {
+    Route {
+        method,
+        pattern,
+        endpoint,
+        access,
+        tenant_scoped,
+    }
+}
+
+use Access::{Admin, Public, ReadOnly, ReadWrite};
+use Endpoint as E;
+
+/// The route table, in match order.
+pub(crate) static ROUTES: &[Route] = &[
+    route(Method::GET, &["health"], E::Health, Public, false),
+    route(
+        Method::POST,
+        &["api", "v1", "configure"],
+        E::Configure,
+        ReadWrite,
+        true,
+    ),
+    route(
+        Method::POST,
+        &["api", "v1", "push"],
+        E::Push,
+        ReadWrite,
+        true,
+    ),
+    route(Method::POST, &["api", "v1", "ack"], E::Ack, ReadWrite, true),
+    route(
+        Method::POST,
+        &["api", "v1", "ack", "batch"],
+        E::AckBatch,
+        ReadWrite,
+        true,
+    ),
+    route(
+        Method::POST,
+        &["api", "v1", "lease", ":lease", "extend"],
+        E::LeaseExtend,
+        ReadWrite,
+        true,
+    ),
+    route(
+        Method::POST,
+        &["api", "v1", "transaction"],
+        E::Transaction,
+        ReadWrite,
+        true,
+    ),
+    route(
+        Method::POST,
+        &["api", "v1", "traces"],
+        E::Traces,
+        ReadWrite,
+        true,
+    ),
+    route(Method::GET, &["api", "v1", "dlq"], E::Dlq, ReadOnly, true),
+    route(
+        Method::GET,
+        &["api", "v1", "pop"],
+        E::PopDiscovery,
+        ReadWrite,
+        true,
+    ),
+    route(
+        Method::GET,
+        &["api", "v1", "pop", "queue", ":queue"],
+        E::PopQueue,
+        ReadWrite,
+        true,
+    ),
+    route(
+        Method::GET,
+        &[
+            "api",
+            "v1",
+            "pop",
+            "queue",
+            ":queue",
+            "partition",
+            ":partition",
+        ],
+        E::PopPartition,
+        ReadWrite,
+        true,
+    ),
+    route(
+        Method::DELETE,
+        &["api", "v1", "resources", "queues", ":queue"],
+        E::DeleteQueue,
+        Admin,
+        true,
+    ),
+    route(
+        Method::GET,
+        &["api", "v1", "consumer-groups"],
+        E::ListGroups,
+        ReadOnly,
+        true,
+    ),
+    route(
+        Method::GET,
+        &["api", "v1", "consumer-groups", "lagging"],
+        E::LaggingGroups,
+        ReadOnly,
+        true,
+    ),
+    route(
+        Method::GET,
+        &["api", "v1", "consumer-groups", ":group"],
+        E::GetGroup,
+        ReadOnly,
+        true,
+    ),
+    route(
+        Method::DELETE,
+        &["api", "v1", "consumer-groups", ":group"],
+        E::DeleteGroup,
+        Admin,
+        true,
+    ),
+    route(
+        Method::DELETE,
+        &["api", "v1", "consumer-groups", ":group", "queues", ":queue"],
+        E::DeleteGroupOnQueue,
+        Admin,
+        true,
+    ),
+    route(
+        Method::POST,
+        &["api", "v1", "consumer-groups", ":group", "subscription"],
+        E::GroupSubscription,
+        ReadWrite,
+        true,
+    ),
+    route(
+        Method::POST,
+        &[
+            "api",
+            "v1",
+            "consumer-groups",
+            ":group",
+            "queues",
+            ":queue",
+            "seek",
+        ],
+        E::SeekQueue,
+        ReadWrite,
+        true,
+    ),
+    route(
+        Method::POST,
+        &[
+            "api",
+            "v1",
+            "consumer-groups",
+            ":group",
+            "queues",
+            ":queue",
+            "partitions",
+            ":partition",
+            "seek",
+        ],
+        E::SeekPartition,
+        ReadWrite,
+        true,
+    ),
+    route(
+        Method::GET,
+        &["api", "v1", "system", "maintenance", "pop"],
+        E::GetPopMaintenance,
+        Admin,
+        false,
+    ),
+    route(
+        Method::POST,
+        &["api", "v1", "system", "maintenance", "pop"],
+        E::SetPopMaintenance,
+        Admin,
+        false,
+    ),
+];
+
+/// The route `method` and `segments` reach, with its parameters in pattern
+/// order.
+pub(crate) fn find<'s>(
+    method: &Method,
+    segments: &[&'s str],
+) -> Option<(&'static Route, Vec<&'s str>)> {
+    ROUTES.iter().find_map(|route| {
+        if route.method != *method || route.pattern.len() != segments.len() {
+            return None;
+        }
+        let mut params = Vec::new();
+        for (pattern, segment) in route.pattern.iter().zip(segments) {
+            if pattern.starts_with(':') {
+                params.push(*segment);
+            } else if pattern != segment {
+                return None;
+            }
+        }
+        Some((route, params))
+    })
+}
+
 /// Dispatch one request to its handler.
-pub(crate) async fn route(app: &App, req: Request) -> Response {
+pub(crate) async fn route_request(app: &App, req: Request) -> Response {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let decoded = query::segments(&path);
     let segments: Vec<&str> = decoded.iter().map(AsRef::as_ref).collect();
-    let engine = &*app.engine;
+    if method == Method::OPTIONS {
+        return response::empty(StatusCode::NO_CONTENT);
+    }
+    let Some((route, params)) = find(&method, &segments) else {
+        return HttpError::RouteNotFound {
+            method: method.to_string(),
+            path,
+        }
+        .into_response();
+    };
     // Every queue, partition and group name in the path obeys the one name
     // rule before any handler runs.
     if let Err(error) = crate::wire::path_names(&segments) {
         return error.into_response();
     }
-    // Handlers that read the body take the request by value.
-    let res = match (&method, segments.as_slice()) {
-        (&Method::GET, ["health"]) => Ok(handlers::health::get(engine).await),
-        (&Method::POST, ["api", "v1", "configure"]) => handlers::configure::post(engine, req).await,
-        (&Method::POST, ["api", "v1", "push"]) => handlers::push::post(engine, req).await,
-        (&Method::POST, ["api", "v1", "ack"]) => handlers::ack::single(engine, req).await,
-        (&Method::POST, ["api", "v1", "ack", "batch"]) => handlers::ack::batch(engine, req).await,
-        (&Method::POST, ["api", "v1", "lease", lease, "extend"]) => {
-            handlers::lease::extend(engine, req, lease).await
+    dispatch(app, req, route.endpoint, &params)
+        .await
+        .unwrap_or_else(HttpError::into_response)
+}
+
+/// The handler of `endpoint`. Handlers that read the body take the request
+/// by value.
+async fn dispatch(
+    app: &App,
+    req: Request,
+    endpoint: Endpoint,
+    params: &[&str],
+) -> Result<Response, HttpError> {
+    let engine = &*app.engine;
+    let param = |index: usize| params.get(index).copied().unwrap_or_default();
+    match endpoint {
+        E::Health => Ok(handlers::health::get(engine).await),
+        E::Configure => handlers::configure::post(engine, req).await,
+        E::Push => handlers::push::post(engine, req).await,
+        E::Ack => handlers::ack::single(engine, req).await,
+        E::AckBatch => handlers::ack::batch(engine, req).await,
+        E::LeaseExtend => handlers::lease::extend(engine, req, param(0)).await,
+        E::Transaction => handlers::transaction::post(engine, req).await,
+        E::Traces => handlers::traces::post(engine, req).await,
+        E::Dlq => handlers::dlq::list(engine, &req).await,
+        E::PopDiscovery => handlers::pop::discovery(app, &req).await,
+        E::PopQueue => handlers::pop::queue(app, &req, param(0)).await,
+        E::PopPartition => handlers::pop::partition(app, &req, param(0), param(1)).await,
+        E::DeleteQueue => handlers::queues::delete(engine, param(0)).await,
+        E::ListGroups => handlers::consumer_groups::list(engine).await,
+        E::LaggingGroups => handlers::consumer_groups::lagging(engine, &req).await,
+        E::GetGroup => handlers::consumer_groups::get(engine, param(0)).await,
+        E::DeleteGroup => handlers::consumer_groups::delete(engine, &req, param(0), None).await,
+        E::DeleteGroupOnQueue => {
+            handlers::consumer_groups::delete(engine, &req, param(0), Some(param(1))).await
         }
-        (&Method::POST, ["api", "v1", "transaction"]) => {
-            handlers::transaction::post(engine, req).await
+        E::GroupSubscription => {
+            handlers::consumer_groups::subscription(engine, req, param(0)).await
         }
-        (&Method::POST, ["api", "v1", "traces"]) => handlers::traces::post(engine, req).await,
-        (&Method::GET, ["api", "v1", "dlq"]) => handlers::dlq::list(engine, &req).await,
-        (&Method::GET, ["api", "v1", "pop"]) => handlers::pop::discovery(app, &req).await,
-        (&Method::GET, ["api", "v1", "pop", "queue", queue]) => {
-            handlers::pop::queue(app, &req, queue).await
+        E::SeekQueue => {
+            handlers::consumer_groups::seek(engine, req, param(0), param(1), None).await
         }
-        (&Method::GET, ["api", "v1", "pop", "queue", queue, "partition", partition]) => {
-            handlers::pop::partition(app, &req, queue, partition).await
+        E::SeekPartition => {
+            handlers::consumer_groups::seek(engine, req, param(0), param(1), Some(param(2))).await
         }
-        (&Method::DELETE, ["api", "v1", "resources", "queues", queue]) => {
-            handlers::queues::delete(engine, queue).await
-        }
-        (&Method::GET, ["api", "v1", "consumer-groups"]) => {
-            handlers::consumer_groups::list(engine).await
-        }
-        (&Method::GET, ["api", "v1", "consumer-groups", "lagging"]) => {
-            handlers::consumer_groups::lagging(engine, &req).await
-        }
-        (&Method::GET, ["api", "v1", "consumer-groups", group]) => {
-            handlers::consumer_groups::get(engine, group).await
-        }
-        (&Method::DELETE, ["api", "v1", "consumer-groups", group]) => {
-            handlers::consumer_groups::delete(engine, &req, group, None).await
-        }
-        (&Method::DELETE, ["api", "v1", "consumer-groups", group, "queues", queue]) => {
-            handlers::consumer_groups::delete(engine, &req, group, Some(queue)).await
-        }
-        (&Method::POST, ["api", "v1", "consumer-groups", group, "subscription"]) => {
-            handlers::consumer_groups::subscription(engine, req, group).await
-        }
-        (&Method::POST, ["api", "v1", "consumer-groups", group, "queues", queue, "seek"]) => {
-            handlers::consumer_groups::seek(engine, req, group, queue, None).await
-        }
+        E::GetPopMaintenance => Ok(handlers::maintenance::get_pop(engine)),
+        E::SetPopMaintenance => handlers::maintenance::post_pop(engine, req).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (method, path, endpoint, parameters): what the table must answer.
+    const CASES: &[(Method, &str, Endpoint, &[&str])] = &[
+        (Method::GET, "/health", E::Health, &[]),
+        (Method::POST, "/api/v1/push", E::Push, &[]),
+        (Method::POST, "/api/v1/ack", E::Ack, &[]),
+        (Method::POST, "/api/v1/ack/batch", E::AckBatch, &[]),
         (
-            &Method::POST,
-            ["api", "v1", "consumer-groups", group, "queues", queue, "partitions", partition, "seek"],
-        ) => handlers::consumer_groups::seek(engine, req, group, queue, Some(partition)).await,
-        (&Method::GET, ["api", "v1", "system", "maintenance", "pop"]) => {
-            Ok(handlers::maintenance::get_pop(engine))
+            Method::POST,
+            "/api/v1/lease/L/extend",
+            E::LeaseExtend,
+            &["L"],
+        ),
+        (Method::GET, "/api/v1/pop", E::PopDiscovery, &[]),
+        (Method::GET, "/api/v1/pop/queue/q", E::PopQueue, &["q"]),
+        (
+            Method::GET,
+            "/api/v1/pop/queue/q/partition/p",
+            E::PopPartition,
+            &["q", "p"],
+        ),
+        (
+            Method::GET,
+            "/api/v1/pop/queue/a%2Fb",
+            E::PopQueue,
+            &["a/b"],
+        ),
+        (
+            Method::DELETE,
+            "/api/v1/resources/queues/q",
+            E::DeleteQueue,
+            &["q"],
+        ),
+        (Method::GET, "/api/v1/consumer-groups", E::ListGroups, &[]),
+        (
+            Method::GET,
+            "/api/v1/consumer-groups/lagging",
+            E::LaggingGroups,
+            &[],
+        ),
+        (
+            Method::GET,
+            "/api/v1/consumer-groups/g",
+            E::GetGroup,
+            &["g"],
+        ),
+        (
+            Method::DELETE,
+            "/api/v1/consumer-groups/g",
+            E::DeleteGroup,
+            &["g"],
+        ),
+        (
+            Method::DELETE,
+            "/api/v1/consumer-groups/g/queues/q",
+            E::DeleteGroupOnQueue,
+            &["g", "q"],
+        ),
+        (
+            Method::POST,
+            "/api/v1/consumer-groups/g/queues/q/partitions/p/seek",
+            E::SeekPartition,
+            &["g", "q", "p"],
+        ),
+        (
+            Method::POST,
+            "/api/v1/system/maintenance/pop",
+            E::SetPopMaintenance,
+            &[],
+        ),
+    ];
+
+    #[test]
+    fn each_path_reaches_its_endpoint_with_its_parameters() {
+        for (method, path, endpoint, params) in CASES {
+            let decoded = query::segments(path);
+            let segments: Vec<&str> = decoded.iter().map(AsRef::as_ref).collect();
+            let (route, got) = find(method, &segments).unwrap_or_else(|| panic!("{method} {path}"));
+            assert_eq!(route.endpoint, *endpoint, "{method} {path}");
+            assert_eq!(got, *params, "{method} {path}");
         }
-        (&Method::POST, ["api", "v1", "system", "maintenance", "pop"]) => {
-            handlers::maintenance::post_pop(engine, req).await
+        for (method, path) in [
+            (Method::GET, "/api/v1/push"),
+            (Method::POST, "/api/v1/pop/queue/q"),
+            (Method::GET, "/api/v1/pop/queue"),
+            (Method::GET, "/api/v1/unknown"),
+            (Method::GET, "/"),
+        ] {
+            let decoded = query::segments(path);
+            let segments: Vec<&str> = decoded.iter().map(AsRef::as_ref).collect();
+            assert!(find(&method, &segments).is_none(), "{method} {path}");
         }
-        (&Method::OPTIONS, _) => Ok(response::empty(StatusCode::NO_CONTENT)),
-        _ => Err(HttpError::RouteNotFound {
-            method: method.to_string(),
-            path: path.clone(),
-        }),
-    };
-    res.unwrap_or_else(HttpError::into_response)
+    }
+
+    #[test]
+    fn every_route_is_reachable_and_unambiguous() {
+        for (index, route) in ROUTES.iter().enumerate() {
+            // A path built from the pattern itself reaches this very route.
+            let segments: Vec<&str> = route
+                .pattern
+                .iter()
+                .map(|segment| {
+                    if segment.starts_with(':') {
+                        "x"
+                    } else {
+                        segment
+                    }
+                })
+                .collect();
+            let (found, _) = find(&route.method, &segments).unwrap();
+            assert!(
+                std::ptr::eq(found, &ROUTES[index]),
+                "{} /{} is shadowed by /{}",
+                route.method,
+                route.pattern.join("/"),
+                found.pattern.join("/")
+            );
+            // Every parameter but the lease id is a name, and the path name
+            // rule recognises it as one (wire::path_names).
+            for pair in route.pattern.windows(2) {
+                if let [previous, parameter] = pair {
+                    if parameter.starts_with(':') && *parameter != ":lease" {
+                        assert!(
+                            crate::wire::path_names(&[previous, "bad\u{1}"]).is_err(),
+                            "/{}: {parameter} escapes the name rule",
+                            route.pattern.join("/")
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn access_levels_follow_the_contract() {
+        let access = |method: Method, path: &str| {
+            let decoded = query::segments(path);
+            let segments: Vec<&str> = decoded.iter().map(AsRef::as_ref).collect();
+            find(&method, &segments).unwrap().0.access
+        };
+        // wire-api.md §1, one route of each level and every admin one.
+        assert_eq!(access(Method::GET, "/health"), Public);
+        assert_eq!(access(Method::GET, "/api/v1/dlq"), ReadOnly);
+        assert_eq!(access(Method::GET, "/api/v1/consumer-groups/g"), ReadOnly);
+        assert_eq!(access(Method::POST, "/api/v1/push"), ReadWrite);
+        assert_eq!(access(Method::GET, "/api/v1/pop/queue/q"), ReadWrite);
+        let admin: Vec<String> = ROUTES
+            .iter()
+            .filter(|route| route.access == Admin)
+            .map(|route| format!("{} /{}", route.method, route.pattern.join("/")))
+            .collect();
+        assert_eq!(
+            admin,
+            [
+                "DELETE /api/v1/resources/queues/:queue",
+                "DELETE /api/v1/consumer-groups/:group",
+                "DELETE /api/v1/consumer-groups/:group/queues/:queue",
+                "GET /api/v1/system/maintenance/pop",
+                "POST /api/v1/system/maintenance/pop",
+            ]
+        );
+        // Only health and the broker-wide maintenance switch are not tenant
+        // data.
+        let untenanted: Vec<Endpoint> = ROUTES
+            .iter()
+            .filter(|route| !route.tenant_scoped)
+            .map(|route| route.endpoint)
+            .collect();
+        assert_eq!(
+            untenanted,
+            [E::Health, E::GetPopMaintenance, E::SetPopMaintenance]
+        );
+    }
 }

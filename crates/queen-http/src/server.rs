@@ -96,7 +96,7 @@ pub async fn serve(
                 let app = Arc::clone(&app);
                 let service = service_fn(move |req| {
                     let app = Arc::clone(&app);
-                    async move { Ok::<_, Infallible>(routes::route(&app, req).await) }
+                    async move { Ok::<_, Infallible>(routes::route_request(&app, req).await) }
                 });
                 let conn = http1::Builder::new()
                     .timer(TokioTimer::new())
