@@ -32,19 +32,17 @@ use std::time::{Duration, Instant};
 /// The section of README.md that holds the two commands.
 const SECTION: &str = "## The two commands";
 
-/// Variables that would point the broker at a database, or at another place.
-const CLEARED_VARS: &[&str] = &[
-    "QUEEN_DATABASE_URL",
-    "PG_HOST",
-    "PG_PORT",
-    "PG_DB",
-    "PG_USER",
-    "PG_PASSWORD",
-    "QUEEN_DATA_DIR",
-    "QUEEN_PG_BIN_DIR",
-    "HOST",
-    "PORT",
-];
+/// The broker's settings as `config.rs` defines them (its `env = "..."`),
+/// read from the source at build time: a newcomer's shell sets none of them,
+/// so the check clears every one (but `RUST_LOG`) and cannot miss a new one.
+fn cleared_vars() -> Vec<&'static str> {
+    include_str!("../../crates/queen-server/src/config.rs")
+        .split("env = \"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .filter(|var| *var != "RUST_LOG")
+        .collect()
+}
 
 /// How long the start command may take to answer `/health`: a release build
 /// from nothing takes about 3 minutes on a 2-core machine.
@@ -200,7 +198,7 @@ fn command_for(line: &str) -> Result<Command, String> {
         .ok_or_else(|| "an empty command in README.md".to_owned())?;
     let mut cmd = Command::new(program);
     cmd.args(args);
-    for var in CLEARED_VARS {
+    for var in cleared_vars() {
         cmd.env_remove(var);
     }
     // What the test harness's cargo set for this process, not for a user's shell.
@@ -428,7 +426,7 @@ fn as_ordinary_user(user: &OrdinaryUser, target_dir: &Path, work: &Path) -> Resu
         .args(["--init-groups", "--"])
         .arg(&binary)
         .current_dir(&cwd);
-    for var in CLEARED_VARS {
+    for var in cleared_vars() {
         cmd.env_remove(var);
     }
     let data_dir = start_and_stop(cmd, &work.join(format!("start-{name}.log")), START_LIMIT)?;
@@ -520,6 +518,22 @@ fn health_status(port: u16) -> Option<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_setting_is_cleared_for_the_start_command() {
+        let cleared = cleared_vars();
+        for var in [
+            "QUEEN_DATABASE_URL",
+            "PG_HOST",
+            "QUEEN_DATA_DIR",
+            "HOST",
+            "PORT",
+            "QUEEN_DB_POOL_WARM",
+        ] {
+            assert!(cleared.contains(&var), "{var} is not cleared: {cleared:?}");
+        }
+        assert!(!cleared.contains(&"RUST_LOG"));
+    }
 
     #[test]
     fn the_readme_commands_work_as_written() {

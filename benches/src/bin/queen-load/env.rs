@@ -15,16 +15,7 @@ use crate::error::{Context, Error, Result};
 use crate::http::Conn;
 
 /// Environment variables that would make the broker pick another database.
-const DATABASE_VARS: &[&str] = &[
-    "QUEEN_DATABASE_URL",
-    "PG_HOST",
-    "PG_PORT",
-    "PG_DB",
-    "PG_USER",
-    "PG_PASSWORD",
-    "QUEEN_DATA_DIR",
-    "QUEEN_PG_BIN_DIR",
-];
+use queen_pg::DATABASE_VARS;
 
 /// How long a broker gets to answer `/health` after it is started.
 const HEALTHY_WITHIN: Duration = Duration::from_secs(60);

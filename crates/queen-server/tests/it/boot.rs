@@ -193,34 +193,9 @@ fn help_lists_every_setting_and_the_readme_documents_them() {
     let readme =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
             .expect("read README.md");
-    for var in [
-        "HOST",
-        "PORT",
-        "QUEEN_DATABASE_URL",
-        "PG_HOST",
-        "PG_PORT",
-        "PG_DB",
-        "PG_USER",
-        "PG_PASSWORD",
-        "QUEEN_DATA_DIR",
-        "QUEEN_PG_BIN_DIR",
-        "QUEEN_DB_POOL_SIZE",
-        "QUEEN_ENCRYPTION_KEY",
-        "QUEEN_V2_ZSTD_LEVEL",
-        "QUEEN_PUSH_FLUSHERS",
-        "QUEEN_DEDUP_CACHE_MB",
-        "DEFAULT_BATCH_SIZE",
-        "DEFAULT_TIMEOUT",
-        "DEFAULT_SUBSCRIPTION_MODE",
-        "QUEEN_HOTLIST",
-        "QUEEN_HOTLIST_RESEED_MS",
-        "POP_WAIT_INITIAL_INTERVAL_MS",
-        "POP_WAIT_BACKOFF_THRESHOLD",
-        "POP_WAIT_BACKOFF_MULTIPLIER",
-        "POP_WAIT_MAX_INTERVAL_MS",
-        "QUEEN_SHUTDOWN_TIMEOUT_SECONDS",
-        "RUST_LOG",
-    ] {
+    let settings = settings_of_config_rs();
+    assert!(settings.len() >= 25, "{settings:?}");
+    for var in &settings {
         assert!(
             help.contains(&format!("[env: {var}")),
             "--help lacks {var}:\n{help}"
@@ -228,6 +203,40 @@ fn help_lists_every_setting_and_the_readme_documents_them() {
         assert!(
             readme.contains(&format!("`{var}`")),
             "README.md lacks {var}"
+        );
+    }
+}
+
+/// Every environment variable `config.rs` defines (its `env = "..."`), read
+/// from the source itself so a new setting cannot miss a check.
+fn settings_of_config_rs() -> Vec<String> {
+    let source = include_str!("../../src/config.rs");
+    source
+        .split("env = \"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn the_one_list_of_database_variables_matches_the_settings() {
+    let settings = settings_of_config_rs();
+    for var in queen_pg::DATABASE_VARS {
+        assert!(
+            settings.iter().any(|setting| setting == var),
+            "{var} is in DATABASE_VARS but not a setting"
+        );
+    }
+    for setting in &settings {
+        let picks_the_database = setting.starts_with("PG_")
+            || setting.contains("DATABASE")
+            || setting.starts_with("QUEEN_DATA_DIR")
+            || setting.starts_with("QUEEN_PG_");
+        assert_eq!(
+            picks_the_database,
+            queen_pg::DATABASE_VARS.contains(&setting.as_str()),
+            "{setting}: DATABASE_VARS and the settings disagree"
         );
     }
 }

@@ -7,16 +7,7 @@ use std::time::{Duration, Instant};
 use queen_testkit::http::Client;
 
 /// Environment variables that would make the child pick another database.
-const DATABASE_VARS: &[&str] = &[
-    "QUEEN_DATABASE_URL",
-    "QUEEN_DATA_DIR",
-    "PG_HOST",
-    "PG_PORT",
-    "PG_DB",
-    "PG_USER",
-    "PG_PASSWORD",
-    "QUEEN_PG_BIN_DIR",
-];
+use queen_pg::DATABASE_VARS;
 
 /// A running `queen-server` child.
 pub(crate) struct Broker {
