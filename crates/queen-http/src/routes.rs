@@ -64,8 +64,8 @@ pub(crate) enum Endpoint {
 #[derive(Debug)]
 pub(crate) struct Route {
     pub(crate) method: Method,
-    /// Path segments; `:name` marks a parameter.
-    pub(crate) pattern: &'static [&'static str],
+    /// The path; a segment `:name` is a parameter.
+    pub(crate) pattern: &'static str,
     pub(crate) endpoint: Endpoint,
     #[cfg_attr(
         not(test),
@@ -80,9 +80,18 @@ pub(crate) struct Route {
     pub(crate) tenant_scoped: bool,
 }
 
+impl Route {
+    /// The pattern's segments.
+    pub(crate) fn segments(&self) -> impl Iterator<Item = &'static str> {
+        self.pattern
+            .split('/')
+            .filter(|segment| !segment.is_empty())
+    }
+}
+
 const fn route(
     method: Method,
-    pattern: &'static [&'static str],
+    pattern: &'static str,
     endpoint: Endpoint,
     access: Access,
     tenant_scoped: bool,
@@ -100,176 +109,31 @@ use Access::{Admin, Public, ReadOnly, ReadWrite};
 use Endpoint as E;
 
 /// The route table, in match order.
+#[rustfmt::skip]
 pub(crate) static ROUTES: &[Route] = &[
-    route(Method::GET, &["health"], E::Health, Public, false),
-    route(
-        Method::POST,
-        &["api", "v1", "configure"],
-        E::Configure,
-        ReadWrite,
-        true,
-    ),
-    route(
-        Method::POST,
-        &["api", "v1", "push"],
-        E::Push,
-        ReadWrite,
-        true,
-    ),
-    route(Method::POST, &["api", "v1", "ack"], E::Ack, ReadWrite, true),
-    route(
-        Method::POST,
-        &["api", "v1", "ack", "batch"],
-        E::AckBatch,
-        ReadWrite,
-        true,
-    ),
-    route(
-        Method::POST,
-        &["api", "v1", "lease", ":lease", "extend"],
-        E::LeaseExtend,
-        ReadWrite,
-        true,
-    ),
-    route(
-        Method::POST,
-        &["api", "v1", "transaction"],
-        E::Transaction,
-        ReadWrite,
-        true,
-    ),
-    route(
-        Method::POST,
-        &["api", "v1", "traces"],
-        E::Traces,
-        ReadWrite,
-        true,
-    ),
-    route(Method::GET, &["api", "v1", "dlq"], E::Dlq, ReadOnly, true),
-    route(
-        Method::GET,
-        &["api", "v1", "pop"],
-        E::PopDiscovery,
-        ReadWrite,
-        true,
-    ),
-    route(
-        Method::GET,
-        &["api", "v1", "pop", "queue", ":queue"],
-        E::PopQueue,
-        ReadWrite,
-        true,
-    ),
-    route(
-        Method::GET,
-        &[
-            "api",
-            "v1",
-            "pop",
-            "queue",
-            ":queue",
-            "partition",
-            ":partition",
-        ],
-        E::PopPartition,
-        ReadWrite,
-        true,
-    ),
-    route(
-        Method::DELETE,
-        &["api", "v1", "resources", "queues", ":queue"],
-        E::DeleteQueue,
-        Admin,
-        true,
-    ),
-    route(
-        Method::GET,
-        &["api", "v1", "consumer-groups"],
-        E::ListGroups,
-        ReadOnly,
-        true,
-    ),
-    route(
-        Method::GET,
-        &["api", "v1", "consumer-groups", "lagging"],
-        E::LaggingGroups,
-        ReadOnly,
-        true,
-    ),
-    route(
-        Method::GET,
-        &["api", "v1", "consumer-groups", ":group"],
-        E::GetGroup,
-        ReadOnly,
-        true,
-    ),
-    route(
-        Method::DELETE,
-        &["api", "v1", "consumer-groups", ":group"],
-        E::DeleteGroup,
-        Admin,
-        true,
-    ),
-    route(
-        Method::DELETE,
-        &["api", "v1", "consumer-groups", ":group", "queues", ":queue"],
-        E::DeleteGroupOnQueue,
-        Admin,
-        true,
-    ),
-    route(
-        Method::POST,
-        &["api", "v1", "consumer-groups", ":group", "subscription"],
-        E::GroupSubscription,
-        ReadWrite,
-        true,
-    ),
-    route(
-        Method::POST,
-        &[
-            "api",
-            "v1",
-            "consumer-groups",
-            ":group",
-            "queues",
-            ":queue",
-            "seek",
-        ],
-        E::SeekQueue,
-        ReadWrite,
-        true,
-    ),
-    route(
-        Method::POST,
-        &[
-            "api",
-            "v1",
-            "consumer-groups",
-            ":group",
-            "queues",
-            ":queue",
-            "partitions",
-            ":partition",
-            "seek",
-        ],
-        E::SeekPartition,
-        ReadWrite,
-        true,
-    ),
-    route(
-        Method::GET,
-        &["api", "v1", "system", "maintenance", "pop"],
-        E::GetPopMaintenance,
-        Admin,
-        false,
-    ),
-    route(
-        Method::POST,
-        &["api", "v1", "system", "maintenance", "pop"],
-        E::SetPopMaintenance,
-        Admin,
-        false,
-    ),
+    route(Method::GET, "/health", E::Health, Public, false),
+    route(Method::POST, "/api/v1/configure", E::Configure, ReadWrite, true),
+    route(Method::POST, "/api/v1/push", E::Push, ReadWrite, true),
+    route(Method::POST, "/api/v1/ack", E::Ack, ReadWrite, true),
+    route(Method::POST, "/api/v1/ack/batch", E::AckBatch, ReadWrite, true),
+    route(Method::POST, "/api/v1/lease/:lease/extend", E::LeaseExtend, ReadWrite, true),
+    route(Method::POST, "/api/v1/transaction", E::Transaction, ReadWrite, true),
+    route(Method::POST, "/api/v1/traces", E::Traces, ReadWrite, true),
+    route(Method::GET, "/api/v1/dlq", E::Dlq, ReadOnly, true),
+    route(Method::GET, "/api/v1/pop", E::PopDiscovery, ReadWrite, true),
+    route(Method::GET, "/api/v1/pop/queue/:queue", E::PopQueue, ReadWrite, true),
+    route(Method::GET, "/api/v1/pop/queue/:queue/partition/:partition", E::PopPartition, ReadWrite, true),
+    route(Method::DELETE, "/api/v1/resources/queues/:queue", E::DeleteQueue, Admin, true),
+    route(Method::GET, "/api/v1/consumer-groups", E::ListGroups, ReadOnly, true),
+    route(Method::GET, "/api/v1/consumer-groups/lagging", E::LaggingGroups, ReadOnly, true),
+    route(Method::GET, "/api/v1/consumer-groups/:group", E::GetGroup, ReadOnly, true),
+    route(Method::DELETE, "/api/v1/consumer-groups/:group", E::DeleteGroup, Admin, true),
+    route(Method::DELETE, "/api/v1/consumer-groups/:group/queues/:queue", E::DeleteGroupOnQueue, Admin, true),
+    route(Method::POST, "/api/v1/consumer-groups/:group/subscription", E::GroupSubscription, ReadWrite, true),
+    route(Method::POST, "/api/v1/consumer-groups/:group/queues/:queue/seek", E::SeekQueue, ReadWrite, true),
+    route(Method::POST, "/api/v1/consumer-groups/:group/queues/:queue/partitions/:partition/seek", E::SeekPartition, ReadWrite, true),
+    route(Method::GET, "/api/v1/system/maintenance/pop", E::GetPopMaintenance, Admin, false),
+    route(Method::POST, "/api/v1/system/maintenance/pop", E::SetPopMaintenance, Admin, false),
 ];
 
 /// The route `method` and `segments` reach, with its parameters in pattern
@@ -279,18 +143,19 @@ pub(crate) fn find<'s>(
     segments: &[&'s str],
 ) -> Option<(&'static Route, Vec<&'s str>)> {
     ROUTES.iter().find_map(|route| {
-        if route.method != *method || route.pattern.len() != segments.len() {
+        if route.method != *method {
             return None;
         }
+        let mut pattern = route.segments();
         let mut params = Vec::new();
-        for (pattern, segment) in route.pattern.iter().zip(segments) {
-            if pattern.starts_with(':') {
-                params.push(*segment);
-            } else if pattern != segment {
-                return None;
+        for segment in segments {
+            match pattern.next() {
+                Some(name) if name.starts_with(':') => params.push(*segment),
+                Some(word) if word == *segment => {}
+                _ => return None,
             }
         }
-        Some((route, params))
+        pattern.next().is_none().then_some((route, params))
     })
 }
 
@@ -467,8 +332,7 @@ mod tests {
         for (index, route) in ROUTES.iter().enumerate() {
             // A path built from the pattern itself reaches this very route.
             let segments: Vec<&str> = route
-                .pattern
-                .iter()
+                .segments()
                 .map(|segment| {
                     if segment.starts_with(':') {
                         "x"
@@ -480,20 +344,21 @@ mod tests {
             let (found, _) = find(&route.method, &segments).unwrap();
             assert!(
                 std::ptr::eq(found, &ROUTES[index]),
-                "{} /{} is shadowed by /{}",
+                "{} {} is shadowed by {}",
                 route.method,
-                route.pattern.join("/"),
-                found.pattern.join("/")
+                route.pattern,
+                found.pattern
             );
             // Every parameter but the lease id is a name, and the path name
             // rule recognises it as one (wire::path_names).
-            for pair in route.pattern.windows(2) {
+            let pattern: Vec<&str> = route.segments().collect();
+            for pair in pattern.windows(2) {
                 if let [previous, parameter] = pair {
                     if parameter.starts_with(':') && *parameter != ":lease" {
                         assert!(
                             crate::wire::path_names(&[previous, "bad\u{1}"]).is_err(),
-                            "/{}: {parameter} escapes the name rule",
-                            route.pattern.join("/")
+                            "{}: {parameter} escapes the name rule",
+                            route.pattern
                         );
                     }
                 }
@@ -517,7 +382,7 @@ mod tests {
         let admin: Vec<String> = ROUTES
             .iter()
             .filter(|route| route.access == Admin)
-            .map(|route| format!("{} /{}", route.method, route.pattern.join("/")))
+            .map(|route| format!("{} {}", route.method, route.pattern))
             .collect();
         assert_eq!(
             admin,
