@@ -2,7 +2,7 @@
 //!
 //! - `ci`: everything CI checks, in order: PostgreSQL present (installed with
 //!   apt-get when missing and running as root), `cargo fmt --check`,
-//!   `cargo clippy --all-targets -- -D warnings`, `cargo test --workspace`,
+//!   `cargo clippy --all-targets --features queen-engine/bench -- -D warnings`, `cargo test --workspace`,
 //!   then the engine's embedding example (`queen-engine/examples/embedded.rs`).
 //!   This is the README's test command and what `.ci/run` runs.
 //! - `tidy`: the hygiene checks of `tidy.rs` (they also run as a `#[test]`).
@@ -67,10 +67,14 @@ fn ci() -> Result<(), String> {
     let started = Instant::now();
     ensure_postgres()?;
     cargo(&["fmt", "--all", "--check"])?;
+    // With the engine's `bench` feature, so its in-crate benches (and the
+    // criterion target that needs them) are linted too.
     cargo(&[
         "clippy",
         "--workspace",
         "--all-targets",
+        "--features",
+        "queen-engine/bench",
         "--",
         "-D",
         "warnings",

@@ -1,81 +1,14 @@
 //! Criterion benches of the engine's in-memory hot paths: the hot-list ring
-//! (what every pop consults before it may touch PostgreSQL), the Vegas
-//! limiter's permit cycle, and payload sealing.
+//! (what every pop consults before it may touch PostgreSQL) and the Vegas
+//! limiter's permit cycle, defined inside the crate beside their private
+//! modules (`queen_engine::benches`, the `bench` feature), and payload
+//! sealing. Run with `cargo bench -p queen-engine --features bench`.
 
 use std::hint::black_box;
-use std::time::Instant;
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use queen_engine::hotlist::{HotList, Outcome};
-use queen_engine::limiter::{Limiter, LimiterConfig};
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use queen_engine::benches::{hotlist, limiter};
 use queen_engine::EncryptionKey;
-
-fn hotlist(c: &mut Criterion) {
-    let mut group = c.benchmark_group("hotlist");
-    let now = Instant::now();
-    for n_groups in [1usize, 16] {
-        // A push marks its partition in every group's ring of the queue.
-        let hot = HotList::default();
-        for g in 0..n_groups {
-            hot.reseed("q", &format!("g{g}"), Vec::new(), now);
-        }
-        let names: Vec<String> = (0..1024).map(|i| format!("p{i}")).collect();
-        let mut i = 0usize;
-        group.bench_with_input(
-            BenchmarkId::new("mark_ready", n_groups),
-            &n_groups,
-            |b, _| {
-                b.iter(|| {
-                    hot.mark_ready("q", &names[i % names.len()]);
-                    i += 1;
-                });
-            },
-        );
-    }
-    // The empty check a parked consumer's re-poll makes (nothing ready).
-    let hot = HotList::default();
-    hot.reseed("q", "g", Vec::new(), now);
-    group.bench_function("has_ready_empty", |b| {
-        b.iter(|| black_box(hot.has_ready("q", "g", now)));
-    });
-    // One pop's candidate cycle: take 16, check the verdicts back in.
-    for n_partitions in [100usize, 10_000] {
-        let hot = HotList::default();
-        let names: Vec<String> = (0..n_partitions).map(|i| format!("p{i}")).collect();
-        hot.reseed("q", "g", names, now);
-        group.throughput(Throughput::Elements(16));
-        group.bench_with_input(
-            BenchmarkId::new("take_check_in_16", n_partitions),
-            &n_partitions,
-            |b, _| {
-                b.iter(|| {
-                    let taken = hot.take("q", "g", 16, now);
-                    let outcomes: Vec<(String, Outcome)> = taken
-                        .names
-                        .into_iter()
-                        .map(|name| (name, Outcome::Delivered))
-                        .collect();
-                    hot.check_in("q", "g", &outcomes, Vec::new(), now);
-                });
-            },
-        );
-    }
-    group.finish();
-}
-
-fn limiter(c: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let limiter = Limiter::new(LimiterConfig::default());
-    c.bench_function("limiter_acquire_release", |b| {
-        b.to_async(&runtime).iter(|| async {
-            let permit = limiter.acquire().await;
-            permit.release();
-        });
-    });
-}
 
 fn seal(c: &mut Criterion) {
     let key: EncryptionKey = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"

@@ -28,10 +28,10 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 /// Most partition names one ring holds.
-pub const MAX_RING_PARTITIONS: usize = 65_536;
+pub(crate) const MAX_RING_PARTITIONS: usize = 65_536;
 
 /// A ring unused this long is forgotten (and reseeded if used again).
-pub const IDLE_RING_EXPIRY: Duration = Duration::from_secs(300);
+pub(crate) const IDLE_RING_EXPIRY: Duration = Duration::from_secs(300);
 
 /// Revisit delay for a partition whose cursor row was busy (being created or
 /// claimed by a concurrent pop).
@@ -39,7 +39,7 @@ const BUSY_REVISIT: Duration = Duration::from_millis(100);
 
 /// What a pop found in one partition, as the ring needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Messages were delivered: keep it ready.
     Delivered,
     /// Nothing pending: drop it.
@@ -53,12 +53,12 @@ pub enum Outcome {
 
 /// Candidates for one pop.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Candidates {
+pub(crate) struct Candidates {
     /// Partition names, in the order to try them.
-    pub names: Vec<String>,
+    pub(crate) names: Vec<String>,
     /// True when every name comes from an expired windowBuffer hold, so the
     /// pop may skip the SQL debounce.
-    pub skip_window: bool,
+    pub(crate) skip_window: bool,
 }
 
 /// The state of one (queue, group) ring.
@@ -150,27 +150,27 @@ impl Ring {
 
 /// Every ring of the broker.
 #[derive(Debug, Default)]
-pub struct HotList {
+pub(crate) struct HotList {
     rings: Mutex<HashMap<(String, String), Ring>>,
 }
 
 /// What the pop path needs to know of one (queue, group) before it spends a
 /// permit or a connection, read under one lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Probe {
+pub(crate) struct Probe {
     /// The ring exists (its first contact happened here).
-    pub known: bool,
+    pub(crate) known: bool,
     /// Never seeded, or the reseed period passed: ask SQL for the pending
     /// partitions.
-    pub reseed_due: bool,
+    pub(crate) reseed_due: bool,
     /// A pop could find work in the ring now.
-    pub ready: bool,
+    pub(crate) ready: bool,
 }
 
 impl Probe {
     /// A known ring with nothing ready and no reseed due: a pop can answer
     /// empty without a permit, a connection or a queue lookup.
-    pub fn idle(&self) -> bool {
+    pub(crate) fn idle(&self) -> bool {
         self.known && !self.reseed_due && !self.ready
     }
 }
@@ -184,7 +184,7 @@ impl HotList {
 
     /// [`Probe`] of (queue, group) at `now`, with reseed `period`. A probe of
     /// a known ring counts as use and promotes revisits that are due.
-    pub fn probe(&self, queue: &str, group: &str, now: Instant, period: Duration) -> Probe {
+    pub(crate) fn probe(&self, queue: &str, group: &str, now: Instant, period: Duration) -> Probe {
         self.with_ring(queue, group, |ring| match ring {
             None => Probe {
                 known: false,
@@ -209,9 +209,16 @@ impl HotList {
         })
     }
 
+    #[cfg(test)]
     /// True when this (queue, group) has never been seeded here, or its
     /// reseed period passed: the pop must ask SQL for the pending partitions.
-    pub fn needs_reseed(&self, queue: &str, group: &str, now: Instant, period: Duration) -> bool {
+    pub(crate) fn needs_reseed(
+        &self,
+        queue: &str,
+        group: &str,
+        now: Instant,
+        period: Duration,
+    ) -> bool {
         self.with_ring(queue, group, |ring| {
             ring.is_none_or(|ring| {
                 ring.reseeded_at
@@ -220,14 +227,15 @@ impl HotList {
         })
     }
 
+    #[cfg(test)]
     /// True when this (queue, group) has a ring (its first contact happened here).
-    pub fn knows(&self, queue: &str, group: &str) -> bool {
+    pub(crate) fn knows(&self, queue: &str, group: &str) -> bool {
         self.with_ring(queue, group, |ring| ring.is_some())
     }
 
     /// Replace the ring's ready set with `names` from SQL (plus anything due),
     /// keeping pending revisits.
-    pub fn reseed(&self, queue: &str, group: &str, names: Vec<String>, now: Instant) {
+    pub(crate) fn reseed(&self, queue: &str, group: &str, names: Vec<String>, now: Instant) {
         let mut rings = self.rings.lock();
         let ring = rings
             .entry((queue.to_owned(), group.to_owned()))
@@ -245,7 +253,7 @@ impl HotList {
     /// has a ring. A push also restarts the partition's windowBuffer quiet
     /// period, so a hold the wheel already ended no longer lets the next
     /// visit skip the SQL debounce.
-    pub fn mark_ready(&self, queue: &str, partition: &str) {
+    pub(crate) fn mark_ready(&self, queue: &str, partition: &str) {
         let mut rings = self.rings.lock();
         for ((ring_queue, _), ring) in rings.iter_mut() {
             if ring_queue == queue {
@@ -256,7 +264,7 @@ impl HotList {
     }
 
     /// Mark one (queue, group)'s partition pending (ack-promote).
-    pub fn mark_ready_for(&self, queue: &str, group: &str, partition: &str) {
+    pub(crate) fn mark_ready_for(&self, queue: &str, group: &str, partition: &str) {
         self.with_ring(queue, group, |ring| {
             if let Some(ring) = ring {
                 ring.push_back(partition);
@@ -266,13 +274,14 @@ impl HotList {
 
     /// True when a pop could find work in the ring now (the cheap check before
     /// any permit or connection).
-    pub fn has_ready(&self, queue: &str, group: &str, now: Instant) -> bool {
+    pub(crate) fn has_ready(&self, queue: &str, group: &str, now: Instant) -> bool {
         self.probe(queue, group, now, Duration::MAX).ready
     }
 
+    #[cfg(any(test, feature = "bench"))]
     /// Take up to `k` candidates from the front of the ring. Window-due names
     /// are handed out on their own so their pop may skip the SQL debounce.
-    pub fn take(&self, queue: &str, group: &str, k: usize, now: Instant) -> Candidates {
+    pub(crate) fn take(&self, queue: &str, group: &str, k: usize, now: Instant) -> Candidates {
         self.take_share(queue, group, k, 1, 1, now)
     }
 
@@ -280,7 +289,7 @@ impl HotList {
     /// at most an even share of the ready names (but at least `floor`), so a
     /// few in-flight pops do not hold every name while the others find the
     /// ring empty and park (issue 12, E).
-    pub fn take_share(
+    pub(crate) fn take_share(
         &self,
         queue: &str,
         group: &str,
@@ -336,7 +345,7 @@ impl HotList {
     /// back into the ready set: that pop parked, and the caller should open
     /// the queue's gate rather than leave it to its backoff re-poll. Only
     /// then: a check-in nobody waited for wakes no one.
-    pub fn check_in(
+    pub(crate) fn check_in(
         &self,
         queue: &str,
         group: &str,
@@ -368,13 +377,13 @@ impl HotList {
     }
 
     /// The default revisit time of a busy partition.
-    pub fn busy_revisit(now: Instant) -> Instant {
+    pub(crate) fn busy_revisit(now: Instant) -> Instant {
         now + BUSY_REVISIT
     }
 
     /// Promote every revisit due at `now` and return the queues that got one
     /// (the wheel tick opens their gates).
-    pub fn promote_due(&self, now: Instant) -> Vec<String> {
+    pub(crate) fn promote_due(&self, now: Instant) -> Vec<String> {
         let mut rings = self.rings.lock();
         let mut queues: Vec<String> = rings
             .iter_mut()
@@ -390,14 +399,14 @@ impl HotList {
     }
 
     /// Forget rings unused for [`IDLE_RING_EXPIRY`].
-    pub fn expire_idle(&self, now: Instant) {
+    pub(crate) fn expire_idle(&self, now: Instant) {
         self.rings
             .lock()
             .retain(|_, ring| now.duration_since(ring.used_at) < IDLE_RING_EXPIRY);
     }
 
     /// Forget every ring of `queue` (it was deleted).
-    pub fn forget_queue(&self, queue: &str) {
+    pub(crate) fn forget_queue(&self, queue: &str) {
         self.rings
             .lock()
             .retain(|(ring_queue, _), _| ring_queue != queue);
@@ -405,20 +414,10 @@ impl HotList {
 
     /// Forget the rings of `group` (on `queue`, or on every queue): the group
     /// was deleted or its cursors moved, so its next pop reseeds.
-    pub fn forget_group(&self, group: &str, queue: Option<&str>) {
+    pub(crate) fn forget_group(&self, group: &str, queue: Option<&str>) {
         self.rings.lock().retain(|(ring_queue, ring_group), _| {
             ring_group != group || queue.is_some_and(|q| q != ring_queue)
         });
-    }
-
-    /// Number of rings (for metrics and tests).
-    pub fn len(&self) -> usize {
-        self.rings.lock().len()
-    }
-
-    /// True when there is no ring.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

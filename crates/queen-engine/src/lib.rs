@@ -12,21 +12,24 @@
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 
 mod ack;
+#[cfg(feature = "bench")]
+#[doc(hidden)]
+pub mod benches;
 mod configure;
 pub mod crypto;
 mod dlq;
 mod error;
-pub mod hotlist;
+mod hotlist;
 mod lifecycle;
-pub mod limiter;
+mod limiter;
 pub mod naming;
 mod pop;
 mod push;
 mod queue_cache;
-pub mod registry;
+mod registry;
 mod traces;
 mod txn;
-pub mod wake;
+mod wake;
 mod warm;
 
 use std::sync::atomic::{AtomicBool, Ordering};

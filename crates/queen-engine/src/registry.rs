@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 use uuid::Uuid;
 
 /// Most batches remembered.
-pub const MAX_ENTRIES: usize = 100_000;
+pub(crate) const MAX_ENTRIES: usize = 100_000;
 
 /// How long past its lease expiry an entry is kept (a late full ack of a
 /// batch nobody re-claimed is still accepted by SQL).
@@ -25,30 +25,30 @@ const EXPIRY_MARGIN: Duration = Duration::from_secs(30);
 
 /// One served batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Served {
+pub(crate) struct Served {
     /// Consumer group.
-    pub group: String,
+    pub(crate) group: String,
     /// Queue name (for ack-promote).
-    pub queue: String,
+    pub(crate) queue: String,
     /// Partition name (for ack-promote).
-    pub partition: String,
+    pub(crate) partition: String,
     /// Offset of the last message served.
-    pub batch_end: i64,
+    pub(crate) batch_end: i64,
     /// Transaction-id hashes of the messages served, in offset order.
-    pub hashes: Vec<[u8; 16]>,
+    pub(crate) hashes: Vec<[u8; 16]>,
     /// When to forget it.
-    pub forget_at: Instant,
+    pub(crate) forget_at: Instant,
 }
 
 /// The registry.
 #[derive(Debug, Default)]
-pub struct AckRegistry {
+pub(crate) struct AckRegistry {
     entries: Mutex<HashMap<(Uuid, Uuid), Served>>,
 }
 
 impl AckRegistry {
     /// Remember a leased batch.
-    pub fn register(
+    pub(crate) fn register(
         &self,
         lease: Uuid,
         partition_id: Uuid,
@@ -74,7 +74,7 @@ impl AckRegistry {
     }
 
     /// The batch `lease` was served in `partition_id`, if still remembered.
-    pub fn get(&self, lease: Uuid, partition_id: Uuid, now: Instant) -> Option<Served> {
+    pub(crate) fn get(&self, lease: Uuid, partition_id: Uuid, now: Instant) -> Option<Served> {
         let entries = self.entries.lock();
         entries
             .get(&(lease, partition_id))
@@ -83,7 +83,7 @@ impl AckRegistry {
     }
 
     /// True when `hashes` (any order) are exactly the batch's messages.
-    pub fn covers_whole_batch(served: &Served, hashes: &[[u8; 16]]) -> bool {
+    pub(crate) fn covers_whole_batch(served: &Served, hashes: &[[u8; 16]]) -> bool {
         if hashes.len() != served.hashes.len() {
             return false;
         }
@@ -92,12 +92,12 @@ impl AckRegistry {
     }
 
     /// Forget a batch (acked, or its lease released).
-    pub fn forget(&self, lease: Uuid, partition_id: Uuid) {
+    pub(crate) fn forget(&self, lease: Uuid, partition_id: Uuid) {
         self.entries.lock().remove(&(lease, partition_id));
     }
 
     /// Partitions a lease holds, as far as this broker knows.
-    pub fn partitions_of(&self, lease: Uuid) -> Vec<Uuid> {
+    pub(crate) fn partitions_of(&self, lease: Uuid) -> Vec<Uuid> {
         self.entries
             .lock()
             .keys()
@@ -107,20 +107,10 @@ impl AckRegistry {
     }
 
     /// Forget every batch of `queue` (it was deleted).
-    pub fn forget_queue(&self, queue: &str) {
+    pub(crate) fn forget_queue(&self, queue: &str) {
         self.entries
             .lock()
             .retain(|_, served| served.queue != queue);
-    }
-
-    /// Entries held (metrics and tests).
-    pub fn len(&self) -> usize {
-        self.entries.lock().len()
-    }
-
-    /// True when empty.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

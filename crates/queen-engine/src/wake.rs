@@ -24,7 +24,7 @@ use tokio::sync::Notify;
 
 /// One queue's gate.
 #[derive(Debug, Default)]
-pub struct Gate {
+pub(crate) struct Gate {
     generation: AtomicU64,
     notify: Notify,
     /// Set when the queue was deleted: parked pops answer empty at once.
@@ -34,21 +34,21 @@ pub struct Gate {
 }
 
 /// The most pushed-partition hints one gate keeps.
-pub const MAX_HINTS: usize = 64;
+pub(crate) const MAX_HINTS: usize = 64;
 
 impl Gate {
     /// The current generation; pass it to [`Gate::wait_past`].
-    pub fn generation(&self) -> u64 {
+    pub(crate) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }
 
     /// True once the queue was deleted: waiters should stop waiting.
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
     }
 
     /// Open the gate: every waiter whose generation is older wakes.
-    pub fn open(&self) {
+    pub(crate) fn open(&self) {
         self.generation.fetch_add(1, Ordering::AcqRel);
         self.notify.notify_waiters();
     }
@@ -64,12 +64,12 @@ impl Gate {
 
     /// Take every hint: the woken pop that drains them tries these partitions
     /// first.
-    pub fn take_hints(&self) -> Vec<String> {
+    pub(crate) fn take_hints(&self) -> Vec<String> {
         std::mem::take(&mut *self.hints.lock())
     }
 
     /// Give back hints a woken pop took but did not visit.
-    pub fn return_hints(&self, names: impl IntoIterator<Item = String>) {
+    pub(crate) fn return_hints(&self, names: impl IntoIterator<Item = String>) {
         for name in names {
             self.hint(&name);
         }
@@ -77,7 +77,7 @@ impl Gate {
 
     /// Wait until the gate was opened after `seen` was read. Returns at once if
     /// that already happened.
-    pub async fn wait_past(&self, seen: u64) {
+    pub(crate) async fn wait_past(&self, seen: u64) {
         loop {
             let notified = self.notify.notified();
             tokio::pin!(notified);
@@ -97,7 +97,7 @@ pub(crate) const DISCOVERY: &str = "\u{0}discovery";
 
 /// Every queue's gate, created on first use.
 #[derive(Debug, Default)]
-pub struct WakeGates {
+pub(crate) struct WakeGates {
     gates: Mutex<HashMap<String, Arc<Gate>>>,
     /// Whether gates collect pushed-partition hints (the SQL path).
     hints: bool,
@@ -106,7 +106,7 @@ pub struct WakeGates {
 impl WakeGates {
     /// Gates that collect pushed-partition hints when `hints` (the SQL
     /// candidate path; the hot-list path has its rings instead).
-    pub fn new(hints: bool) -> WakeGates {
+    pub(crate) fn new(hints: bool) -> WakeGates {
         WakeGates {
             gates: Mutex::default(),
             hints,
@@ -114,7 +114,7 @@ impl WakeGates {
     }
 
     /// The gate of `queue`.
-    pub fn gate(&self, queue: &str) -> Arc<Gate> {
+    pub(crate) fn gate(&self, queue: &str) -> Arc<Gate> {
         let mut gates = self.gates.lock();
         if let Some(gate) = gates.get(queue) {
             return Arc::clone(gate);
@@ -125,7 +125,7 @@ impl WakeGates {
     }
 
     /// The generation of `queue`'s gate (0 when nobody asked for it yet).
-    pub fn generation(&self, queue: &str) -> u64 {
+    pub(crate) fn generation(&self, queue: &str) -> u64 {
         self.gates
             .lock()
             .get(queue)
@@ -135,14 +135,14 @@ impl WakeGates {
     /// Open `queue`'s gate, if anyone ever asked for it, and the discovery
     /// gate: whatever may wake a pop of the queue (a push, an ack-promote, a
     /// lease or hold ending) may wake a discovery pop that would find it.
-    pub fn open(&self, queue: &str) {
+    pub(crate) fn open(&self, queue: &str) {
         self.open_with(queue, None);
     }
 
     /// [`WakeGates::open`] because `partition` of `queue` has new data (a
     /// push committed, an ack left data behind the cursor): on the SQL path
     /// the gate also remembers the partition for the pop it wakes.
-    pub fn open_partition(&self, queue: &str, partition: &str) {
+    pub(crate) fn open_partition(&self, queue: &str, partition: &str) {
         self.open_with(queue, Some(partition));
     }
 
@@ -160,12 +160,12 @@ impl WakeGates {
     }
 
     /// The gate discovery pops (`/api/v1/pop?namespace=&task=`) wait on.
-    pub fn discovery(&self) -> Arc<Gate> {
+    pub(crate) fn discovery(&self) -> Arc<Gate> {
         self.gate(DISCOVERY)
     }
 
     /// Open every gate (shutdown: parked pops return empty at once).
-    pub fn open_all(&self) {
+    pub(crate) fn open_all(&self) {
         let gates: Vec<Arc<Gate>> = self.gates.lock().values().cloned().collect();
         for gate in gates {
             gate.open();
@@ -174,7 +174,7 @@ impl WakeGates {
 
     /// Forget `queue`'s gate (the queue was deleted): its waiters see it
     /// closed and answer empty; later pops get a fresh gate.
-    pub fn forget(&self, queue: &str) {
+    pub(crate) fn forget(&self, queue: &str) {
         let gate = self.gates.lock().remove(queue);
         if let Some(gate) = gate {
             gate.closed.store(true, Ordering::Release);
