@@ -594,12 +594,7 @@ impl Engine {
             Ok(rows) => rows,
             Err(error) => {
                 // Nothing was claimed: every candidate goes back.
-                if self
-                    .hotlist
-                    .check_in(queue, group, &[], candidates.names, Instant::now())
-                {
-                    self.gates.open(queue);
-                }
+                self.check_in(queue, group, &[], candidates.names);
                 return Err(error.into());
             }
         };
@@ -659,19 +654,7 @@ impl Engine {
                 return Err(error);
             }
         };
-        let visited: HashSet<&str> = rows
-            .iter()
-            .filter_map(|row| match row {
-                PopRow::Verdict { partition, .. } => Some(partition.as_str()),
-                PopRow::Segment { .. } => None,
-            })
-            .collect();
-        let unvisited: Vec<String> = hints
-            .iter()
-            .filter(|name| !visited.contains(name.as_str()))
-            .cloned()
-            .collect();
-        gate.return_hints(unvisited);
+        gate.return_hints(unvisited(&rows, hints));
         self.render(queue, request, worker, &rows)
     }
 
@@ -756,12 +739,7 @@ impl Engine {
             };
             outcomes.push((partition.clone(), outcome));
         }
-        let visited: std::collections::HashSet<&str> =
-            outcomes.iter().map(|(name, _)| name.as_str()).collect();
-        let unvisited: Vec<String> = candidates
-            .into_iter()
-            .filter(|name| !visited.contains(name.as_str()))
-            .collect();
+        let unvisited = unvisited(rows, candidates);
         if self
             .hotlist
             .check_in(queue, group, &outcomes, unvisited, now)
@@ -952,9 +930,6 @@ impl Engine {
     }
 }
 
-/// The monotonic instant of a wall-clock time from PostgreSQL (a lease
-/// expiry, the end of a hold), given one reading of both clocks; a time
-/// already past is `now`.
 /// Partitions the elected seeder seeds per transaction: few enough that a
 /// chunk's advisory try-locks fit PostgreSQL's shared lock table beside
 /// everything else (it holds `max_locks_per_transaction` × `max_connections`,
@@ -999,6 +974,25 @@ pub(crate) async fn first_contact_of(
     }
 }
 
+/// Candidates a pop list never reached: the names with no verdict row (every
+/// visited partition yields one), in candidate order.
+fn unvisited(rows: &[PopRow], candidates: Vec<String>) -> Vec<String> {
+    let visited: HashSet<&str> = rows
+        .iter()
+        .filter_map(|row| match row {
+            PopRow::Verdict { partition, .. } => Some(partition.as_str()),
+            PopRow::Segment { .. } => None,
+        })
+        .collect();
+    candidates
+        .into_iter()
+        .filter(|name| !visited.contains(name.as_str()))
+        .collect()
+}
+
+/// The monotonic instant of a wall-clock time from PostgreSQL (a lease
+/// expiry, the end of a hold), given one reading of both clocks; a time
+/// already past is `now`.
 fn instant_of(at: SystemTime, now: Instant, wall: SystemTime) -> Instant {
     now + at.duration_since(wall).unwrap_or(Duration::ZERO)
 }
