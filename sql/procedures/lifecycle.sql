@@ -171,7 +171,7 @@ BEGIN
     LOOP
         o_committed := CASE WHEN p_to_end THEN v_part.last_offset
                             ELSE queen.log_seek_offset_v1(v_part.id, p_ts) END;
-        PERFORM pg_advisory_xact_lock(hashtextextended(v_part.id::text || '/' || p_group, 42));
+        PERFORM pg_advisory_xact_lock(queen.log_cursor_lock_key(v_part.id, p_group));
         INSERT INTO queen.log_consumers AS c (partition_id, consumer_group, committed)
         VALUES (v_part.id, p_group, o_committed)
         ON CONFLICT (partition_id, consumer_group) DO UPDATE

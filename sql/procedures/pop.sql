@@ -211,7 +211,7 @@ BEGIN
                                 WHERE c.partition_id = u.id AND c.consumer_group = p_group)
              -- Materialised so the try-lock runs only for rows still missing.
              OFFSET 0) f
-     WHERE pg_try_advisory_xact_lock(hashtextextended(f.id::text || '/' || p_group, 42))
+     WHERE pg_try_advisory_xact_lock(queen.log_cursor_lock_key(f.id, p_group))
     ON CONFLICT (partition_id, consumer_group) DO NOTHING;
     IF array_length(v_names, 1) < greatest(p_limit, 1) THEN
         RETURN NULL;
@@ -342,7 +342,7 @@ BEGIN
             RETURN;
         END IF;
         -- Missing: exactly one pop creates it; everyone else skips one cycle.
-        IF NOT pg_try_advisory_xact_lock(hashtextextended(p_pid::text || '/' || p_group, 42)) THEN
+        IF NOT pg_try_advisory_xact_lock(queen.log_cursor_lock_key(p_pid, p_group)) THEN
             o_kind := 'verdict'; o_verdict := 'busy'; o_revisit_at := NULL;
             RETURN NEXT;
             RETURN;

@@ -220,6 +220,23 @@ SELECT queen.schema_set_reloptions('queen.log_consumers', ARRAY[
     'vacuum_truncate=off'
 ]);
 
+-- queen.log_cursor_lock_key(p_pid, p_group): the transaction-scoped advisory
+-- lock key of the cursor row (partition, group). Whoever creates or rewrites
+-- that row outside its row lock takes it: log_pop_v1's lazy creation and the
+-- bulk seed (log_seed_cursors_v1) with pg_try_advisory_xact_lock, a seek with
+-- pg_advisory_xact_lock. They exclude each other only because the key is the
+-- same, so it is written once, here. A hash collision makes an unrelated
+-- partition skip one cycle, which is harmless. Pure and inlined (LANGUAGE sql,
+-- IMMUTABLE, one SELECT).
+CREATE OR REPLACE FUNCTION queen.log_cursor_lock_key(p_pid uuid, p_group text)
+RETURNS bigint
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+AS $$
+    SELECT hashtextextended(p_pid::text || '/' || p_group, 42)
+$$;
+
 -- queen.log_unnest_hashes(p): explode a 16-byte-stride blob into (idx, h) rows,
 -- idx zero-based. Both the push duplicate probe and ack-by-hash resolution go
 -- through it.
