@@ -53,7 +53,7 @@ impl Engine {
         };
         match tokio::time::timeout(WARM_UP_BUDGET, warm).await {
             Ok(Ok(warmed)) => {
-                tracing::debug!(warmed, "connection pool warmed");
+                tracing::info!(warmed, "connection pool warmed");
                 warmed
             }
             Ok(Err(error)) => {

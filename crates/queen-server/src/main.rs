@@ -125,8 +125,7 @@ async fn serve(
     let pool = queen_sql::connect::pool(db_config, config.db_pool_size)?;
     let engine = queen_engine::Engine::new(pool, engine_config);
     if config.db_pool_warm > 0 {
-        let warmed = engine.warm_up(config.db_pool_warm).await;
-        tracing::info!(warmed, "connection pool warmed");
+        engine.warm_up(config.db_pool_warm).await;
     }
 
     let addr = std::net::SocketAddr::new(config.host, config.port);
