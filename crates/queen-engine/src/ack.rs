@@ -13,12 +13,16 @@
 //! opens (ack-promote).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use queen_sql::ack::{DeadLetter, DlqRequest, ItemResult};
 use uuid::Uuid;
 
-use crate::{Engine, EngineError};
+use crate::ready::Ready;
+use crate::registry::AckRegistry;
+use crate::EngineError;
 
 /// The error an ack item gets when its lease is not the live one (the wire
 /// contract's wording).
@@ -101,9 +105,36 @@ type GroupKey = (Uuid, Option<Uuid>);
 /// Rounds of dead-letter filing one group of items may need.
 const MAX_DLQ_ROUNDS: usize = 64;
 
-impl Engine {
+/// The ack component: applies acks and lease extensions. It reads the
+/// batches pop serving registered (the registry is their one shared
+/// interface) and announces ack-promotes through [`Ready`].
+pub(crate) struct Acks {
+    pool: deadpool_postgres::Pool,
+    registry: Arc<AckRegistry>,
+    ready: Ready,
+    /// Positional ack calls since start.
+    positional: AtomicU64,
+    /// By-hash ack calls since start.
+    by_hash: AtomicU64,
+}
+
+impl Acks {
+    pub(crate) fn new(
+        pool: deadpool_postgres::Pool,
+        registry: Arc<AckRegistry>,
+        ready: Ready,
+    ) -> Acks {
+        Acks {
+            pool,
+            registry,
+            ready,
+            positional: AtomicU64::new(0),
+            by_hash: AtomicU64::new(0),
+        }
+    }
+
     /// Acknowledge `items` for consumer group `group`.
-    pub async fn ack(
+    pub(crate) async fn ack(
         &self,
         group: &str,
         items: Vec<AckItem>,
@@ -154,7 +185,7 @@ impl Engine {
             if let Some(served) = self.registry.get(lease, partition_id, Instant::now()) {
                 if all_completed
                     && served.group == group
-                    && crate::registry::AckRegistry::covers_whole_batch(&served, &hashes)
+                    && AckRegistry::covers_whole_batch(&served, &hashes)
                 {
                     let acked = queen_sql::ack::ack_batch(
                         client,
@@ -165,12 +196,10 @@ impl Engine {
                     )
                     .await?;
                     if acked.acked {
-                        self.ack_counts
-                            .0
-                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        self.positional.fetch_add(1, Ordering::Relaxed);
                         self.registry.forget(lease, partition_id);
                         if acked.pending {
-                            self.promote(&served.queue, group, &served.partition);
+                            self.ready.promoted(&served.queue, group, &served.partition);
                         }
                         let outcome = AckOutcome {
                             success: true,
@@ -187,9 +216,7 @@ impl Engine {
         }
 
         // The hash path.
-        self.ack_counts
-            .1
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.by_hash.fetch_add(1, Ordering::Relaxed);
         let mut outcomes = vec![AckOutcome::default(); items.len()];
         let mut todo: Vec<usize> = (0..items.len()).collect();
         for _round in 0..MAX_DLQ_ROUNDS {
@@ -259,7 +286,7 @@ impl Engine {
             let pending = filed_pending.unwrap_or(results.pending);
             if released && pending {
                 if let (Some(queue), Some(partition)) = (&results.queue, &results.partition) {
-                    self.promote(queue, group, partition);
+                    self.ready.promoted(queue, group, partition);
                 }
             }
             todo = next;
@@ -328,22 +355,21 @@ impl Engine {
 
     /// (positional, by-hash) ack calls since start: how often the registry
     /// turned a full-batch ack into one cursor advance.
-    pub fn ack_stats(&self) -> (u64, u64) {
+    pub(crate) fn stats(&self) -> (u64, u64) {
         (
-            self.ack_counts.0.load(std::sync::atomic::Ordering::Relaxed),
-            self.ack_counts.1.load(std::sync::atomic::Ordering::Relaxed),
+            self.positional.load(Ordering::Relaxed),
+            self.by_hash.load(Ordering::Relaxed),
         )
     }
 
-    /// Ack-promote: the partition has data behind the released cursor.
-    fn promote(&self, queue: &str, group: &str, partition: &str) {
-        self.hotlist.mark_ready_for(queue, group, partition);
-        self.gates.open_partition(queue, partition);
+    /// Forget the served batches of `queue` (it was deleted).
+    pub(crate) fn forget_queue(&self, queue: &str) {
+        self.registry.forget_queue(queue);
     }
 
     /// Extend `lease` on every partition it holds by `seconds` from now.
     /// Returns the new expiry, or the reason it could not be extended.
-    pub async fn extend_lease(
+    pub(crate) async fn extend_lease(
         &self,
         lease: Uuid,
         seconds: i32,

@@ -8,11 +8,11 @@
 //! request writes nothing. Wire parsing (JSON types, option names, defaults for
 //! omitted options, the echo) is the front end's job.
 
-use queen_sql::SqlError;
 use uuid::Uuid;
 
+use crate::lifecycle::Lifecycle;
 use crate::naming::derive_namespace_task;
-use crate::{Engine, EngineError};
+use crate::EngineError;
 
 pub use queen_sql::queues::QueueSettings;
 
@@ -52,15 +52,18 @@ pub struct Configured {
     pub settings: QueueSettings,
 }
 
-impl Engine {
+impl Lifecycle {
     /// Create queue `(tenant, queue)` or fully replace its configuration, and
     /// make sure its partition `Default` exists.
     ///
     /// Fails with [`EngineError::InvalidConfiguration`] before any I/O when
     /// the request breaks a rule (see [`ConfigureQueue`]).
-    pub async fn configure(&self, request: ConfigureQueue) -> Result<Configured, EngineError> {
+    pub(crate) async fn configure(
+        &self,
+        request: ConfigureQueue,
+    ) -> Result<Configured, EngineError> {
         let plan = Plan::check(request)?;
-        let client = self.pool.get().await.map_err(SqlError::from)?;
+        let client = self.client().await?;
         let ids = queen_sql::queues::configure_queue(
             &**client,
             &plan.tenant,
@@ -70,7 +73,6 @@ impl Engine {
             &plan.settings,
         )
         .await?;
-        self.queue_configured(&plan.tenant, &plan.queue);
         Ok(Configured {
             queue_id: ids.queue_id,
             partition_id: ids.partition_id,

@@ -63,6 +63,50 @@ impl EncryptionKey {
     }
 }
 
+/// The broker's at-rest key and what it last learned of each queue's
+/// `encryptionEnabled`, shared by push fusion, transactions, pops and the
+/// dead-letter browser.
+///
+/// The flag cache is keyed by queue name and has no cap of its own yet: an
+/// entry is written only for a queue PostgreSQL reported on (a push that
+/// reached `log_push_v1`), and dropped when the queue is configured or deleted.
+pub(crate) struct AtRest {
+    key: Option<EncryptionKey>,
+    /// Last known `encryptionEnabled` per queue. A miss means "not encrypted"
+    /// (implicit queues never are); a stale entry costs one refused slot, never
+    /// plaintext, because `log_push_v1` checks the flag under its own snapshot.
+    flags: parking_lot::RwLock<std::collections::HashMap<std::sync::Arc<str>, bool>>,
+}
+
+impl AtRest {
+    pub(crate) fn new(key: Option<EncryptionKey>) -> AtRest {
+        AtRest {
+            key,
+            flags: parking_lot::RwLock::default(),
+        }
+    }
+
+    /// The at-rest key, if the broker has one.
+    pub(crate) fn key(&self) -> Option<&EncryptionKey> {
+        self.key.as_ref()
+    }
+
+    /// The cached `encryptionEnabled` of `queue` (a miss means plain).
+    pub(crate) fn flag(&self, queue: &str) -> bool {
+        self.flags.read().get(queue).copied().unwrap_or(false)
+    }
+
+    /// Record `queue`'s `encryptionEnabled` as PostgreSQL reported it.
+    pub(crate) fn set_flag(&self, queue: std::sync::Arc<str>, enabled: bool) {
+        self.flags.write().insert(queue, enabled);
+    }
+
+    /// Forget `queue`'s flag (it was reconfigured or deleted).
+    pub(crate) fn forget(&self, queue: &str) {
+        self.flags.write().remove(queue);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

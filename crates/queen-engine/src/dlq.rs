@@ -3,8 +3,9 @@
 use bytes::Bytes;
 use queen_sql::dlq::{DeadLetterRow, DlqFilter};
 
+use crate::lifecycle::Lifecycle;
 use crate::naming::DEFAULT_TENANT;
-use crate::{Engine, EngineError};
+use crate::EngineError;
 
 /// A dead letter with its payload opened.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,24 +17,22 @@ pub struct DeadLetter {
     pub data: Option<Bytes>,
 }
 
-impl Engine {
+impl Lifecycle {
     /// Dead letters matching `filter`, newest first, and how many match in all.
-    pub async fn dead_letters(
+    pub(crate) async fn dead_letters(
         &self,
         filter: &DlqFilter<'_>,
         limit: i64,
         offset: i64,
     ) -> Result<(Vec<DeadLetter>, i64), EngineError> {
-        let client = self.pool.get().await.map_err(queen_sql::SqlError::from)?;
+        let client = self.client().await?;
         let rows = queen_sql::dlq::list(&**client, DEFAULT_TENANT, filter, limit, offset).await?;
         let total = queen_sql::dlq::count(&**client, DEFAULT_TENANT, filter).await?;
         let letters = rows
             .into_iter()
             .map(|row| {
                 let data = if row.encrypted {
-                    self.config
-                        .encryption_key
-                        .as_ref()
+                    self.key()
                         .and_then(|key| key.open(&row.payload).ok())
                         .map(Bytes::from)
                 } else {

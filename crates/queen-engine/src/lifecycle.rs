@@ -9,13 +9,15 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use queen_sql::lifecycle::{GroupDeleted, SeekMoved, SeekTo};
 use queen_sql::SqlError;
 
+use crate::crypto::AtRest;
 use crate::naming::DEFAULT_TENANT;
-use crate::{Engine, EngineError};
+use crate::EngineError;
 
 pub use queen_sql::lifecycle::{CursorLag, Subscription};
 
@@ -71,26 +73,45 @@ pub struct GroupSummary {
     pub subscription: Option<Subscription>,
 }
 
-impl Engine {
+/// The lifecycle component: the administrative reads and writes (configure,
+/// delete, seek, group listings, dead letters, traces). It holds only the
+/// pool and the at-rest key: telling the caches what changed is the
+/// facade's wiring (`engine.rs`), so this part cannot touch them.
+pub(crate) struct Lifecycle {
+    pool: deadpool_postgres::Pool,
+    at_rest: Arc<AtRest>,
+}
+
+impl Lifecycle {
+    pub(crate) fn new(pool: deadpool_postgres::Pool, at_rest: Arc<AtRest>) -> Lifecycle {
+        Lifecycle { pool, at_rest }
+    }
+
+    /// The at-rest key, for opening sealed dead-letter payloads.
+    pub(crate) fn key(&self) -> Option<&crate::crypto::EncryptionKey> {
+        self.at_rest.key()
+    }
+
+    /// A pooled connection.
+    pub(crate) async fn client(&self) -> Result<deadpool_postgres::Object, EngineError> {
+        Ok(self.pool.get().await.map_err(SqlError::from)?)
+    }
+
     /// Delete `queue` with everything it owns (partitions, segments, sidecar,
-    /// cursors, subscriptions, dead letters, traces) in one transaction, then
-    /// forget it in every cache; parked pops on it answer empty at once.
+    /// cursors, subscriptions, dead letters, traces) in one transaction.
     /// Returns whether it existed (deleting a missing queue succeeds).
-    pub async fn delete_queue(&self, queue: &str) -> Result<bool, EngineError> {
+    pub(crate) async fn delete_queue(&self, queue: &str) -> Result<bool, EngineError> {
         let existed = self
             .retry_conflicts(|client| async move {
                 queen_sql::lifecycle::delete_queue(&**client, DEFAULT_TENANT, queue).await
             })
             .await?;
-        self.queue_deleted(queue);
         Ok(existed)
     }
 
     /// Delete consumer group `group`'s cursors and leases on `queue` (`None`:
-    /// every queue), and its subscription records when `delete_metadata`
-    /// (kept records are reset, so the group's next pop seeds its cursors
-    /// again from them). A group that never existed deletes nothing.
-    pub async fn delete_consumer_group(
+    /// every queue), and its subscription records when `delete_metadata`.
+    pub(crate) async fn delete_consumer_group(
         &self,
         group: &str,
         queue: Option<&str>,
@@ -111,18 +132,15 @@ impl Engine {
                 .await
             })
             .await?;
-        self.group_changed(group, queue);
         Ok(GroupDeletion {
             partitions: u64::try_from(partitions).unwrap_or(0),
             metadata_rows: u64::try_from(metadata_rows).unwrap_or(0),
         })
     }
 
-    /// Seek `group` on `queue`: every partition (`partition` `None`) or only
-    /// the one named. Every partition sought gets a cursor at the target,
-    /// leases are released, retry and attempt counters reset. `None` when
-    /// the queue does not exist; an unknown partition moves nothing.
-    pub async fn seek(
+    /// Seek `group` on `queue` (every partition, or only the one named).
+    /// `None` when the queue does not exist.
+    pub(crate) async fn seek(
         &self,
         group: &str,
         queue: &str,
@@ -142,7 +160,6 @@ impl Engine {
         let Some(moved) = moved else {
             return Ok(None);
         };
-        self.group_changed(group, Some(queue));
         Ok(Some(Seeked {
             partitions: moved
                 .into_iter()
@@ -158,9 +175,8 @@ impl Engine {
     }
 
     /// Set the stored subscription timestamp of every queue `group` is
-    /// registered on: partitions the group has no cursor on yet start there.
-    /// Existing cursors do not move. Returns the records updated.
-    pub async fn set_subscription_timestamp(
+    /// registered on. Returns the records updated.
+    pub(crate) async fn set_subscription_timestamp(
         &self,
         group: &str,
         at: SystemTime,
@@ -176,15 +192,14 @@ impl Engine {
                 .await
             })
             .await?;
-        self.group_changed(group, None);
         Ok(u64::try_from(rows).unwrap_or(0))
     }
 
     /// Every (consumer group, queue) pair that has a subscription record or a
     /// cursor, summarised, ordered by group then queue.
-    pub async fn consumer_groups(&self) -> Result<Vec<GroupSummary>, EngineError> {
+    pub(crate) async fn consumer_groups(&self) -> Result<Vec<GroupSummary>, EngineError> {
         let (cursors, subscriptions) = {
-            let client = self.pool.get().await.map_err(SqlError::from)?;
+            let client = self.client().await?;
             let cursors =
                 queen_sql::lifecycle::cursors(&**client, DEFAULT_TENANT, None, None).await?;
             let subscriptions =
@@ -197,12 +212,12 @@ impl Engine {
     /// `group`'s cursors with their lag, by queue (queue name order; a queue
     /// the group is registered on without any cursor yet has none). Empty for
     /// an unknown group.
-    pub async fn consumer_group(
+    pub(crate) async fn consumer_group(
         &self,
         group: &str,
     ) -> Result<Vec<(String, Vec<CursorLag>)>, EngineError> {
         let (cursors, subscriptions) = {
-            let client = self.pool.get().await.map_err(SqlError::from)?;
+            let client = self.client().await?;
             let cursors =
                 queen_sql::lifecycle::cursors(&**client, DEFAULT_TENANT, Some(group), None).await?;
             let subscriptions =
@@ -221,12 +236,12 @@ impl Engine {
 
     /// Cursors of every group whose oldest unconsumed message is at least
     /// `min_lag_seconds` old, most lagging first.
-    pub async fn lagging_partitions(
+    pub(crate) async fn lagging_partitions(
         &self,
         min_lag_seconds: i64,
     ) -> Result<Vec<CursorLag>, EngineError> {
         let mut cursors = {
-            let client = self.pool.get().await.map_err(SqlError::from)?;
+            let client = self.client().await?;
             queen_sql::lifecycle::cursors(&**client, DEFAULT_TENANT, None, Some(min_lag_seconds))
                 .await?
         };
@@ -243,7 +258,7 @@ impl Engine {
     {
         let mut attempt = 1;
         loop {
-            let client = self.pool.get().await.map_err(SqlError::from)?;
+            let client = self.client().await?;
             match op(client).await {
                 Err(error) if error.is_conflict() && attempt < MAX_CONFLICT_ATTEMPTS => {
                     tracing::debug!(attempt, "lifecycle write conflicted; retrying");

@@ -29,10 +29,14 @@ use parking_lot::Mutex;
 use queen_sql::pop::{PopParams, PopRow, QueueInfo, Verdict};
 use uuid::Uuid;
 
+use crate::crypto::AtRest;
 use crate::hotlist::{HotList, Outcome};
+use crate::limiter::{Limiter, LimiterConfig, LimiterStats};
 use crate::naming::DEFAULT_TENANT;
-use crate::wake::Gate;
-use crate::{Engine, EngineError};
+use crate::ready::Ready;
+use crate::registry::AckRegistry;
+use crate::wake::{Gate, WakeGates};
+use crate::EngineError;
 
 /// The consumer group of queue mode: one shared cursor per partition.
 pub const QUEUE_MODE_GROUP: &str = "__QUEUE_MODE__";
@@ -253,10 +257,123 @@ impl PopState {
     }
 }
 
-impl Engine {
+/// Settings of pop serving.
+#[derive(Debug, Clone)]
+pub(crate) struct ServingConfig {
+    /// Candidate selection by the hot-list (off: the SQL candidate scan).
+    pub(crate) hotlist: bool,
+    /// How often a hot-list ring is reseeded from SQL.
+    pub(crate) hotlist_reseed: Duration,
+    /// Long-poll backoff floor.
+    pub(crate) pop_wait: PopWait,
+}
+
+/// The pop-serving component. It owns what only the pop path reads: the
+/// hot-list rings, the wake gates, the limiter, the pop caches and the
+/// revisit wheel. Writers reach the rings and gates only through the
+/// [`Ready`] handle it hands out; it records what it served in the ack
+/// registry, which the ack component reads.
+pub(crate) struct Serving {
+    pool: deadpool_postgres::Pool,
+    config: ServingConfig,
+    state: PopState,
+    limiter: Arc<Limiter>,
+    gates: Arc<WakeGates>,
+    hotlist: Arc<HotList>,
+    registry: Arc<AckRegistry>,
+    at_rest: Arc<AtRest>,
+    shutting_down: Arc<AtomicBool>,
+    wheel: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Serving {
+    /// Build pop serving and start its revisit wheel on the current runtime.
+    pub(crate) fn start(
+        pool: deadpool_postgres::Pool,
+        config: ServingConfig,
+        limiter: LimiterConfig,
+        registry: Arc<AckRegistry>,
+        at_rest: Arc<AtRest>,
+    ) -> Serving {
+        let gates = Arc::new(WakeGates::new(!config.hotlist));
+        let hotlist = Arc::new(HotList::default());
+        let shutting_down = Arc::new(AtomicBool::new(false));
+        let wheel = tokio::spawn(run_wheel(
+            Arc::clone(&gates),
+            Arc::clone(&hotlist),
+            Arc::clone(&shutting_down),
+        ));
+        Serving {
+            pool,
+            config,
+            state: PopState::default(),
+            limiter: Limiter::new(limiter),
+            gates,
+            hotlist,
+            registry,
+            at_rest,
+            shutting_down,
+            wheel: Mutex::new(Some(wheel)),
+        }
+    }
+
+    /// The handle writers announce committed work through.
+    pub(crate) fn ready(&self) -> Ready {
+        Ready::new(Arc::clone(&self.hotlist), Arc::clone(&self.gates))
+    }
+
+    /// True once shutdown began: pops answer empty at once.
+    pub(crate) fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Relaxed)
+    }
+
+    /// Begin shutdown: parked pops wake and answer empty, new pops answer
+    /// empty at once.
+    pub(crate) fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::Relaxed);
+        self.gates.open_all();
+    }
+
+    /// Stop the revisit wheel (after [`Serving::begin_shutdown`]).
+    pub(crate) async fn shutdown(&self) {
+        self.begin_shutdown();
+        let wheel = self.wheel.lock().take();
+        if let Some(wheel) = wheel {
+            let _ = wheel.await;
+        }
+    }
+
+    /// The limiter's current figures.
+    pub(crate) fn limiter_stats(&self) -> LimiterStats {
+        self.limiter.stats()
+    }
+
+    /// `queue` was configured: its cached configuration is stale.
+    pub(crate) fn queue_configured(&self, queue: &str) {
+        self.state.forget_queue(queue);
+    }
+
+    /// `queue` was deleted: drop its rings, configuration and gate; parked
+    /// pops on it answer empty at once.
+    pub(crate) fn queue_deleted(&self, queue: &str) {
+        self.hotlist.forget_queue(queue);
+        self.state.forget_queue(queue);
+        self.gates.forget(queue);
+    }
+
+    /// `group`'s cursors were deleted or moved (on `queue`, or everywhere):
+    /// its next pop contacts SQL afresh and reseeds its rings.
+    pub(crate) fn group_changed(&self, group: &str, queue: Option<&str>) {
+        self.hotlist.forget_group(group, queue);
+        self.state.forget_contacts(group);
+        if let Some(queue) = queue {
+            self.gates.open(queue);
+        }
+    }
+
     /// Pop: claim and return messages, long-polling when asked.
-    pub async fn pop(&self, request: PopRequest) -> Result<Popped, EngineError> {
-        if self.pop_state.maintenance.load(Ordering::Relaxed) || self.is_shutting_down() {
+    pub(crate) async fn pop(&self, request: PopRequest) -> Result<Popped, EngineError> {
+        if self.state.maintenance.load(Ordering::Relaxed) || self.is_shutting_down() {
             return Ok(Popped::default());
         }
         let started = Instant::now();
@@ -273,13 +390,13 @@ impl Engine {
             PopTarget::Discovery { .. } => self.gates.discovery(),
         };
         self.hold_for_min_pop_wait(&request, deadline).await;
-        let _parked = ParkedGuard::new(&self.pop_state.parked);
+        let _parked = ParkedGuard::new(&self.state.parked);
         let mut attempt = 0u32;
         // Whether the gate (not the timer) ended the last wait.
         let mut woken = false;
         loop {
             let seen = gate.generation();
-            if self.pop_state.maintenance.load(Ordering::Relaxed) {
+            if self.state.maintenance.load(Ordering::Relaxed) {
                 // Switched on while this pop waited: no more work.
                 return Ok(Popped::default());
             }
@@ -319,8 +436,8 @@ impl Engine {
     /// Enable or disable pop maintenance mode (every pop answers empty).
     /// Enabling it wakes every parked pop, which then answers empty at once
     /// rather than delivering what arrives while it waited.
-    pub fn set_pop_maintenance(&self, enabled: bool) {
-        self.pop_state.maintenance.store(enabled, Ordering::Relaxed);
+    pub(crate) fn set_maintenance(&self, enabled: bool) {
+        self.state.maintenance.store(enabled, Ordering::Relaxed);
         if enabled {
             self.gates.open_all();
         }
@@ -328,31 +445,25 @@ impl Engine {
 
     /// A pooled connection for the pop path, counted.
     async fn pop_client(&self) -> Result<deadpool_postgres::Object, EngineError> {
-        self.pop_state.checkouts.fetch_add(1, Ordering::Relaxed);
+        self.state.checkouts.fetch_add(1, Ordering::Relaxed);
         Ok(self.pool.get().await.map_err(queen_sql::SqlError::from)?)
     }
 
     /// Connections the pop path has checked out since start: each is at
     /// least one SQL round trip. A caught-up queue polled through the
     /// hot-list costs none.
-    pub fn pop_checkouts(&self) -> u64 {
-        self.pop_state.checkouts.load(Ordering::Relaxed)
+    pub(crate) fn checkouts(&self) -> u64 {
+        self.state.checkouts.load(Ordering::Relaxed)
     }
 
     /// Pops in progress right now, waiting or serving.
-    pub fn pops_in_progress(&self) -> usize {
-        self.pop_state.parked.load(Ordering::Relaxed)
-    }
-
-    /// Pooled connections handed out right now.
-    pub fn connections_in_use(&self) -> usize {
-        let status = self.pool.status();
-        status.size.saturating_sub(status.available)
+    pub(crate) fn in_progress(&self) -> usize {
+        self.state.parked.load(Ordering::Relaxed)
     }
 
     /// Whether pop maintenance mode is on.
-    pub fn pop_maintenance(&self) -> bool {
-        self.pop_state.maintenance.load(Ordering::Relaxed)
+    pub(crate) fn maintenance(&self) -> bool {
+        self.state.maintenance.load(Ordering::Relaxed)
     }
 
     /// `min_pop_wait_time`: hold an under-full claim back so one commit carries
@@ -367,7 +478,7 @@ impl Engine {
     /// made again each time a push or a wake opens the queue's gate; with the
     /// hot-list, a ring with nothing ready skips even that.
     async fn hold_for_min_pop_wait(&self, request: &PopRequest, deadline: Instant) {
-        if !self.pop_state.any_min_pop_wait.load(Ordering::Relaxed) || request.batch <= 1 {
+        if !self.state.any_min_pop_wait.load(Ordering::Relaxed) || request.batch <= 1 {
             return;
         }
         let PopTarget::Queue { queue } = &request.target else {
@@ -464,7 +575,7 @@ impl Engine {
                 // later). The others wait in memory, then use the ring the
                 // first one built.
                 let _flight = self
-                    .pop_state
+                    .state
                     .first_contacts
                     .enter(&(info.id, request.group.as_str()))
                     .await;
@@ -477,7 +588,7 @@ impl Engine {
             PopTarget::Discovery { namespace, task } => {
                 let generation = self.gates.discovery().generation();
                 let queues = self
-                    .pop_state
+                    .state
                     .discovery
                     .get(
                         namespace.as_deref(),
@@ -604,7 +715,7 @@ impl Engine {
             // queue was deleted or re-created through another broker). Its
             // rings name the old queue's partitions: the next pop looks the
             // queue up again and makes first contact afresh.
-            self.pop_state.forget_queue(queue);
+            self.state.forget_queue(queue);
             self.hotlist.forget_queue(queue);
             return Ok(Popped::default());
         }
@@ -628,7 +739,7 @@ impl Engine {
         gate: &Gate,
     ) -> Result<Popped, EngineError> {
         let key = (info.id, request.group.clone());
-        if !self.pop_state.contacted.lock().contains(&key) {
+        if !self.state.contacted.lock().contains(&key) {
             return Ok(Popped::default());
         }
         let hints = gate.take_hints();
@@ -669,12 +780,12 @@ impl Engine {
         let worker = Uuid::now_v7();
         let params = params(request, worker, request.max_partitions);
         let key = (info.id, request.group.clone());
-        let contacted = self.pop_state.contacted.lock().contains(&key);
+        let contacted = self.state.contacted.lock().contains(&key);
         {
             let client = self.pop_client().await?;
             if !contacted {
                 first_contact_of(&**client, info.id, &params).await?;
-                self.pop_state.contacted.lock().insert(key);
+                self.state.contacted.lock().insert(key);
             } else if !queen_sql::pop::has_pending(&**client, info.id, group).await? {
                 // The cheap probe, before any permit: definitively nothing.
                 return Ok(Popped::default());
@@ -782,11 +893,12 @@ impl Engine {
             let segment = queen_frame::decompress(blob)?;
             for (idx, frame) in segment.slice(*start_idx, *take)?.iter().enumerate() {
                 let payload = if frame.encrypted {
-                    let key = self.config.encryption_key.as_ref().ok_or_else(|| {
-                        EngineError::EncryptionKeyMissing {
-                            queue: queue.to_owned(),
-                        }
-                    })?;
+                    let key =
+                        self.at_rest
+                            .key()
+                            .ok_or_else(|| EngineError::EncryptionKeyMissing {
+                                queue: queue.to_owned(),
+                            })?;
                     Bytes::from(key.open(frame.payload)?)
                 } else {
                     segment.bytes().slice_ref(frame.payload)
@@ -871,7 +983,7 @@ impl Engine {
     pub(crate) async fn queue_info(&self, queue: &str) -> Result<Option<QueueInfo>, EngineError> {
         let generation = self.gates.generation(queue);
         let info = self
-            .pop_state
+            .state
             .queues
             .get(queue, generation, || async {
                 let client = self.pop_client().await?;
@@ -884,9 +996,7 @@ impl Engine {
 
     fn note_min_pop_wait(&self, info: Option<&QueueInfo>) {
         if info.is_some_and(|i| i.min_pop_wait_time > 0) {
-            self.pop_state
-                .any_min_pop_wait
-                .store(true, Ordering::Relaxed);
+            self.state.any_min_pop_wait.store(true, Ordering::Relaxed);
         }
     }
 
@@ -925,7 +1035,7 @@ impl Engine {
             .await?
         };
         self.note_min_pop_wait(Some(&info));
-        self.pop_state.queues.put(queue, info.clone());
+        self.state.queues.put(queue, info.clone());
         Ok(Some(info))
     }
 }
@@ -1010,6 +1120,32 @@ fn params(request: &PopRequest, worker: Uuid, max_partitions: usize) -> PopParam
             SubscriptionMode::New => "new",
         },
         sub_from: request.subscription_from,
+    }
+}
+
+/// How often the revisit wheel ticks: a lease expiry or a visibility hold is
+/// noticed at most this late.
+const WHEEL_TICK: Duration = Duration::from_millis(50);
+
+/// How often idle hot-list rings are expired.
+const RING_EXPIRY_EVERY: Duration = Duration::from_secs(60);
+
+/// The revisit wheel: promotes due hot-list revisits and opens their queues'
+/// gates, so a parked pop wakes when a lease expires or a hold ends.
+async fn run_wheel(gates: Arc<WakeGates>, hotlist: Arc<HotList>, shutting_down: Arc<AtomicBool>) {
+    let mut ticker = tokio::time::interval(WHEEL_TICK);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_expiry = Instant::now();
+    while !shutting_down.load(Ordering::Relaxed) {
+        ticker.tick().await;
+        let now = Instant::now();
+        for queue in hotlist.promote_due(now) {
+            gates.open(&queue);
+        }
+        if now.duration_since(last_expiry) >= RING_EXPIRY_EVERY {
+            hotlist.expire_idle(now);
+            last_expiry = now;
+        }
     }
 }
 

@@ -2,7 +2,8 @@
 
 use uuid::Uuid;
 
-use crate::{Engine, EngineError};
+use crate::lifecycle::Lifecycle;
+use crate::EngineError;
 
 /// A trace to record.
 #[derive(Debug, Clone)]
@@ -21,10 +22,13 @@ pub struct TraceEvent {
     pub data: serde_json::Value,
 }
 
-impl Engine {
+impl Lifecycle {
     /// Record `event`; `None` when its message is not found.
-    pub async fn record_trace(&self, event: &TraceEvent) -> Result<Option<Uuid>, EngineError> {
-        let client = self.pool.get().await.map_err(queen_sql::SqlError::from)?;
+    pub(crate) async fn record_trace(
+        &self,
+        event: &TraceEvent,
+    ) -> Result<Option<Uuid>, EngineError> {
+        let client = self.client().await?;
         let hash = queen_frame::txn_hash(&event.transaction_id);
         Ok(queen_sql::traces::record(
             &**client,

@@ -14,10 +14,12 @@ use queen_frame::SegmentBuilder;
 use queen_sql::push::{SegmentWrite, SlotOutcome};
 use uuid::Uuid;
 
-use crate::ack::{AckItem, AckOutcome, AckStatus};
+use crate::ack::{AckItem, AckOutcome, AckStatus, Acks};
+use crate::crypto::AtRest;
 use crate::naming::{derive_namespace_task, DEFAULT_TENANT};
 use crate::push::{encode_entries, group_by_partition, PushItem, PushOutcome, PushStatus};
-use crate::{Engine, EngineError};
+use crate::ready::Ready;
+use crate::EngineError;
 
 /// One operation of a transaction.
 #[derive(Debug, Clone)]
@@ -42,10 +44,37 @@ pub enum TxnResult {
     Ack(AckOutcome),
 }
 
-impl Engine {
+/// The transaction component: encodes its own segments (with the queues'
+/// encryption flags), acks through the ack component on its own
+/// transaction, and announces its pushes only after the commit.
+pub(crate) struct Transactions {
+    pool: deadpool_postgres::Pool,
+    zstd_level: i32,
+    at_rest: Arc<AtRest>,
+    acks: Arc<Acks>,
+    ready: Ready,
+}
+
+impl Transactions {
+    pub(crate) fn new(
+        pool: deadpool_postgres::Pool,
+        zstd_level: i32,
+        at_rest: Arc<AtRest>,
+        acks: Arc<Acks>,
+        ready: Ready,
+    ) -> Transactions {
+        Transactions {
+            pool,
+            zstd_level,
+            at_rest,
+            acks,
+            ready,
+        }
+    }
+
     /// Apply `ops` atomically. On failure nothing is applied and the error
     /// names the operation (`EngineError::TransactionFailed`).
-    pub async fn transaction(&self, ops: Vec<TxnOp>) -> Result<Vec<TxnResult>, EngineError> {
+    pub(crate) async fn transaction(&self, ops: Vec<TxnOp>) -> Result<Vec<TxnResult>, EngineError> {
         let mut client = self.pool.get().await.map_err(queen_sql::SqlError::from)?;
         let tx = client
             .transaction()
@@ -68,6 +97,7 @@ impl Engine {
                         });
                     }
                     let outcomes = self
+                        .acks
                         .ack_group(
                             &tx,
                             &group,
@@ -94,7 +124,7 @@ impl Engine {
         }
         tx.commit().await.map_err(queen_sql::SqlError::from)?;
         for (queue, partition) in pushed {
-            self.fusion.committed(&queue, &partition);
+            self.ready.pushed(&queue, &partition);
         }
         Ok(results)
     }
@@ -127,17 +157,17 @@ impl Engine {
         order.sort_by(|a, b| (&groups[*a].0, &groups[*a].1).cmp(&(&groups[*b].0, &groups[*b].1)));
 
         let mut partition_ids: Vec<Option<Uuid>> = vec![None; groups.len()];
-        let mut builder = SegmentBuilder::with_level(self.config.zstd_level);
+        let mut builder = SegmentBuilder::with_level(self.zstd_level);
         for &slot in &order {
             let (queue, partition, entries) = &groups[slot];
             let (namespace, task) = derive_namespace_task(queue);
             // At most two attempts: the cached encryption flag may be stale.
             for _attempt in 0..2 {
-                let encrypted = self.fusion.encryption_flag(queue);
+                let encrypted = self.at_rest.flag(queue);
                 let encoded = encode_entries(
                     entries.iter(),
                     encrypted,
-                    self.fusion.key(),
+                    self.at_rest.key(),
                     queue,
                     &mut builder,
                 )?;
@@ -168,7 +198,9 @@ impl Engine {
                     }
                     SlotOutcome::EncryptionMismatch {
                         encryption_enabled, ..
-                    } => self.fusion.set_encryption_flag(queue, encryption_enabled),
+                    } => self
+                        .at_rest
+                        .set_flag(Arc::from(queue.as_str()), encryption_enabled),
                     SlotOutcome::Duplicates { duplicates, .. } => {
                         let first = duplicates
                             .first()

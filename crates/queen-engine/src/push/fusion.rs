@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use queen_frame::{Frame, SegmentBuilder};
 use queen_sql::push::{Coverage, SegmentWrite, SlotOutcome};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -34,10 +34,9 @@ use uuid::Uuid;
 
 use super::dedup::DedupCache;
 use super::{Entry, EntryResult};
-use crate::crypto::EncryptionKey;
-use crate::hotlist::HotList;
+use crate::crypto::AtRest;
 use crate::naming::{derive_namespace_task, DEFAULT_TENANT};
-use crate::wake::WakeGates;
+use crate::ready::Ready;
 use crate::EngineError;
 
 /// The most partitions one round trip carries. Bounds the statement's size and
@@ -103,9 +102,8 @@ struct Counters {
 }
 
 /// Settings of push fusion.
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct FusionConfig {
-    /// The at-rest key, if any.
-    pub(crate) key: Option<EncryptionKey>,
     /// zstd level of new segments.
     pub(crate) zstd_level: i32,
     /// Flusher tasks.
@@ -116,20 +114,15 @@ pub(crate) struct FusionConfig {
 
 struct Shared {
     pool: deadpool_postgres::Pool,
-    /// Opened after a commit, so parked pops of the queue wake.
-    gates: Arc<WakeGates>,
-    /// Told after a commit, so every group's ring of the queue offers the partition.
-    hotlist: Arc<HotList>,
+    /// Told after a commit, so pops of the queue see the partition.
+    ready: Ready,
     /// Lanes with pending work or a flush in flight. A lane present here is
     /// "in flight or ready"; a lane absent here is idle.
     lanes: Mutex<HashMap<LaneKey, Lane>>,
     ready_tx: mpsc::UnboundedSender<LaneKey>,
     ready_rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<LaneKey>>,
-    /// Last known `encryptionEnabled` per queue. A miss means "not encrypted"
-    /// (implicit queues never are); a stale entry costs one refused slot, never
-    /// plaintext, because `log_push_v1` checks the flag under its own snapshot.
-    encryption: RwLock<HashMap<Arc<str>, bool>>,
-    key: Option<EncryptionKey>,
+    /// The key and each queue's last known `encryptionEnabled`.
+    at_rest: Arc<AtRest>,
     zstd_level: i32,
     counters: Counters,
     /// Sidecar hashes this broker already holds, so the duplicate probe reads
@@ -144,35 +137,15 @@ pub(crate) struct Fusion {
     flushers: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
-impl Shared {
-    /// The cached `encryptionEnabled` of `queue` (a miss means plain).
-    fn encryption_flag(&self, queue: &str) -> bool {
-        self.encryption.read().get(queue).copied().unwrap_or(false)
-    }
-
-    /// Record `queue`'s `encryptionEnabled` as PostgreSQL reported it.
-    fn set_encryption_flag(&self, queue: Arc<str>, enabled: bool) {
-        self.encryption.write().insert(queue, enabled);
-    }
-
-    /// After a commit: every group's ring learns the partition is pending,
-    /// then parked pops of the queue (and discovery pops) wake.
-    fn committed(&self, queue: &str, partition: &str) {
-        self.hotlist.mark_ready(queue, partition);
-        self.gates.open_partition(queue, partition);
-    }
-}
-
 impl Fusion {
     /// Start `n_flushers` flusher tasks on the current runtime.
     pub(crate) fn start(
         pool: deadpool_postgres::Pool,
         config: FusionConfig,
-        gates: Arc<WakeGates>,
-        hotlist: Arc<HotList>,
+        at_rest: Arc<AtRest>,
+        ready: Ready,
     ) -> Fusion {
         let FusionConfig {
-            key,
             zstd_level,
             n_flushers,
             dedup_cache_bytes,
@@ -180,13 +153,11 @@ impl Fusion {
         let (ready_tx, ready_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             pool,
-            gates,
-            hotlist,
+            ready,
             lanes: Mutex::new(HashMap::new()),
             ready_tx,
             ready_rx: tokio::sync::Mutex::new(ready_rx),
-            encryption: RwLock::new(HashMap::new()),
-            key,
+            at_rest,
             zstd_level,
             counters: Counters::default(),
             dedup: DedupCache::new(dedup_cache_bytes),
@@ -234,31 +205,8 @@ impl Fusion {
         rx
     }
 
-    /// The cached `encryptionEnabled` of `queue` (a miss means plain).
-    pub(crate) fn encryption_flag(&self, queue: &str) -> bool {
-        self.shared.encryption_flag(queue)
-    }
-
-    /// Record `queue`'s `encryptionEnabled` as PostgreSQL reported it.
-    pub(crate) fn set_encryption_flag(&self, queue: &str, enabled: bool) {
-        self.shared.set_encryption_flag(Arc::from(queue), enabled);
-    }
-
-    /// The at-rest key, if the broker has one.
-    pub(crate) fn key(&self) -> Option<&EncryptionKey> {
-        self.shared.key.as_ref()
-    }
-
-    /// After a commit outside fusion (a transaction): wake the queue's pops
-    /// and offer the partition to every group's ring.
-    pub(crate) fn committed(&self, queue: &str, partition: &str) {
-        self.shared.committed(queue, partition);
-    }
-
-    /// Forget the cached encryption flag and dedup coverage of `queue` (it
-    /// was reconfigured or deleted).
+    /// Forget the dedup coverage of `queue` (it was reconfigured or deleted).
     pub(crate) fn forget_queue(&self, queue: &str) {
-        self.shared.encryption.write().remove(queue);
         self.shared.dedup.forget_queue(queue);
     }
 
@@ -531,7 +479,7 @@ fn build_segment(
     builder: &mut SegmentBuilder,
     lane: &LaneWork,
 ) -> Result<BuiltSegment, EngineError> {
-    let encrypted = shared.encryption_flag(&lane.key.queue);
+    let encrypted = shared.at_rest.flag(&lane.key.queue);
     let frame_entries: Vec<usize> = (0..lane.results.len())
         .filter(|&idx| lane.needs_write(idx))
         .collect();
@@ -541,7 +489,7 @@ fn build_segment(
             .iter()
             .filter_map(|&idx| entries.get(idx).copied()),
         encrypted,
-        shared.key.as_ref(),
+        shared.at_rest.key(),
         &lane.key.queue,
         builder,
     )?;
@@ -580,7 +528,7 @@ pub(crate) struct Encoded {
 pub(crate) fn encode_entries<'a>(
     entries: impl Iterator<Item = &'a Entry>,
     encrypted: bool,
-    key: Option<&EncryptionKey>,
+    key: Option<&crate::crypto::EncryptionKey>,
     queue: &str,
     builder: &mut SegmentBuilder,
 ) -> Result<Encoded, EngineError> {
@@ -673,7 +621,7 @@ fn apply_outcome(
             for &idx in &segment.frame_entries {
                 lane.results[idx] = Some(EntryResult::Queued { partition_id });
             }
-            shared.committed(&lane.key.queue, &lane.key.partition);
+            shared.ready.pushed(&lane.key.queue, &lane.key.partition);
             let counters = &shared.counters;
             counters.segments.fetch_add(1, Ordering::Relaxed);
             counters
@@ -684,7 +632,9 @@ fn apply_outcome(
             encryption_enabled, ..
         } => {
             // Reseal (or unseal) on the next round.
-            shared.set_encryption_flag(Arc::clone(&lane.key.queue), encryption_enabled);
+            shared
+                .at_rest
+                .set_flag(Arc::clone(&lane.key.queue), encryption_enabled);
         }
         SlotOutcome::Duplicates {
             partition_id,

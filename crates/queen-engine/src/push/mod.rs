@@ -19,7 +19,7 @@ pub use dedup::DEFAULT_DEDUP_CACHE_BYTES;
 pub use fusion::PushStats;
 pub(crate) use fusion::{encode_entries, Fusion, FusionConfig};
 
-use crate::{Engine, EngineError};
+use crate::EngineError;
 
 /// One message to push, already validated by the caller.
 #[derive(Debug, Clone)]
@@ -142,7 +142,7 @@ pub(crate) fn group_by_partition(items: Vec<PushItem>) -> (Vec<Group>, Vec<(usiz
     (groups, places)
 }
 
-impl Engine {
+impl Fusion {
     /// Push `items`; answers one outcome per item, in input order, once every
     /// item is committed (or found to be a duplicate).
     ///
@@ -153,7 +153,7 @@ impl Engine {
     /// If PostgreSQL fails, the whole call fails, although partitions whose
     /// flush committed keep their messages: retrying with the same
     /// transaction ids is safe, the committed ones come back as duplicates.
-    pub async fn push(&self, items: Vec<PushItem>) -> Result<Vec<PushOutcome>, EngineError> {
+    pub(crate) async fn push(&self, items: Vec<PushItem>) -> Result<Vec<PushOutcome>, EngineError> {
         let (groups, places) = group_by_partition(items);
         // Per item, before the entries move into fusion: transaction id,
         // trace id, message id.
@@ -179,10 +179,7 @@ impl Engine {
         let pending: Vec<_> = groups
             .into_iter()
             .map(|(queue, partition, entries)| {
-                (
-                    entries.len(),
-                    self.fusion.submit(&queue, &partition, entries),
-                )
+                (entries.len(), self.submit(&queue, &partition, entries))
             })
             .collect();
         let mut results: Vec<Vec<EntryResult>> = Vec::with_capacity(pending.len());
@@ -227,10 +224,5 @@ impl Engine {
                 },
             )
             .collect()
-    }
-
-    /// Counters of the push path since the engine started.
-    pub fn push_stats(&self) -> PushStats {
-        self.fusion.stats()
     }
 }

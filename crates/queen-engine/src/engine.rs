@@ -1,0 +1,404 @@
+//! The facade: [`Engine`] builds the components, wires them together and
+//! forwards the public API to them. It holds no mechanism of its own beyond
+//! the wiring: telling every component's caches what a lifecycle change
+//! invalidated, and the shutdown order.
+//!
+//! The components, and what each may touch (the types say it):
+//!
+//! | component | owns | holds of others |
+//! | --- | --- | --- |
+//! | push fusion (`push::Fusion`) | lanes, flushers, dedup cache | [`Ready`](crate::ready::Ready), the at-rest flags |
+//! | pop serving (`pop::Serving`) | hot-list, wake gates, limiter, pop caches, revisit wheel | the ack registry (writes), the at-rest key |
+//! | acks (`ack::Acks`) | ack counters | the ack registry (reads), `Ready` |
+//! | transactions (`txn::Transactions`) | nothing | acks, `Ready`, the at-rest flags |
+//! | lifecycle (`lifecycle::Lifecycle`) | nothing | the at-rest key |
+//!
+//! Every component holds its own handle on the one connection pool.
+
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use queen_sql::dlq::DlqFilter;
+use queen_sql::SqlError;
+use uuid::Uuid;
+
+use crate::ack::Acks;
+use crate::crypto::AtRest;
+use crate::lifecycle::Lifecycle;
+use crate::pop::{Serving, ServingConfig};
+use crate::push::{Fusion, FusionConfig};
+use crate::registry::AckRegistry;
+use crate::txn::Transactions;
+use crate::{
+    AckItem, AckOutcome, ConfigureQueue, Configured, CursorLag, DeadLetter, EngineConfig,
+    EngineError, GroupDeletion, GroupSummary, LeaseError, LimiterStats, PopRequest, Popped,
+    PushItem, PushOutcome, PushStats, SeekTarget, Seeked, TraceEvent, TxnOp, TxnResult,
+};
+
+/// The broker. Cheap to share: hand out `Arc<Engine>`.
+pub struct Engine {
+    pool: deadpool_postgres::Pool,
+    config: EngineConfig,
+    started_at: Instant,
+    at_rest: Arc<AtRest>,
+    push: Fusion,
+    serving: Serving,
+    acks: Arc<Acks>,
+    txns: Transactions,
+    lifecycle: Lifecycle,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("config", &self.config)
+            .field("push", &self.push.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What `/health` reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Health {
+    /// True when a round trip to PostgreSQL succeeded just now.
+    pub database_connected: bool,
+    /// Seconds since the engine was built.
+    pub uptime_seconds: u64,
+}
+
+impl Engine {
+    /// Build an engine over a pool whose database already carries the schema
+    /// (see `queen_sql::apply_schema`). Must be called inside a tokio runtime:
+    /// it starts the push flusher tasks and the revisit wheel.
+    pub fn new(pool: deadpool_postgres::Pool, config: EngineConfig) -> Arc<Engine> {
+        let at_rest = Arc::new(AtRest::new(config.encryption_key.clone()));
+        let registry = Arc::new(AckRegistry::default());
+        let serving = Serving::start(
+            pool.clone(),
+            ServingConfig {
+                hotlist: config.hotlist,
+                hotlist_reseed: config.hotlist_reseed,
+                pop_wait: config.pop_wait,
+            },
+            config.limiter,
+            Arc::clone(&registry),
+            Arc::clone(&at_rest),
+        );
+        let ready = serving.ready();
+        let push = Fusion::start(
+            pool.clone(),
+            FusionConfig {
+                zstd_level: config.zstd_level,
+                n_flushers: config.push_flushers,
+                dedup_cache_bytes: config.dedup_cache_bytes,
+            },
+            Arc::clone(&at_rest),
+            ready.clone(),
+        );
+        let acks = Arc::new(Acks::new(pool.clone(), registry, ready.clone()));
+        let txns = Transactions::new(
+            pool.clone(),
+            config.zstd_level,
+            Arc::clone(&at_rest),
+            Arc::clone(&acks),
+            ready,
+        );
+        let lifecycle = Lifecycle::new(pool.clone(), Arc::clone(&at_rest));
+        Arc::new(Engine {
+            pool,
+            config,
+            started_at: Instant::now(),
+            at_rest,
+            push,
+            serving,
+            acks,
+            txns,
+            lifecycle,
+        })
+    }
+
+    /// The engine's settings.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    // ---- push, pop, ack, transactions ----
+
+    /// Push `items`; answers one outcome per item, in input order, once every
+    /// item is committed (or found to be a duplicate).
+    ///
+    /// A transaction id repeated within one partition, in this request or in
+    /// another request fused into the same flush, is a duplicate of its first
+    /// occurrence (fusion settles that, see `fusion.rs`).
+    ///
+    /// If PostgreSQL fails, the whole call fails, although partitions whose
+    /// flush committed keep their messages: retrying with the same
+    /// transaction ids is safe, the committed ones come back as duplicates.
+    pub async fn push(&self, items: Vec<PushItem>) -> Result<Vec<PushOutcome>, EngineError> {
+        self.push.push(items).await
+    }
+
+    /// Pop: claim and return messages, long-polling when asked.
+    pub async fn pop(&self, request: PopRequest) -> Result<Popped, EngineError> {
+        self.serving.pop(request).await
+    }
+
+    /// Acknowledge `items` for consumer group `group`.
+    pub async fn ack(
+        &self,
+        group: &str,
+        items: Vec<AckItem>,
+    ) -> Result<Vec<AckOutcome>, EngineError> {
+        self.acks.ack(group, items).await
+    }
+
+    /// Extend `lease` on every partition it holds by `seconds` from now.
+    /// Returns the new expiry, or the reason it could not be extended.
+    pub async fn extend_lease(
+        &self,
+        lease: Uuid,
+        seconds: i32,
+    ) -> Result<Result<SystemTime, LeaseError>, EngineError> {
+        self.acks.extend_lease(lease, seconds).await
+    }
+
+    /// Apply `ops` atomically. On failure nothing is applied and the error
+    /// names the operation (`EngineError::TransactionFailed`).
+    pub async fn transaction(&self, ops: Vec<TxnOp>) -> Result<Vec<TxnResult>, EngineError> {
+        self.txns.transaction(ops).await
+    }
+
+    // ---- lifecycle ----
+
+    /// Create queue `(tenant, queue)` or fully replace its configuration, and
+    /// make sure its partition `Default` exists.
+    ///
+    /// Fails with [`EngineError::InvalidConfiguration`] before any I/O when
+    /// the request breaks a rule (see [`ConfigureQueue`]).
+    pub async fn configure(&self, request: ConfigureQueue) -> Result<Configured, EngineError> {
+        let queue = request.queue.clone();
+        let configured = self.lifecycle.configure(request).await?;
+        self.queue_configured(&queue);
+        Ok(configured)
+    }
+
+    /// Delete `queue` with everything it owns (partitions, segments, sidecar,
+    /// cursors, subscriptions, dead letters, traces) in one transaction, then
+    /// forget it in every cache; parked pops on it answer empty at once.
+    /// Returns whether it existed (deleting a missing queue succeeds).
+    pub async fn delete_queue(&self, queue: &str) -> Result<bool, EngineError> {
+        let existed = self.lifecycle.delete_queue(queue).await?;
+        self.queue_deleted(queue);
+        Ok(existed)
+    }
+
+    /// Delete consumer group `group`'s cursors and leases on `queue` (`None`:
+    /// every queue), and its subscription records when `delete_metadata`
+    /// (kept records are reset, so the group's next pop seeds its cursors
+    /// again from them). A group that never existed deletes nothing.
+    pub async fn delete_consumer_group(
+        &self,
+        group: &str,
+        queue: Option<&str>,
+        delete_metadata: bool,
+    ) -> Result<GroupDeletion, EngineError> {
+        let deleted = self
+            .lifecycle
+            .delete_consumer_group(group, queue, delete_metadata)
+            .await?;
+        self.group_changed(group, queue);
+        Ok(deleted)
+    }
+
+    /// Seek `group` on `queue`: every partition (`partition` `None`) or only
+    /// the one named. Every partition sought gets a cursor at the target,
+    /// leases are released, retry and attempt counters reset. `None` when
+    /// the queue does not exist; an unknown partition moves nothing.
+    pub async fn seek(
+        &self,
+        group: &str,
+        queue: &str,
+        partition: Option<&str>,
+        target: SeekTarget,
+    ) -> Result<Option<Seeked>, EngineError> {
+        let sought = self.lifecycle.seek(group, queue, partition, target).await?;
+        if sought.is_some() {
+            self.group_changed(group, Some(queue));
+        }
+        Ok(sought)
+    }
+
+    /// Set the stored subscription timestamp of every queue `group` is
+    /// registered on: partitions the group has no cursor on yet start there.
+    /// Existing cursors do not move. Returns the records updated.
+    pub async fn set_subscription_timestamp(
+        &self,
+        group: &str,
+        at: SystemTime,
+    ) -> Result<u64, EngineError> {
+        let rows = self.lifecycle.set_subscription_timestamp(group, at).await?;
+        self.group_changed(group, None);
+        Ok(rows)
+    }
+
+    /// Every (consumer group, queue) pair that has a subscription record or a
+    /// cursor, summarised, ordered by group then queue.
+    pub async fn consumer_groups(&self) -> Result<Vec<GroupSummary>, EngineError> {
+        self.lifecycle.consumer_groups().await
+    }
+
+    /// `group`'s cursors with their lag, by queue (queue name order; a queue
+    /// the group is registered on without any cursor yet has none). Empty for
+    /// an unknown group.
+    pub async fn consumer_group(
+        &self,
+        group: &str,
+    ) -> Result<Vec<(String, Vec<CursorLag>)>, EngineError> {
+        self.lifecycle.consumer_group(group).await
+    }
+
+    /// Cursors of every group whose oldest unconsumed message is at least
+    /// `min_lag_seconds` old, most lagging first.
+    pub async fn lagging_partitions(
+        &self,
+        min_lag_seconds: i64,
+    ) -> Result<Vec<CursorLag>, EngineError> {
+        self.lifecycle.lagging_partitions(min_lag_seconds).await
+    }
+
+    /// Dead letters matching `filter`, newest first, and how many match in all.
+    pub async fn dead_letters(
+        &self,
+        filter: &DlqFilter<'_>,
+        limit: i64,
+        offset: i64,
+    ) -> Result<(Vec<DeadLetter>, i64), EngineError> {
+        self.lifecycle.dead_letters(filter, limit, offset).await
+    }
+
+    /// Record `event`; `None` when its message is not found.
+    pub async fn record_trace(&self, event: &TraceEvent) -> Result<Option<Uuid>, EngineError> {
+        self.lifecycle.record_trace(event).await
+    }
+
+    /// Forget everything cached about `queue` after it was deleted: hot-list
+    /// rings, configuration, encryption flag, dedup coverage, ack registry
+    /// entries; parked pops on it answer empty at once.
+    pub fn queue_deleted(&self, queue: &str) {
+        self.serving.queue_deleted(queue);
+        self.at_rest.forget(queue);
+        self.push.forget_queue(queue);
+        self.acks.forget_queue(queue);
+    }
+
+    /// Forget cached configuration of `queue` after it was configured (push
+    /// caches its encryption flag, pop its settings).
+    fn queue_configured(&self, queue: &str) {
+        self.at_rest.forget(queue);
+        self.push.forget_queue(queue);
+        self.serving.queue_configured(queue);
+    }
+
+    /// Forget cached state of consumer group `group` (on `queue`, or on every
+    /// queue) after its cursors were deleted or moved: its next pop contacts
+    /// SQL afresh and reseeds its rings.
+    pub fn group_changed(&self, group: &str, queue: Option<&str>) {
+        self.serving.group_changed(group, queue);
+    }
+
+    // ---- operation ----
+
+    /// Warm up to `connections` pooled connections (capped at the pool's
+    /// size): the statements of the push, first contact, pop and ack paths
+    /// run once on each, in a transaction that is rolled back (see
+    /// `warm.rs`). Returns how many were warmed; a failure is logged and
+    /// only means the next requests on those connections are slower.
+    pub async fn warm_up(&self, connections: usize) -> usize {
+        crate::warm::warm_up(&self.pool, self.config.zstd_level, connections).await
+    }
+
+    /// Check the database with one round trip.
+    pub async fn health(&self) -> Health {
+        let database_connected = self.ping().await.is_ok();
+        Health {
+            database_connected,
+            uptime_seconds: self.started_at.elapsed().as_secs(),
+        }
+    }
+
+    async fn ping(&self) -> Result<(), EngineError> {
+        let client = self.pool.get().await.map_err(SqlError::from)?;
+        queen_sql::connect::ping(&**client).await?;
+        Ok(())
+    }
+
+    /// Enable or disable pop maintenance mode (every pop answers empty).
+    /// Enabling it wakes every parked pop, which then answers empty at once
+    /// rather than delivering what arrives while it waited.
+    pub fn set_pop_maintenance(&self, enabled: bool) {
+        self.serving.set_maintenance(enabled);
+    }
+
+    /// Whether pop maintenance mode is on.
+    pub fn pop_maintenance(&self) -> bool {
+        self.serving.maintenance()
+    }
+
+    /// Counters of the push path since the engine started.
+    pub fn push_stats(&self) -> PushStats {
+        self.push.stats()
+    }
+
+    /// (positional, by-hash) ack calls since start: how often the registry
+    /// turned a full-batch ack into one cursor advance.
+    pub fn ack_stats(&self) -> (u64, u64) {
+        self.acks.stats()
+    }
+
+    /// The serving limiter's current figures.
+    pub fn limiter_stats(&self) -> LimiterStats {
+        self.serving.limiter_stats()
+    }
+
+    /// Connections the pop path has checked out since start: each is at
+    /// least one SQL round trip. A caught-up queue polled through the
+    /// hot-list costs none.
+    pub fn pop_checkouts(&self) -> u64 {
+        self.serving.checkouts()
+    }
+
+    /// Pops in progress right now, waiting or serving.
+    pub fn pops_in_progress(&self) -> usize {
+        self.serving.in_progress()
+    }
+
+    /// Pooled connections handed out right now.
+    pub fn connections_in_use(&self) -> usize {
+        let status = self.pool.status();
+        status.size.saturating_sub(status.available)
+    }
+
+    // ---- shutdown ----
+
+    /// True once shutdown began: pops answer empty at once.
+    pub fn is_shutting_down(&self) -> bool {
+        self.serving.is_shutting_down()
+    }
+
+    /// Begin shutdown: parked pops wake and answer empty, new pops answer
+    /// empty at once. Pushes still commit until [`Engine::shutdown`].
+    pub fn begin_shutdown(&self) {
+        self.serving.begin_shutdown();
+    }
+
+    /// Stop background work after it has finished what was already submitted
+    /// (push fusion writes every pending segment), then close the pool.
+    /// The last step of the shutdown order: pops first (they answer empty),
+    /// then push fusion (it drains), then the revisit wheel, then the pool.
+    pub async fn shutdown(&self) {
+        self.serving.begin_shutdown();
+        self.push.shutdown().await;
+        self.serving.shutdown().await;
+        self.pool.close();
+    }
+}

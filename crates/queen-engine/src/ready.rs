@@ -1,0 +1,39 @@
+//! The one way a writer tells pop serving that a partition has work.
+//!
+//! Push fusion, transactions and acks hold a [`Ready`] handle. It can only
+//! announce: every group's hot-list ring learns the partition is pending and
+//! parked pops of the queue wake. It cannot read the rings or wait on a gate;
+//! those belong to pop serving (`pop.rs`), which owns the hot-list and the
+//! wake gates.
+
+use std::sync::Arc;
+
+use crate::hotlist::HotList;
+use crate::wake::WakeGates;
+
+/// Announces committed work to pop serving.
+#[derive(Clone)]
+pub(crate) struct Ready {
+    hotlist: Arc<HotList>,
+    gates: Arc<WakeGates>,
+}
+
+impl Ready {
+    pub(crate) fn new(hotlist: Arc<HotList>, gates: Arc<WakeGates>) -> Ready {
+        Ready { hotlist, gates }
+    }
+
+    /// After a push committed: every group's ring of the queue offers the
+    /// partition, then parked pops of the queue (and discovery pops) wake.
+    pub(crate) fn pushed(&self, queue: &str, partition: &str) {
+        self.hotlist.mark_ready(queue, partition);
+        self.gates.open_partition(queue, partition);
+    }
+
+    /// After an ack released a cursor with data behind it (ack-promote): the
+    /// acking group's ring offers the partition again, and pops wake.
+    pub(crate) fn promoted(&self, queue: &str, group: &str, partition: &str) {
+        self.hotlist.mark_ready_for(queue, group, partition);
+        self.gates.open_partition(queue, partition);
+    }
+}
