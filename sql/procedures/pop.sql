@@ -41,6 +41,58 @@
 --   missing    (log_pop_list_v1) no partition of that name in the queue;
 --              o_partition_id is NULL
 
+-- The row the three pop routes return (log_pop_list_v1, and the two built on
+-- it, log_pop_specific_v1 and log_pop_wildcard_v1): log_pop_v1's columns
+-- behind the partition's id and name. log_pop_v1 keeps its own nine-column
+-- RETURNS TABLE on purpose: an older log_pop_list_v1 still running in another
+-- session when the upgrade commits reads log_pop_v1's rows by position, and
+-- must find the shape it was written for. The attribute names and types are
+-- the ones the three returned as RETURNS TABLE before this type existed, in
+-- the same order: a broker still running when the upgrade commits (whose
+-- prepared statements expect exactly those result columns) keeps working. Changing an attribute is a new type and new function
+-- versions, never an ALTER TYPE.
+DO $$
+BEGIN
+    IF to_regtype('queen.log_pop_row') IS NULL THEN
+        CREATE TYPE queen.log_pop_row AS (
+            o_partition_id   uuid,
+            o_partition_name text,
+            o_kind           text,
+            o_base_offset    bigint,
+            o_start_idx      integer,
+            o_take           integer,
+            o_msg_count      integer,
+            o_created_at     timestamptz,
+            o_blob           bytea,
+            o_verdict        text,
+            o_revisit_at     timestamptz
+        );
+    END IF;
+END $$;
+
+-- CREATE OR REPLACE cannot change a function's return type, so pop functions
+-- left by an older schema (which returned RETURNS TABLE) are dropped here and
+-- recreated below. This file runs inside the applier's one transaction: other
+-- sessions see the old functions until the commit and the new ones after it,
+-- never neither. A drop takes no lock on any table, and nothing depends on
+-- these functions (plpgsql callers resolve them by name at run time). On a
+-- schema that is already current this loop finds nothing and drops nothing.
+DO $$
+DECLARE
+    v_fn regprocedure;
+BEGIN
+    FOR v_fn IN
+        SELECT p.oid::regprocedure
+          FROM pg_catalog.pg_proc p
+          JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+         WHERE n.nspname = 'queen'
+           AND p.proname IN ('log_pop_list_v1', 'log_pop_specific_v1', 'log_pop_wildcard_v1')
+           AND (p.prorettype <> 'queen.log_pop_row'::regtype OR NOT p.proretset)
+    LOOP
+        EXECUTE format('DROP FUNCTION %s', v_fn);
+    END LOOP;
+END $$;
+
 -- The cursor position just before the first segment at or after p_ts: a
 -- forward walk on the primary key from the retention watermark (created_at is
 -- monotone in base_offset, so the first match is the answer). Nothing that
@@ -506,19 +558,7 @@ CREATE OR REPLACE FUNCTION queen.log_pop_list_v1(
     p_sub_mode      text,
     p_sub_from      timestamptz,
     p_skip_window   boolean
-) RETURNS TABLE (
-    o_partition_id   uuid,
-    o_partition_name text,
-    o_kind           text,
-    o_base_offset    bigint,
-    o_start_idx      integer,
-    o_take           integer,
-    o_msg_count      integer,
-    o_created_at     timestamptz,
-    o_blob           bytea,
-    o_verdict        text,
-    o_revisit_at     timestamptz
-)
+) RETURNS SETOF queen.log_pop_row
 LANGUAGE plpgsql
 VOLATILE
 AS $$
@@ -530,6 +570,7 @@ DECLARE
     v_claimed   integer := 0;
     v_part      record;
     v_took      integer;
+    r           queen.log_pop_row;
 BEGIN
     SELECT COALESCE(p_lease_seconds, NULLIF(q.lease_time, 0), 60), q.delayed_processing, q.window_buffer
       INTO v_lease, v_delayed, v_window
@@ -547,26 +588,23 @@ BEGIN
         IF v_part.id IS NULL THEN
             -- No such partition (deleted, or the queue re-created elsewhere):
             -- say so, so the broker drops the name instead of retrying it.
-            o_partition_id := NULL; o_partition_name := v_part.name;
-            o_kind := 'verdict'; o_verdict := 'missing'; o_revisit_at := NULL;
-            o_base_offset := NULL; o_start_idx := NULL; o_take := NULL;
-            o_msg_count := NULL; o_created_at := NULL; o_blob := NULL;
-            RETURN NEXT;
+            r := NULL;
+            r.o_partition_name := v_part.name;
+            r.o_kind := 'verdict';
+            r.o_verdict := 'missing';
+            RETURN NEXT r;
             CONTINUE;
         END IF;
         v_took := 0;
-        o_partition_id := v_part.id;
-        o_partition_name := v_part.name;
-        -- log_pop_v1's rows land straight in the output columns after these two.
-        FOR o_kind, o_base_offset, o_start_idx, o_take, o_msg_count, o_created_at, o_blob,
-            o_verdict, o_revisit_at IN
-            SELECT * FROM queen.log_pop_v1(v_part.id, p_qid, p_group, p_worker, v_budget, v_lease,
-                                           p_auto_ack, p_sub_mode, p_sub_from, v_delayed, v_window,
-                                           p_skip_window)
+        FOR r IN
+            SELECT v_part.id, v_part.name, x.*
+              FROM queen.log_pop_v1(v_part.id, p_qid, p_group, p_worker, v_budget, v_lease,
+                                    p_auto_ack, p_sub_mode, p_sub_from, v_delayed, v_window,
+                                    p_skip_window) AS x
         LOOP
-            RETURN NEXT;
-            IF o_kind = 'segment' THEN
-                v_took := v_took + o_take;
+            RETURN NEXT r;
+            IF r.o_kind = 'segment' THEN
+                v_took := v_took + r.o_take;
             END IF;
         END LOOP;
         IF v_took > 0 THEN
@@ -593,19 +631,7 @@ CREATE OR REPLACE FUNCTION queen.log_pop_specific_v1(
     p_auto_ack      boolean,
     p_sub_mode      text,
     p_sub_from      timestamptz
-) RETURNS TABLE (
-    o_partition_id   uuid,
-    o_partition_name text,
-    o_kind           text,
-    o_base_offset    bigint,
-    o_start_idx      integer,
-    o_take           integer,
-    o_msg_count      integer,
-    o_created_at     timestamptz,
-    o_blob           bytea,
-    o_verdict        text,
-    o_revisit_at     timestamptz
-)
+) RETURNS SETOF queen.log_pop_row
 LANGUAGE plpgsql
 VOLATILE
 AS $$
@@ -721,19 +747,7 @@ CREATE OR REPLACE FUNCTION queen.log_pop_wildcard_v1(
     p_auto_ack      boolean,
     p_sub_mode      text,
     p_sub_from      timestamptz
-) RETURNS TABLE (
-    o_partition_id   uuid,
-    o_partition_name text,
-    o_kind           text,
-    o_base_offset    bigint,
-    o_start_idx      integer,
-    o_take           integer,
-    o_msg_count      integer,
-    o_created_at     timestamptz,
-    o_blob           bytea,
-    o_verdict        text,
-    o_revisit_at     timestamptz
-)
+) RETURNS SETOF queen.log_pop_row
 LANGUAGE plpgsql
 VOLATILE
 -- See log_has_pending_v1: the watermark must be planned as a value.
@@ -746,6 +760,7 @@ DECLARE
     v_cap       integer;
     v_names     text[];
     v_delivered boolean := false;
+    r           queen.log_pop_row;
 BEGIN
     SELECT m.scan_watermark, m.watermark_checked_at INTO v_watermark, v_checked
       FROM queen.consumer_groups_metadata m
@@ -767,14 +782,13 @@ BEGIN
              LIMIT v_cap) AS cand;
 
     IF v_names IS NOT NULL THEN
-        FOR o_partition_id, o_partition_name, o_kind, o_base_offset, o_start_idx, o_take,
-            o_msg_count, o_created_at, o_blob, o_verdict, o_revisit_at IN
+        FOR r IN
             SELECT * FROM queen.log_pop_list_v1(p_qid, p_group, v_names, p_worker, p_budget,
                                                 p_max_partitions, p_lease_seconds, p_auto_ack,
                                                 p_sub_mode, p_sub_from, false)
         LOOP
-            RETURN NEXT;
-            IF o_kind = 'segment' THEN
+            RETURN NEXT r;
+            IF r.o_kind = 'segment' THEN
                 v_delivered := true;
             END IF;
         END LOOP;

@@ -12,3 +12,4 @@ mod pop_early;
 mod pop_mechanics;
 mod push;
 mod txn;
+mod upgrade;
