@@ -156,6 +156,8 @@ impl Limiter {
                 if my_turn && state.in_flight < state.limit {
                     if let Some(queued) = queued.take() {
                         state.waiting.pop_front();
+                        // The ticket left the queue just above; its drop
+                        // would lock `state` again (held here: a deadlock).
                         std::mem::forget(queued);
                     }
                     state.in_flight += 1;
