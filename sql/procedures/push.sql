@@ -201,11 +201,21 @@ BEGIN
                             OR t.base_offset < p_cover_from[v_i]
                             OR t.base_offset > p_known_to[v_i])
                 )
-                SELECT o_slot, 'duplicate'::text, v_qid, v_pid, NULL::bigint, NULL::timestamptz,
+                -- Each winner segment travels once: o_base_offset names it on
+                -- every duplicate row, its blob rides on the first of them
+                -- only (a retried 10,000-item push used to carry the same
+                -- blob 10,000 times, and the broker inflated each copy).
+                , numbered AS (
+                    SELECT mm.item, mm.base_offset, mm.frame,
+                           row_number() OVER (PARTITION BY mm.base_offset ORDER BY mm.item) = 1
+                               AS first_of_segment
+                      FROM matches mm
+                )
+                SELECT o_slot, 'duplicate'::text, v_qid, v_pid, m.base_offset, NULL::timestamptz,
                        v_enc, m.item, m.frame, s.blob, NULL::bigint, NULL::bigint, NULL::bytea, v_window
-                  FROM matches m
+                  FROM numbered m
                   LEFT JOIN queen.log_segments s
-                    ON s.partition_id = v_pid AND s.base_offset = m.base_offset;
+                    ON m.first_of_segment AND s.partition_id = v_pid AND s.base_offset = m.base_offset;
                 v_has_dup := FOUND;
             END IF;
         END IF;

@@ -886,3 +886,59 @@ async fn the_dedup_cache_spares_the_full_probe_and_deduplication_holds_without_i
     uncached.stop().await;
     broker.stop().await;
 }
+
+/// Issue 14, item 10: once the engine has shut down, a push answers an error
+/// at once instead of waiting forever on flushers that are gone.
+#[tokio::test]
+async fn a_push_after_shutdown_answers_an_error() {
+    let broker = TestBroker::start().await;
+    broker.engine.shutdown().await;
+    let item = queen_engine::PushItem {
+        queue: "late".to_owned(),
+        partition: "p".to_owned(),
+        transaction_id: None,
+        trace_id: None,
+        producer_sub: None,
+        payload: Bytes::from_static(b"1"),
+    };
+    let answer = tokio::time::timeout(Duration::from_secs(5), broker.engine.push(vec![item]))
+        .await
+        .expect("a push after shutdown must answer");
+    assert!(
+        matches!(answer, Err(queen_engine::EngineError::ShuttingDown)),
+        "{answer:?}"
+    );
+}
+
+/// Issue 14, item 1: a retried push used to get the winner's whole segment
+/// with every duplicate row and inflate it once per duplicate (a 10,000-item
+/// retry: 5.6 s and 1.3 GB RSS against 0.07 s for the first push). Each
+/// winner segment now travels once and is inflated once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_large_push_reads_each_winner_segment_once() {
+    let broker = TestBroker::start().await;
+    let items: Vec<Value> = (0..10_000)
+        .map(|i| {
+            // 200 bytes that do not compress to nothing.
+            let filler: String = (0..5).map(|_| uuid::Uuid::new_v4().to_string()).collect();
+            json!({"queue": "retried", "partition": "p", "transactionId": format!("t{i}"),
+                   "payload": {"i": i, "filler": filler}})
+        })
+        .collect();
+    let first = crate::support::push_items(&broker, items.clone()).await;
+    assert!(first.iter().all(|r| r["status"] == "queued"));
+    let before = broker.engine.push_stats();
+
+    let started = std::time::Instant::now();
+    let retried = crate::support::push_items(&broker, items).await;
+    let took = started.elapsed();
+    let after = broker.engine.push_stats();
+    assert_eq!(retried.len(), first.len());
+    for (a, b) in first.iter().zip(&retried) {
+        assert_eq!(b["status"], "duplicate", "{b}");
+        assert_eq!(a["messageId"], b["messageId"], "the winner's id, {b}");
+    }
+    assert_eq!(after.winner_segments - before.winner_segments, 1);
+    // Generous: the old path took seconds in a release build.
+    assert!(took < Duration::from_secs(5), "{took:?}");
+}

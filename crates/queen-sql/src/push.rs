@@ -108,9 +108,13 @@ pub enum SlotOutcome {
 pub struct Duplicate {
     /// Index of the frame within the slot.
     pub item: usize,
-    /// Index of the winner within `winner_blob`.
+    /// The base offset of the winner's segment.
+    pub winner_base: Option<i64>,
+    /// Index of the winner within its segment.
     pub winner_frame: usize,
-    /// The winner's segment blob; `None` when retention already removed it.
+    /// The winner's segment blob, on the first duplicate of each winner
+    /// segment only (by item order); `None` on the others, and on all of them
+    /// when retention already removed the segment.
     pub winner_blob: Option<Vec<u8>>,
 }
 
@@ -223,6 +227,7 @@ pub async fn push_segments(
                 let frame: i32 = row.try_get("o_dup_frame")?;
                 let duplicate = Duplicate {
                     item: usize::try_from(item).unwrap_or(usize::MAX),
+                    winner_base: row.try_get("o_base_offset")?,
                     winner_frame: usize::try_from(frame).unwrap_or(usize::MAX),
                     winner_blob: row.try_get("o_dup_blob")?,
                 };

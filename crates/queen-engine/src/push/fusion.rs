@@ -22,7 +22,7 @@
 
 use std::collections::hash_map::Entry as MapEntry;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -71,6 +71,9 @@ pub struct PushStats {
     /// coverage: unless the queue's dedup window is 0, each made
     /// `log_push_v1` read every sidecar row of the partition inside the window.
     pub full_probes: u64,
+    /// Winner segments inflated to answer duplicates with the winner's
+    /// message id: one per stored segment a flush's duplicates point into.
+    pub winner_segments: u64,
     /// Bytes the dedup cache holds (see `QUEEN_DEDUP_CACHE_MB`).
     pub dedup_cache_bytes: u64,
     /// Transaction-id hashes the dedup cache holds.
@@ -99,6 +102,7 @@ struct Counters {
     segments: AtomicU64,
     messages: AtomicU64,
     full_probes: AtomicU64,
+    winner_segments: AtomicU64,
 }
 
 /// Settings of push fusion.
@@ -119,6 +123,9 @@ struct Shared {
     /// Lanes with pending work or a flush in flight. A lane present here is
     /// "in flight or ready"; a lane absent here is idle.
     lanes: Mutex<HashMap<LaneKey, Lane>>,
+    /// Set (under the `lanes` lock) when shutdown begins: later submissions
+    /// are refused at once, earlier ones are all in `lanes` and get written.
+    closed: AtomicBool,
     ready_tx: mpsc::UnboundedSender<LaneKey>,
     ready_rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<LaneKey>>,
     /// The key and each queue's last known `encryptionEnabled`.
@@ -155,6 +162,7 @@ impl Fusion {
             pool,
             ready,
             lanes: Mutex::new(HashMap::new()),
+            closed: AtomicBool::new(false),
             ready_tx,
             ready_rx: tokio::sync::Mutex::new(ready_rx),
             at_rest,
@@ -186,9 +194,15 @@ impl Fusion {
             partition: Arc::from(partition),
         };
         let submission = Submission { entries, reply };
+        let mut lanes = self.shared.lanes.lock();
+        if self.shared.closed.load(Ordering::Relaxed) {
+            drop(lanes);
+            let _ = submission.reply.send(Err(EngineError::ShuttingDown));
+            return rx;
+        }
         // A lane that was absent (idle) becomes ready; one present is already
         // ready or in flight and takes the submission along.
-        let became_ready = match self.shared.lanes.lock().entry(key) {
+        let became_ready = match lanes.entry(key) {
             MapEntry::Occupied(mut lane) => {
                 lane.get_mut().pending.push(submission);
                 None
@@ -199,9 +213,12 @@ impl Fusion {
                 Some(key)
             }
         };
+        // Sent under the lock: shutdown takes it before telling the flushers
+        // to drain, so every lane a submission made ready is queued by then.
         if became_ready.is_some_and(|key| self.shared.ready_tx.send(key).is_err()) {
             tracing::error!("push fusion is stopped; a submission was dropped");
         }
+        drop(lanes);
         rx
     }
 
@@ -218,6 +235,7 @@ impl Fusion {
             segments: counters.segments.load(Ordering::Relaxed),
             messages: counters.messages.load(Ordering::Relaxed),
             full_probes: counters.full_probes.load(Ordering::Relaxed),
+            winner_segments: counters.winner_segments.load(Ordering::Relaxed),
             dedup_cache_bytes: dedup.bytes as u64,
             dedup_cache_hashes: dedup.hashes as u64,
         }
@@ -225,6 +243,10 @@ impl Fusion {
 
     /// Stop the flushers after they have written everything already submitted.
     pub(crate) async fn shutdown(&self) {
+        {
+            let _lanes = self.shared.lanes.lock();
+            self.shared.closed.store(true, Ordering::Relaxed);
+        }
         let _ = self.stop.send(true);
         let handles: Vec<_> = std::mem::take(&mut *self.flushers.lock());
         for handle in handles {
@@ -641,14 +663,25 @@ fn apply_outcome(
             duplicates,
             ..
         } => {
+            // Each winner segment arrives once and is inflated once.
+            let mut winners: HashMap<i64, Vec<Uuid>> = HashMap::new();
+            for duplicate in &duplicates {
+                if let (Some(base), Some(blob)) = (duplicate.winner_base, &duplicate.winner_blob) {
+                    shared
+                        .counters
+                        .winner_segments
+                        .fetch_add(1, Ordering::Relaxed);
+                    winners.insert(base, message_ids(blob));
+                }
+            }
             for duplicate in duplicates {
                 let Some(&idx) = segment.frame_entries.get(duplicate.item) else {
                     continue;
                 };
                 let winner = duplicate
-                    .winner_blob
-                    .as_deref()
-                    .and_then(|blob| winner_message_id(blob, duplicate.winner_frame));
+                    .winner_base
+                    .and_then(|base| winners.get(&base))
+                    .and_then(|ids| ids.get(duplicate.winner_frame).copied());
                 lane.results[idx] = Some(EntryResult::Duplicate {
                     partition_id,
                     winner,
@@ -659,13 +692,17 @@ fn apply_outcome(
     }
 }
 
-/// The message id of frame `idx` of a stored segment.
-fn winner_message_id(blob: &[u8], idx: usize) -> Option<Uuid> {
-    let segment = queen_frame::decompress(blob).ok()?;
-    let frames = segment.slice(idx, 1).ok()?;
-    frames
-        .first()
+/// The message ids of a stored segment, in frame order (as far as it
+/// decodes; a duplicate whose winner cannot be read answers without one).
+fn message_ids(blob: &[u8]) -> Vec<Uuid> {
+    let Ok(segment) = queen_frame::decompress(blob) else {
+        return Vec::new();
+    };
+    segment
+        .frames()
+        .map_while(Result::ok)
         .map(|frame| Uuid::from_bytes(frame.message_id))
+        .collect()
 }
 
 /// Send each submission its entries' results, or the lane's failure.
