@@ -8,6 +8,7 @@
 //! Pushes here bypass fusion (they must share the transaction), and are
 //! announced to the hot-list and wake gates only after the commit.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use queen_frame::SegmentBuilder;
@@ -33,6 +34,68 @@ pub enum TxnOp {
         /// The acknowledgement.
         item: AckItem,
     },
+}
+
+/// An operation that passed the checks made before the transaction begins.
+enum Checked {
+    Push(CheckedPush),
+    Ack { group: String, item: AckItem },
+}
+
+/// A push operation's items grouped by partition, with no transaction id
+/// repeated within a partition.
+struct CheckedPush {
+    groups: Vec<crate::push::Group>,
+    /// Per item, in input order: (slot in `groups`, position in its entries).
+    entries_by_item: Vec<(usize, usize)>,
+}
+
+impl Checked {
+    /// Refuse what needs no database: an unknown ack status, a transaction
+    /// id repeated within one partition of a push (named by its first
+    /// repetition in item order; one pass over the items).
+    fn check(index: usize, op: TxnOp) -> Result<Checked, EngineError> {
+        match op {
+            TxnOp::Push(items) => {
+                let (groups, entries_by_item) = group_by_partition(items);
+                let mut seen: Vec<HashSet<&[u8; queen_frame::HASH_LEN]>> = groups
+                    .iter()
+                    .map(|(_, _, entries)| HashSet::with_capacity(entries.len()))
+                    .collect();
+                for &(slot, position) in &entries_by_item {
+                    let entry = groups
+                        .get(slot)
+                        .and_then(|(_, _, entries)| entries.get(position))
+                        .ok_or(EngineError::Internal("a pushed item lost its group"))?;
+                    if !seen[slot].insert(&entry.hash) {
+                        return Err(duplicate(index, &entry.transaction_id));
+                    }
+                }
+                drop(seen);
+                Ok(Checked::Push(CheckedPush {
+                    groups,
+                    entries_by_item,
+                }))
+            }
+            TxnOp::Ack { group, item } => {
+                if let AckStatus::Other(status) = &item.status {
+                    return Err(EngineError::TransactionFailed {
+                        index,
+                        message: format!("ACK operation failed: unknown status {status:?}"),
+                    });
+                }
+                Ok(Checked::Ack { group, item })
+            }
+        }
+    }
+}
+
+/// The failure of push operation `index` on a repeated transaction id.
+fn duplicate(index: usize, transaction_id: &str) -> EngineError {
+    EngineError::TransactionFailed {
+        index,
+        message: format!("PUSH operation failed: duplicate transactionId {transaction_id}"),
+    }
 }
 
 /// The result of one operation, in input order.
@@ -75,6 +138,13 @@ impl Transactions {
     /// Apply `ops` atomically. On failure nothing is applied and the error
     /// names the operation (`EngineError::TransactionFailed`).
     pub(crate) async fn transaction(&self, ops: Vec<TxnOp>) -> Result<Vec<TxnResult>, EngineError> {
+        // Everything that can be refused without the database is, before a
+        // connection is taken or a transaction begun.
+        let ops = ops
+            .into_iter()
+            .enumerate()
+            .map(|(index, op)| Checked::check(index, op))
+            .collect::<Result<Vec<Checked>, EngineError>>()?;
         let mut client = self.pool.get().await.map_err(queen_sql::SqlError::from)?;
         let tx = client
             .transaction()
@@ -84,18 +154,12 @@ impl Transactions {
         let mut pushed: Vec<(String, String)> = Vec::new();
         for (index, op) in ops.into_iter().enumerate() {
             let result = match op {
-                TxnOp::Push(items) => {
-                    let (outcomes, partitions) = self.txn_push(&tx, index, items).await?;
+                Checked::Push(push) => {
+                    let (outcomes, partitions) = self.txn_push(&tx, index, push).await?;
                     pushed.extend(partitions);
                     TxnResult::Push(outcomes)
                 }
-                TxnOp::Ack { group, item } => {
-                    if let AckStatus::Other(status) = &item.status {
-                        return Err(EngineError::TransactionFailed {
-                            index,
-                            message: format!("ACK operation failed: unknown status {status:?}"),
-                        });
-                    }
+                Checked::Ack { group, item } => {
                     let outcomes = self
                         .acks
                         .ack_group(
@@ -107,7 +171,12 @@ impl Transactions {
                             true,
                         )
                         .await?;
-                    let outcome = outcomes.into_iter().next().unwrap_or_default();
+                    let Some(outcome) = outcomes.into_iter().next() else {
+                        return Err(EngineError::TransactionFailed {
+                            index,
+                            message: "ACK operation failed: no outcome for this ack".to_owned(),
+                        });
+                    };
                     if !outcome.success {
                         return Err(EngineError::TransactionFailed {
                             index,
@@ -134,24 +203,12 @@ impl Transactions {
         &self,
         client: &impl queen_sql::Conn,
         index: usize,
-        items: Vec<PushItem>,
+        push: CheckedPush,
     ) -> Result<(Vec<PushOutcome>, Vec<(String, String)>), EngineError> {
-        let duplicate = |transaction_id: &str| EngineError::TransactionFailed {
-            index,
-            message: format!("PUSH operation failed: duplicate transactionId {transaction_id}"),
-        };
-        let (groups, entries_by_item) = group_by_partition(items);
-        // A transaction id repeated within one partition fails the operation,
-        // named by its first repetition in item order.
-        for &(slot, position) in &entries_by_item {
-            if let Some((_, _, entries)) = groups.get(slot) {
-                if let Some((earlier, [entry, ..])) = entries.split_at_checked(position) {
-                    if earlier.iter().any(|e| e.hash == entry.hash) {
-                        return Err(duplicate(&entry.transaction_id));
-                    }
-                }
-            }
-        }
+        let CheckedPush {
+            groups,
+            entries_by_item,
+        } = push;
         // Slots in (queue, partition) order: the same lock order as fusion.
         let mut order: Vec<usize> = (0..groups.len()).collect();
         order.sort_by(|a, b| (&groups[*a].0, &groups[*a].1).cmp(&(&groups[*b].0, &groups[*b].1)));
@@ -206,7 +263,7 @@ impl Transactions {
                             .first()
                             .and_then(|d| entries.get(d.item))
                             .map_or("", |e| e.transaction_id.as_str());
-                        return Err(duplicate(first));
+                        return Err(duplicate(index, first));
                     }
                 }
             }
