@@ -102,6 +102,9 @@ pub struct AckOutcome {
 /// Acks are applied per (partition, lease).
 type GroupKey = (Uuid, Option<Uuid>);
 
+/// The error of an item `log_ack_v1` returned no row for (it always should).
+const NO_RESULT: &str = "ack not applied: no result for this item";
+
 /// Rounds of dead-letter filing one group of items may need.
 const MAX_DLQ_ROUNDS: usize = 64;
 
@@ -215,9 +218,16 @@ impl Acks {
             }
         }
 
-        // The hash path.
+        // The hash path. An item keeps the "no result" error unless a row of
+        // the answer speaks for it.
         self.by_hash.fetch_add(1, Ordering::Relaxed);
-        let mut outcomes = vec![AckOutcome::default(); items.len()];
+        let mut outcomes = vec![
+            AckOutcome {
+                error: Some(NO_RESULT.to_owned()),
+                ..AckOutcome::default()
+            };
+            items.len()
+        ];
         let mut todo: Vec<usize> = (0..items.len()).collect();
         for _round in 0..MAX_DLQ_ROUNDS {
             if todo.is_empty() {
@@ -247,6 +257,7 @@ impl Acks {
                 let outcome = &mut outcomes[item_idx];
                 outcome.queue.clone_from(&results.queue);
                 outcome.partition.clone_from(&results.partition);
+                outcome.error = None;
                 match result {
                     ItemResult::Ok => outcome.success = true,
                     ItemResult::NotFound => {
@@ -256,7 +267,10 @@ impl Acks {
                         outcome.error = Some(INVALID_LEASE.to_owned());
                     }
                     ItemResult::UnknownStatus => {}
-                    ItemResult::Deferred => next.push(item_idx),
+                    ItemResult::Deferred => {
+                        outcome.error = Some(NO_RESULT.to_owned());
+                        next.push(item_idx);
+                    }
                     ItemResult::Dlq(request) => {
                         let filed = self
                             .file_dead_letter(client.client(), partition_id, group, lease, request)

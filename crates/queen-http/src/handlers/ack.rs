@@ -16,6 +16,7 @@
 //! hand.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::io::Write as _;
 
 use hyper::StatusCode;
@@ -198,28 +199,22 @@ async fn apply(
     engine: &Engine,
     items: Vec<(&str, Option<AckItem>)>,
 ) -> Result<Vec<AckOutcome>, HttpError> {
-    // Items move into the engine call of their group; nothing is cloned.
-    let (group_of, mut pending): (Vec<&str>, Vec<Option<AckItem>>) = items.into_iter().unzip();
-    let mut groups = group_of.clone();
-    groups.sort_unstable();
-    groups.dedup();
-    let invalid = || AckOutcome {
-        error: Some(queen_engine::INVALID_LEASE.to_owned()),
-        ..AckOutcome::default()
-    };
-    let mut outcomes: Vec<Option<AckOutcome>> = vec![None; pending.len()];
-    for group in groups {
+    let mut outcomes: Vec<Option<AckOutcome>> = vec![None; items.len()];
+    for (group, members) in by_group(items) {
+        // Items move into the engine call of their group; nothing is cloned.
         let (mut indices, mut valid) = (Vec::new(), Vec::new());
-        for (idx, slot) in pending.iter_mut().enumerate() {
-            if group_of[idx] != group {
-                continue;
-            }
-            match slot.take() {
+        for (idx, item) in members {
+            match item {
                 Some(item) => {
                     indices.push(idx);
                     valid.push(item);
                 }
-                None => outcomes[idx] = Some(invalid()),
+                None => {
+                    outcomes[idx] = Some(AckOutcome {
+                        error: Some(queen_engine::INVALID_LEASE.to_owned()),
+                        ..AckOutcome::default()
+                    });
+                }
             }
         }
         let answered = engine.ack(group, valid).await?;
@@ -227,10 +222,30 @@ async fn apply(
             outcomes[idx] = Some(outcome);
         }
     }
-    Ok(outcomes
-        .into_iter()
-        .map(Option::unwrap_or_default)
-        .collect())
+    Ok(outcomes.into_iter().map(named_if_missing).collect())
+}
+
+/// The items of each consumer group with their input positions, groups in
+/// name order: one pass over the items (a group per item costs no more than
+/// one group), order kept within a group.
+fn by_group<T>(items: Vec<(&str, T)>) -> BTreeMap<&str, Vec<(usize, T)>> {
+    let mut groups: BTreeMap<&str, Vec<(usize, T)>> = BTreeMap::new();
+    for (idx, (group, item)) in items.into_iter().enumerate() {
+        groups.entry(group).or_default().push((idx, item));
+    }
+    groups
+}
+
+/// The error of an item the engine gave no outcome for (a bug, but the
+/// client must not read it as a plain unsuccessful status).
+const NO_OUTCOME: &str = "ack not applied: the broker produced no outcome for this item";
+
+/// An item's outcome, or one that names the failure when there is none.
+fn named_if_missing(outcome: Option<AckOutcome>) -> AckOutcome {
+    outcome.unwrap_or_else(|| AckOutcome {
+        error: Some(NO_OUTCOME.to_owned()),
+        ..AckOutcome::default()
+    })
 }
 
 /// `[{index, transactionId, success, error, queueName, partitionName,
@@ -268,6 +283,44 @@ fn render_body(transaction_ids: &[&str], outcomes: &[AckOutcome]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn items_are_grouped_by_consumer_group_in_one_pass_keeping_their_order() {
+        let items = vec![("b", 'x'), ("a", 'y'), ("b", 'z'), ("a", 'w')];
+        let groups: Vec<_> = by_group(items).into_iter().collect();
+        assert_eq!(
+            groups,
+            vec![
+                ("a", vec![(1, 'y'), (3, 'w')]),
+                ("b", vec![(0, 'x'), (2, 'z')])
+            ]
+        );
+        // Issue 14, item 6: a group per item. The scan per group that this
+        // replaced made 3.6 billion visits here (seconds in a debug build,
+        // and an engine call per group besides); one pass takes
+        // milliseconds. The bound is generous.
+        let names: Vec<String> = (0..60_000).map(|i| format!("g{i}")).collect();
+        let items: Vec<(&str, usize)> = names.iter().map(|n| (n.as_str(), 0)).collect();
+        let started = std::time::Instant::now();
+        let groups = by_group(items);
+        assert_eq!(groups.len(), 60_000);
+        assert!(groups.values().all(|members| members.len() == 1));
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    }
+
+    #[test]
+    fn an_item_without_an_engine_outcome_names_the_failure() {
+        // Issue 14, item 11: it used to answer success:false, error:null,
+        // which reads as "unknown status".
+        let missing = named_if_missing(None);
+        assert!(!missing.success);
+        assert_eq!(missing.error.as_deref(), Some(NO_OUTCOME));
+        let given = AckOutcome {
+            success: true,
+            ..AckOutcome::default()
+        };
+        assert_eq!(named_if_missing(Some(given.clone())), given);
+    }
 
     fn parse_both(body: &str) -> (Option<Vec<String>>, Vec<String>) {
         let describe = |input: &AckInput<'_>| {
