@@ -52,20 +52,28 @@ impl SqlError {
         }
     }
 
-    /// True when retrying later may succeed: serialisation failures, deadlocks,
-    /// and the database being unreachable.
+    /// True when retrying later may succeed: serialisation failures,
+    /// deadlocks, the server shutting down, refusing or dropping connections,
+    /// and the connection itself failing (closed, or an I/O error under the
+    /// driver). Everything else is a defect or a broken deployment and must
+    /// fail loudly: a driver error with no SQLSTATE and no I/O cause (a type
+    /// or column mismatch, an unexpected protocol message) is not transient.
     pub fn is_transient(&self) -> bool {
+        use tokio_postgres::error::SqlState;
         match self {
-            SqlError::Db(e) => {
-                e.is_closed()
-                    || e.code().is_some_and(|c| {
-                        *c == tokio_postgres::error::SqlState::T_R_SERIALIZATION_FAILURE
-                            || *c == tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED
-                            || *c == tokio_postgres::error::SqlState::ADMIN_SHUTDOWN
-                            || *c == tokio_postgres::error::SqlState::CANNOT_CONNECT_NOW
-                    })
-                    || e.code().is_none()
-            }
+            SqlError::Db(e) => match e.code() {
+                Some(code) => {
+                    *code == SqlState::T_R_SERIALIZATION_FAILURE
+                        || *code == SqlState::T_R_DEADLOCK_DETECTED
+                        || *code == SqlState::ADMIN_SHUTDOWN
+                        || *code == SqlState::CRASH_SHUTDOWN
+                        || *code == SqlState::CANNOT_CONNECT_NOW
+                        || *code == SqlState::TOO_MANY_CONNECTIONS
+                        // Class 08: connection exceptions.
+                        || code.code().starts_with("08")
+                }
+                None => e.is_closed() || io_cause(e),
+            },
             SqlError::Pool(_) => true,
             SqlError::PoolBuild(_)
             | SqlError::SegmentNotFound { .. }
@@ -73,6 +81,19 @@ impl SqlError {
             | SqlError::SchemaFile { .. } => false,
         }
     }
+}
+
+/// Whether an I/O error lies under `error` (the connection broke, or could
+/// not be made).
+fn io_cause(error: &tokio_postgres::Error) -> bool {
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        if cause.is::<std::io::Error>() {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
 }
 
 /// Render an error with all its sources, `outer: inner: innermost`, for logs.

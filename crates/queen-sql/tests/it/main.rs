@@ -1,6 +1,7 @@
 //! Integration tests of `queen-sql` against a throwaway PostgreSQL
 //! (`queen-testkit`): one binary, suites as modules.
 
+mod errors;
 mod push_probe;
 mod queues;
 mod registry;
