@@ -70,3 +70,20 @@ async fn unknown_routes_get_a_json_404_and_preflight_gets_204() {
     );
     broker.stop().await;
 }
+
+/// Issue 14, item 9: the check used to wait for a pooled connection (up to
+/// 10 s), so a busy pool read as "database disconnected". It has a
+/// connection of its own now.
+#[tokio::test]
+async fn health_answers_connected_while_every_pooled_connection_is_busy() {
+    let db = queen_testkit::TestDb::new().await;
+    let pool = db.pool(2);
+    let engine = Engine::new(pool.clone(), EngineConfig::default());
+    let held = (pool.get().await.unwrap(), pool.get().await.unwrap());
+    assert_eq!(engine.connections_in_use(), 2);
+    let started = std::time::Instant::now();
+    let health = engine.health().await;
+    assert!(health.database_connected);
+    assert!(started.elapsed() < std::time::Duration::from_secs(3));
+    drop(held);
+}

@@ -19,11 +19,11 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use queen_sql::dlq::DlqFilter;
-use queen_sql::SqlError;
 use uuid::Uuid;
 
 use crate::ack::Acks;
 use crate::crypto::AtRest;
+use crate::health::HealthProbe;
 use crate::lifecycle::Lifecycle;
 use crate::pop::{Serving, ServingConfig};
 use crate::push::{Fusion, FusionConfig};
@@ -46,6 +46,7 @@ pub struct Engine {
     acks: Arc<Acks>,
     txns: Transactions,
     lifecycle: Lifecycle,
+    health: HealthProbe,
 }
 
 impl std::fmt::Debug for Engine {
@@ -104,6 +105,7 @@ impl Engine {
             ready,
         );
         let lifecycle = Lifecycle::new(pool.clone(), Arc::clone(&at_rest));
+        let health = HealthProbe::new(pool.clone());
         Arc::new(Engine {
             pool,
             config,
@@ -114,6 +116,7 @@ impl Engine {
             acks,
             txns,
             lifecycle,
+            health,
         })
     }
 
@@ -317,19 +320,14 @@ impl Engine {
         crate::warm::warm_up(&self.pool, self.config.zstd_level, connections).await
     }
 
-    /// Check the database with one round trip.
+    /// Check the database with one round trip on a dedicated connection
+    /// (not the pool, so a busy pool never reads as a database that is
+    /// down), bounded by 2 s (see `health.rs`).
     pub async fn health(&self) -> Health {
-        let database_connected = self.ping().await.is_ok();
         Health {
-            database_connected,
+            database_connected: self.health.check().await,
             uptime_seconds: self.started_at.elapsed().as_secs(),
         }
-    }
-
-    async fn ping(&self) -> Result<(), EngineError> {
-        let client = self.pool.get().await.map_err(SqlError::from)?;
-        queen_sql::connect::ping(&**client).await?;
-        Ok(())
     }
 
     /// Enable or disable pop maintenance mode (every pop answers empty).

@@ -20,6 +20,7 @@ pub mod crypto;
 mod dlq;
 mod engine;
 mod error;
+mod health;
 mod hotlist;
 mod lifecycle;
 mod limiter;
