@@ -43,6 +43,7 @@ async fn every_route_refuses_a_bad_name_and_writes_nothing() {
     let broker = TestBroker::start().await;
     let long = "x".repeat(256);
     for (bad, rule) in [
+        ("a%00b", "must not contain control characters"),
         ("a%01b", "must not contain control characters"),
         ("tab%09", "must not contain control characters"),
         (long.as_str(), "must be at most 255 bytes"),
@@ -67,7 +68,10 @@ async fn every_route_refuses_a_bad_name_and_writes_nothing() {
             );
         }
         // Bodies: push and configure name the same fields the same way.
-        let raw = bad.replace("%01", "\u{1}").replace("%09", "\t");
+        let raw = bad
+            .replace("%00", "\u{0}")
+            .replace("%01", "\u{1}")
+            .replace("%09", "\t");
         for (path, body, message) in [
             (
                 "/api/v1/push",
