@@ -36,56 +36,28 @@ pub struct SqlFile {
     pub mode: ApplyMode,
 }
 
+/// One [`SqlFile`] from its path under `sql/`: the name and the embedded
+/// text come from the one path, so they cannot disagree.
+macro_rules! sql_file {
+    ($name:literal, $mode:ident) => {
+        SqlFile {
+            name: $name,
+            text: include_str!(concat!("../../../sql/", $name)),
+            mode: ApplyMode::$mode,
+        }
+    };
+}
+
 /// Every SQL file, in apply order.
 pub const FILES: &[SqlFile] = &[
-    SqlFile {
-        name: "schema/000_queen.sql",
-        text: include_str!("../../../sql/schema/000_queen.sql"),
-        mode: ApplyMode::Transactional,
-    },
-    SqlFile {
-        name: "schema/001_log_schema.sql",
-        text: include_str!("../../../sql/schema/001_log_schema.sql"),
-        mode: ApplyMode::Transactional,
-    },
-    SqlFile {
-        name: "schema/005_log_ack.sql",
-        text: include_str!("../../../sql/schema/005_log_ack.sql"),
-        mode: ApplyMode::Transactional,
-    },
-    SqlFile {
-        name: "schema/006_traces.sql",
-        text: include_str!("../../../sql/schema/006_traces.sql"),
-        mode: ApplyMode::Transactional,
-    },
-    SqlFile {
-        name: "schema/090_concurrent_indexes.sql",
-        text: include_str!("../../../sql/schema/090_concurrent_indexes.sql"),
-        mode: ApplyMode::Concurrent,
-    },
-    SqlFile {
-        name: "procedures/configure.sql",
-        text: include_str!("../../../sql/procedures/configure.sql"),
-        mode: ApplyMode::Transactional,
-    },
-    SqlFile {
-        name: "procedures/push.sql",
-        text: include_str!("../../../sql/procedures/push.sql"),
-        mode: ApplyMode::Transactional,
-    },
-    SqlFile {
-        name: "procedures/pop.sql",
-        text: include_str!("../../../sql/procedures/pop.sql"),
-        mode: ApplyMode::Transactional,
-    },
-    SqlFile {
-        name: "procedures/ack.sql",
-        text: include_str!("../../../sql/procedures/ack.sql"),
-        mode: ApplyMode::Transactional,
-    },
-    SqlFile {
-        name: "procedures/lifecycle.sql",
-        text: include_str!("../../../sql/procedures/lifecycle.sql"),
-        mode: ApplyMode::Transactional,
-    },
+    sql_file!("schema/000_queen.sql", Transactional),
+    sql_file!("schema/001_log_schema.sql", Transactional),
+    sql_file!("schema/005_log_ack.sql", Transactional),
+    sql_file!("schema/006_traces.sql", Transactional),
+    sql_file!("schema/090_concurrent_indexes.sql", Concurrent),
+    sql_file!("procedures/configure.sql", Transactional),
+    sql_file!("procedures/push.sql", Transactional),
+    sql_file!("procedures/pop.sql", Transactional),
+    sql_file!("procedures/ack.sql", Transactional),
+    sql_file!("procedures/lifecycle.sql", Transactional),
 ];
