@@ -376,6 +376,11 @@ impl Acks {
         )
     }
 
+    /// (batches, bytes) the ack registry holds now.
+    pub(crate) fn registry_size(&self) -> (usize, usize) {
+        self.registry.size()
+    }
+
     /// Forget the served batches of `queue` (it was deleted).
     pub(crate) fn forget_queue(&self, queue: &str) {
         self.registry.forget_queue(queue);

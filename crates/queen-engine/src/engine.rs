@@ -58,6 +58,26 @@ impl std::fmt::Debug for Engine {
     }
 }
 
+/// The sizes of the engine's maps keyed by names clients choose, and how each
+/// is bounded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Wake gates: one per queue name popped; idle ones are swept when the
+    /// map doubles (at least 1,024), so about the parked pops' gates plus as
+    /// many idle ones.
+    pub wake_gates: usize,
+    /// The pop path's queue cache: entries past their TTL (1 s for a
+    /// missing queue, 5 s for one that exists) are swept when the map
+    /// doubles; at most 65,536.
+    pub queue_cache_entries: usize,
+    /// Leased batches the ack registry remembers: at most 100,000.
+    pub ack_registry_batches: usize,
+    /// Their bytes: at most 64 MiB.
+    pub ack_registry_bytes: usize,
+    /// The push dedup cache, names included: at most `QUEEN_DEDUP_CACHE_MB`.
+    pub dedup_cache_bytes: usize,
+}
+
 /// What `/health` reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Health {
@@ -351,6 +371,21 @@ impl Engine {
     /// turned a full-batch ack into one cursor advance.
     pub fn ack_stats(&self) -> (u64, u64) {
         self.acks.stats()
+    }
+
+    /// What the maps keyed by client-chosen names hold now, with their
+    /// bounds (see [`MemoryStats`]).
+    pub fn memory_stats(&self) -> MemoryStats {
+        let (wake_gates, queue_cache_entries) = self.serving.memory();
+        let (ack_registry_batches, ack_registry_bytes) = self.acks.registry_size();
+        let push = self.push.stats();
+        MemoryStats {
+            wake_gates,
+            queue_cache_entries,
+            ack_registry_batches,
+            ack_registry_bytes,
+            dedup_cache_bytes: usize::try_from(push.dedup_cache_bytes).unwrap_or(usize::MAX),
+        }
     }
 
     /// The serving limiter's current figures.

@@ -41,7 +41,7 @@ pub use ack::{AckItem, AckOutcome, AckStatus, LeaseError, INVALID_LEASE};
 pub use configure::{ConfigureQueue, Configured, QueueSettings, MAX_NAME_BYTES};
 pub use crypto::EncryptionKey;
 pub use dlq::DeadLetter;
-pub use engine::{Engine, Health};
+pub use engine::{Engine, Health, MemoryStats};
 pub use error::EngineError;
 pub use lifecycle::{CursorLag, GroupDeletion, GroupSummary, SeekTarget, Seeked, Subscription};
 pub use limiter::{LimiterConfig, LimiterStats};

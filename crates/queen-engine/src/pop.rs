@@ -348,6 +348,11 @@ impl Serving {
         self.limiter.stats()
     }
 
+    /// What the client-keyed maps of pop serving hold now.
+    pub(crate) fn memory(&self) -> (usize, usize) {
+        (self.gates.len(), self.state.queues.len())
+    }
+
     /// `queue` was configured: its cached configuration is stale.
     pub(crate) fn queue_configured(&self, queue: &str) {
         self.state.forget_queue(queue);

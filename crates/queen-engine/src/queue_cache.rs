@@ -17,9 +17,12 @@
 //!   together on a gate wait for one answer instead of each taking a
 //!   connection.
 //!
-//! Memory: keyed by queue names clients choose, so capped at [`MAX_ENTRIES`];
-//! when full, entries past their TTL are dropped, and if none is, the lookup
-//! is simply not cached.
+//! Memory: keyed by queue names clients choose, so bounded twice: entries
+//! past their TTL are swept whenever the map has doubled since the last
+//! sweep (at least [`SWEEP_FLOOR`] entries), so misses for queues that do
+//! not exist last about a second, not until the cap; and at most
+//! [`MAX_ENTRIES`] are held: when full of fresh entries, a lookup is simply
+//! not cached.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -42,6 +45,9 @@ pub(crate) const MISSING_QUEUE_TTL: Duration = Duration::from_secs(1);
 
 /// Most queues cached at once.
 pub(crate) const MAX_ENTRIES: usize = 65_536;
+
+/// Expired entries are swept once the map holds at least this many.
+pub(crate) const SWEEP_FLOOR: usize = 1024;
 
 /// One lookup's answer.
 #[derive(Debug, Clone)]
@@ -81,7 +87,11 @@ impl Slot {
 
     fn expired(&self, now: Instant) -> bool {
         self.cached.lock().as_ref().is_none_or(|cached| {
-            now.duration_since(cached.at) >= QUEUE_INFO_TTL.max(MISSING_QUEUE_TTL)
+            let ttl = match cached.info {
+                Some(_) => QUEUE_INFO_TTL,
+                None => MISSING_QUEUE_TTL,
+            };
+            now.duration_since(cached.at) >= ttl
         })
     }
 }
@@ -89,7 +99,14 @@ impl Slot {
 /// The cache; see the module docs.
 #[derive(Debug, Default)]
 pub(crate) struct QueueCache {
-    slots: Mutex<HashMap<String, Arc<Slot>>>,
+    slots: Mutex<Slots>,
+}
+
+#[derive(Debug, Default)]
+struct Slots {
+    by_queue: HashMap<String, Arc<Slot>>,
+    /// The size at which expired entries are next swept.
+    sweep_at: usize,
 }
 
 impl QueueCache {
@@ -139,30 +156,30 @@ impl QueueCache {
 
     /// Forget `queue` (configured or deleted here).
     pub(crate) fn forget(&self, queue: &str) {
-        self.slots.lock().remove(queue);
+        self.slots.lock().by_queue.remove(queue);
     }
 
     /// Entries held now.
-    #[cfg(test)]
-    fn len(&self) -> usize {
-        self.slots.lock().len()
+    pub(crate) fn len(&self) -> usize {
+        self.slots.lock().by_queue.len()
     }
 
     /// The slot of `queue`, made if there is room; `None` when the cache is
     /// full of entries still fresh.
     fn slot(&self, queue: &str, now: Instant) -> Option<Arc<Slot>> {
         let mut slots = self.slots.lock();
-        if let Some(slot) = slots.get(queue) {
+        if let Some(slot) = slots.by_queue.get(queue) {
             return Some(Arc::clone(slot));
         }
-        if slots.len() >= MAX_ENTRIES {
-            slots.retain(|_, slot| !slot.expired(now));
-            if slots.len() >= MAX_ENTRIES {
+        if slots.by_queue.len() >= slots.sweep_at.clamp(SWEEP_FLOOR, MAX_ENTRIES) {
+            slots.by_queue.retain(|_, slot| !slot.expired(now));
+            slots.sweep_at = (slots.by_queue.len() * 2).max(SWEEP_FLOOR);
+            if slots.by_queue.len() >= MAX_ENTRIES {
                 return None;
             }
         }
         let slot = Arc::new(Slot::default());
-        slots.insert(queue.to_owned(), Arc::clone(&slot));
+        slots.by_queue.insert(queue.to_owned(), Arc::clone(&slot));
         Some(slot)
     }
 }
@@ -321,6 +338,22 @@ mod tests {
                 .unwrap();
         }
         assert_eq!(cache.lists.lock().len(), MAX_DISCOVERY_ENTRIES);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn misses_for_queues_that_do_not_exist_do_not_pile_up() {
+        // Issue 14, item 3: 20,000 pops of random names, one a millisecond.
+        // A miss is trusted for a second, so about 1,000 are fresh at any
+        // time; the expired ones used to stay until the 65,536 cap.
+        let cache = QueueCache::default();
+        for i in 0..20_000 {
+            cache
+                .get(&format!("random-{i}"), 0, || async { Ok(None) })
+                .await
+                .unwrap();
+            tokio::time::advance(Duration::from_millis(1)).await;
+        }
+        assert!(cache.len() <= 2 * SWEEP_FLOOR + 1_000, "{}", cache.len());
     }
 
     #[tokio::test(start_paused = true)]

@@ -36,6 +36,9 @@
 //! every flush then ran the full probe, and a sustained push fell from 175k to
 //! 35k msg/s.) The probe's cost then grows with the uncovered part, so the
 //! broker warns, at most once a minute, how much of the window it still holds.
+//! The budget counts each partition's entry too (its names and bookkeeping,
+//! [`ENTRY_OVERHEAD`]), and an entry whose generations all expired is
+//! dropped, so partitions written once with client ids do not linger.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -171,6 +174,15 @@ impl Partition {
 
 type Key = (Arc<str>, Arc<str>);
 
+/// Bookkeeping per partition entry besides its names and generations: the
+/// map slot, the `Partition`, the key's `Arc` headers.
+const ENTRY_OVERHEAD: usize = 160;
+
+/// What a partition's entry costs the budget besides its generations.
+fn entry_bytes(key: &Key) -> usize {
+    ENTRY_OVERHEAD + key.0.len() + key.1.len()
+}
+
 /// The cache, keyed by (queue, partition name).
 #[derive(Debug)]
 pub(crate) struct DedupCache {
@@ -214,6 +226,11 @@ impl DedupCache {
         } = &mut *inner;
         let partition = partitions.get_mut(key)?;
         *bytes -= partition.expire(now);
+        if partition.generations.is_empty() {
+            // Nothing of it is inside the window any more: drop the entry.
+            inner.remove(key);
+            return None;
+        }
         if prefixes(hashes).any(|prefix| partition.holds(prefix)) {
             return None;
         }
@@ -246,16 +263,10 @@ impl DedupCache {
         };
         let (base, hashes) = own;
         let mut inner = self.inner.lock();
-        let mut partition = match inner.partitions.remove(key) {
+        let mut partition = match inner.remove(key) {
             Some(existing) if existing.partition_id == partition_id => existing,
-            stale => {
-                if let Some(stale) = stale {
-                    inner.bytes -= stale.bytes;
-                }
-                Partition::new(partition_id, window, base)
-            }
+            _ => Partition::new(partition_id, window, base),
         };
-        inner.bytes -= partition.bytes;
         partition.window = window;
         for row in known {
             if row.end_offset <= partition.known_to {
@@ -272,17 +283,13 @@ impl DedupCache {
         let n = i64::try_from(hashes.len() / queen_frame::HASH_LEN).unwrap_or(0);
         partition.append(base, base + n - 1, hashes, now);
         partition.expire(now);
-        inner.bytes += partition.bytes;
-        inner.partitions.insert(key.clone(), partition);
+        inner.insert(key, partition);
         inner.enforce(self.budget, now);
     }
 
     /// Forget one partition (its window went to 0).
     fn forget(&self, key: &Key) {
-        let mut inner = self.inner.lock();
-        if let Some(old) = inner.partitions.remove(key) {
-            inner.bytes -= old.bytes;
-        }
+        self.inner.lock().remove(key);
     }
 
     /// Forget every partition of `queue` (reconfigured or deleted).
@@ -291,9 +298,9 @@ impl DedupCache {
         let Inner {
             partitions, bytes, ..
         } = &mut *inner;
-        partitions.retain(|(q, _), partition| {
-            if &**q == queue {
-                *bytes -= partition.bytes;
+        partitions.retain(|key, partition| {
+            if &*key.0 == queue {
+                *bytes -= partition.bytes + entry_bytes(key);
                 false
             } else {
                 true
@@ -329,6 +336,21 @@ impl DedupCache {
 }
 
 impl Inner {
+    /// Hold `partition` under `key`, counting it and its entry.
+    fn insert(&mut self, key: &Key, partition: Partition) {
+        self.bytes += partition.bytes + entry_bytes(key);
+        if let Some(old) = self.partitions.insert(key.clone(), partition) {
+            self.bytes -= old.bytes + entry_bytes(key);
+        }
+    }
+
+    /// Take `key`'s partition out, uncounting it and its entry.
+    fn remove(&mut self, key: &Key) -> Option<Partition> {
+        let partition = self.partitions.remove(key)?;
+        self.bytes -= partition.bytes + entry_bytes(key);
+        Some(partition)
+    }
+
     /// Over budget: drop the oldest generation of the whole cache until under
     /// it. Warns when what goes was still inside its window.
     fn enforce(&mut self, budget: usize, now: SystemTime) {
@@ -366,7 +388,7 @@ impl Inner {
                 held = Some((reach, partition.window));
             }
             if partition.generations.is_empty() {
-                self.partitions.remove(&key);
+                self.remove(&key);
             }
         }
         let Some((age, window)) = held else {
@@ -436,6 +458,39 @@ mod tests {
         assert_eq!((cover.cover_from, cover.known_to), (0, 4));
         // A hash the cache holds (the other broker's) means: full probe.
         assert_eq!(cache.coverage(&key(), &hashes(&[9, 4]), now), None);
+    }
+
+    #[test]
+    fn entries_count_in_the_budget_and_expired_ones_leave() {
+        // Issue 14, item 3. The budget counted only the hash sets: 10,000
+        // partitions with 200-byte names counted 10,000 small sets while
+        // the names alone were 2 MB.
+        let cache = DedupCache::new(DEFAULT_DEDUP_CACHE_BYTES);
+        let t0 = SystemTime::now();
+        let name = "p".repeat(200);
+        for i in 0..10_000 {
+            let key: Key = (Arc::from("q"), Arc::from(format!("{name}{i}")));
+            cache.record(&key, Uuid::now_v7(), 1, &[], (0, &hashes(&[1])), t0);
+        }
+        let stats = cache.stats();
+        assert_eq!(stats.partitions, 10_000);
+        assert!(stats.bytes >= 10_000 * (200 + ENTRY_OVERHEAD), "{stats:?}");
+        // A small budget holds few such entries, names included.
+        let small = DedupCache::new(64 << 10);
+        for i in 0..10_000 {
+            let key: Key = (Arc::from("q"), Arc::from(format!("{name}{i}")));
+            small.record(&key, Uuid::now_v7(), 300, &[], (0, &hashes(&[1])), t0);
+        }
+        assert!(small.stats().bytes <= 64 << 10, "{:?}", small.stats());
+        assert!(small.stats().partitions < 200, "{:?}", small.stats());
+        // Once every generation expired, the entry itself goes (it used to
+        // stay, empty, until its queue was deleted).
+        let later = t0 + Duration::from_secs(10);
+        let key: Key = (Arc::from("q"), Arc::from(format!("{name}0")));
+        assert_eq!(cache.coverage(&key, &hashes(&[2]), later), None);
+        assert_eq!(cache.stats().partitions, 9_999);
+        cache.forget_queue("q");
+        assert_eq!(cache.stats().bytes, 0);
     }
 
     #[test]
