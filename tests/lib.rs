@@ -34,6 +34,20 @@ impl TestBroker {
 
     /// A broker serving an existing database (several brokers may share one).
     pub async fn serve(db: TestDb, config: EngineConfig) -> TestBroker {
+        TestBroker::serve_with(db, config, queen_http::ServeOptions::default()).await
+    }
+
+    /// A broker on its own fresh database with serving `options`.
+    pub async fn start_serving(options: queen_http::ServeOptions) -> TestBroker {
+        TestBroker::serve_with(TestDb::new().await, EngineConfig::default(), options).await
+    }
+
+    /// A broker serving an existing database with serving `options`.
+    pub async fn serve_with(
+        db: TestDb,
+        config: EngineConfig,
+        options: queen_http::ServeOptions,
+    ) -> TestBroker {
         let engine = Engine::new(db.pool(16), config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -43,7 +57,7 @@ impl TestBroker {
         let server = tokio::spawn(queen_http::serve(
             listener,
             Arc::clone(&engine),
-            queen_http::ServeOptions::default(),
+            options,
             async move {
                 let _ = rx.await;
             },

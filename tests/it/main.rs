@@ -6,6 +6,7 @@ mod ack;
 mod configure;
 mod health;
 mod lifecycle;
+mod limits;
 mod names;
 mod pop;
 mod pop_early;

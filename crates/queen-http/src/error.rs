@@ -27,6 +27,15 @@ pub enum HttpError {
     #[error("could not read request body")]
     BodyRead,
 
+    /// The request body did not arrive in time.
+    #[error("request body not received within {seconds} s")]
+    BodyTimeout { seconds: f64 },
+
+    /// The broker is at a limit that frees itself (connections, body bytes
+    /// in flight): retry later.
+    #[error("server busy: {what}")]
+    Busy { what: &'static str },
+
     /// The request body is empty where one is required.
     #[error("Empty request body")]
     EmptyBody,
@@ -45,7 +54,7 @@ pub enum HttpError {
 }
 
 /// Seconds a client should wait before retrying a transient failure.
-const RETRY_AFTER_SECONDS: &str = "1";
+pub(crate) const RETRY_AFTER_SECONDS: &str = "1";
 
 impl HttpError {
     /// The response for this error.
@@ -68,8 +77,17 @@ impl HttpError {
                 }
                 res
             }
+            HttpError::Busy { .. } => {
+                let mut res = response::error(self.status(), &self.to_string());
+                res.headers_mut().insert(
+                    hyper::header::RETRY_AFTER,
+                    hyper::header::HeaderValue::from_static(RETRY_AFTER_SECONDS),
+                );
+                res
+            }
             HttpError::RouteNotFound { .. }
             | HttpError::BodyTooLarge { .. }
+            | HttpError::BodyTimeout { .. }
             | HttpError::BodyRead
             | HttpError::EmptyBody
             | HttpError::InvalidJson(_)
@@ -82,6 +100,8 @@ impl HttpError {
         match self {
             HttpError::RouteNotFound { .. } => StatusCode::NOT_FOUND,
             HttpError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            HttpError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            HttpError::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,
             HttpError::BodyRead
             | HttpError::EmptyBody
             | HttpError::InvalidJson(_)

@@ -12,8 +12,11 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use queen_engine::Engine;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 
+use crate::body::BodyLimits;
 use crate::routes;
 
 /// The request type handlers receive.
@@ -26,6 +29,16 @@ pub struct ServeOptions {
     pub drain_timeout: Duration,
     /// Defaults of requests that leave parameters out.
     pub defaults: WireDefaults,
+    /// Connections served at once (`QUEEN_MAX_CONNECTIONS`); one more is
+    /// answered 503 with `Retry-After` and closed.
+    pub max_connections: usize,
+    /// Request body bytes buffered at once across all connections
+    /// (`QUEEN_MAX_BODY_MB_IN_FLIGHT`); a body that does not fit now is
+    /// answered 503 with `Retry-After`.
+    pub max_body_bytes_in_flight: usize,
+    /// How long a whole request body may take to arrive
+    /// (`QUEEN_BODY_TIMEOUT_MS`); past it, 408.
+    pub body_timeout: Duration,
 }
 
 impl Default for ServeOptions {
@@ -33,6 +46,9 @@ impl Default for ServeOptions {
         ServeOptions {
             drain_timeout: Duration::from_secs(30),
             defaults: WireDefaults::default(),
+            max_connections: 10_000,
+            max_body_bytes_in_flight: 1 << 30,
+            body_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -76,6 +92,11 @@ pub async fn serve(
 ) {
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
+    let connections = Arc::new(Semaphore::new(options.max_connections.max(1)));
+    let limits = Arc::new(BodyLimits::new(
+        options.max_body_bytes_in_flight,
+        options.body_timeout,
+    ));
     let app = Arc::new(App {
         engine: Arc::clone(&engine),
         defaults: options.defaults.clone(),
@@ -93,9 +114,15 @@ pub async fn serve(
                     }
                 };
                 let _ = stream.set_nodelay(true);
+                let Ok(permit) = Arc::clone(&connections).try_acquire_owned() else {
+                    tokio::spawn(refuse(stream));
+                    continue;
+                };
                 let app = Arc::clone(&app);
-                let service = service_fn(move |req| {
+                let limits = Arc::clone(&limits);
+                let service = service_fn(move |mut req: Request| {
                     let app = Arc::clone(&app);
+                    req.extensions_mut().insert(Arc::clone(&limits));
                     async move { Ok::<_, Infallible>(routes::route_request(&app, req).await) }
                 });
                 let conn = http1::Builder::new()
@@ -107,6 +134,7 @@ pub async fn serve(
                     if let Err(error) = conn.await {
                         tracing::debug!(%error, %peer, "connection ended with an error");
                     }
+                    drop(permit);
                 });
             }
             () = &mut shutdown => break,
@@ -122,3 +150,29 @@ pub async fn serve(
         }
     }
 }
+
+/// The answer to a connection past `max_connections`: a 503 with
+/// `Retry-After`, then close. The request is read (briefly) and discarded
+/// after the answer, so closing does not reset the connection before the
+/// client has read it.
+async fn refuse(mut stream: tokio::net::TcpStream) {
+    let body = r#"{"error":"server busy: too many connections"}"#;
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+         retry-after: {}\r\naccess-control-allow-origin: *\r\nconnection: close\r\n\
+         content-length: {}\r\n\r\n{body}",
+        crate::error::RETRY_AFTER_SECONDS,
+        body.len()
+    );
+    let _ = tokio::time::timeout(REFUSE_LINGER, async {
+        if stream.write_all(answer.as_bytes()).await.is_ok() {
+            let _ = stream.shutdown().await;
+            let mut sink = [0u8; 4096];
+            while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+        }
+    })
+    .await;
+}
+
+/// How long a refused connection is given to take its answer.
+const REFUSE_LINGER: Duration = Duration::from_secs(1);

@@ -134,6 +134,19 @@ pub(crate) struct Config {
     #[arg(long, env = "QUEEN_SHUTDOWN_TIMEOUT_SECONDS", default_value_t = 30)]
     pub(crate) shutdown_timeout_seconds: u64,
 
+    /// Connections served at once; one more is answered 503 with Retry-After.
+    #[arg(long, env = "QUEEN_MAX_CONNECTIONS", default_value_t = 10_000)]
+    pub(crate) max_connections: usize,
+
+    /// MiB of request bodies buffered at once across all connections; a body
+    /// that does not fit now is answered 503 with Retry-After.
+    #[arg(long, env = "QUEEN_MAX_BODY_MB_IN_FLIGHT", default_value_t = 1024)]
+    pub(crate) max_body_mb_in_flight: usize,
+
+    /// Milliseconds a whole request body may take to arrive; past it, 408.
+    #[arg(long, env = "QUEEN_BODY_TIMEOUT_MS", default_value_t = 30_000)]
+    pub(crate) body_timeout_ms: u64,
+
     /// Log filter (tracing-subscriber EnvFilter syntax, e.g. info,queen_engine=debug).
     #[arg(long, env = "RUST_LOG", default_value = "info")]
     pub(crate) log: String,

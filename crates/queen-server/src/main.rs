@@ -136,6 +136,9 @@ async fn serve(
 
     let options = queen_http::ServeOptions {
         drain_timeout: Duration::from_secs(config.shutdown_timeout_seconds),
+        max_connections: config.max_connections,
+        max_body_bytes_in_flight: config.max_body_mb_in_flight.saturating_mul(1 << 20),
+        body_timeout: Duration::from_millis(config.body_timeout_ms),
         defaults: queen_http::WireDefaults {
             pop_batch: config.default_batch_size,
             pop_timeout: Duration::from_millis(config.default_timeout),

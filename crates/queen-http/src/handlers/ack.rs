@@ -91,7 +91,7 @@ struct FastBatch<'a> {
 
 pub(crate) async fn single(engine: &Engine, req: Request) -> Result<Response, HttpError> {
     let (parts, body) = req.into_parts();
-    let bytes = crate::body::read(&parts.headers, body, crate::body::MAX_BODY_BYTES).await?;
+    let bytes = crate::body::read(&parts, body).await?;
     let body: Value = crate::body::json(&bytes)?;
     let input = AckInput::from_value(&body);
     let transaction_id = present(&input.transaction_id)
@@ -109,7 +109,7 @@ pub(crate) async fn single(engine: &Engine, req: Request) -> Result<Response, Ht
 
 pub(crate) async fn batch(engine: &Engine, req: Request) -> Result<Response, HttpError> {
     let (parts, body) = req.into_parts();
-    let bytes = crate::body::read(&parts.headers, body, crate::body::MAX_BODY_BYTES).await?;
+    let bytes = crate::body::read(&parts, body).await?;
     let careful: Value;
     let (inputs, top_group) = match serde_json::from_slice::<FastBatch<'_>>(&bytes) {
         Ok(fast) => (fast.acknowledgments, fast.consumer_group),

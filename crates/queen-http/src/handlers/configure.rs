@@ -45,7 +45,7 @@ const TENANT: &str = queen_engine::naming::DEFAULT_TENANT;
 
 pub(crate) async fn post(engine: &Engine, req: Request) -> Result<Response, HttpError> {
     let (parts, body) = req.into_parts();
-    let bytes = crate::body::read(&parts.headers, body, crate::body::MAX_BODY_BYTES).await?;
+    let bytes = crate::body::read(&parts, body).await?;
     let body: Value = crate::body::json(&bytes)?;
     let command = Command::parse(&body)?;
     let queue = command.request.queue.clone();

@@ -254,7 +254,7 @@ fn lagging_row(cursor: &CursorLag) -> Value {
 /// The body as a JSON object; an empty body counts as `{}`.
 async fn read_object(req: Request) -> Result<Value, HttpError> {
     let (parts, body) = req.into_parts();
-    let bytes = crate::body::read(&parts.headers, body, crate::body::MAX_BODY_BYTES).await?;
+    let bytes = crate::body::read(&parts, body).await?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(json!({}));
     }

@@ -26,7 +26,7 @@ pub(crate) async fn extend(
     lease: &str,
 ) -> Result<Response, HttpError> {
     let (parts, body) = req.into_parts();
-    let bytes = crate::body::read(&parts.headers, body, crate::body::MAX_BODY_BYTES).await?;
+    let bytes = crate::body::read(&parts, body).await?;
     let body: Value = if bytes.iter().all(u8::is_ascii_whitespace) {
         json!({})
     } else {

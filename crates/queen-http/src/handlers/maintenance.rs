@@ -26,7 +26,7 @@ pub(crate) fn get_pop(engine: &Engine) -> Response {
 
 pub(crate) async fn post_pop(engine: &Engine, req: Request) -> Result<Response, HttpError> {
     let (parts, body) = req.into_parts();
-    let bytes = crate::body::read(&parts.headers, body, crate::body::MAX_BODY_BYTES).await?;
+    let bytes = crate::body::read(&parts, body).await?;
     let body: Body = crate::body::json(&bytes)?;
     let Some(serde_json::Value::Bool(enabled)) = body.enabled else {
         return Err(HttpError::Validation(

@@ -26,7 +26,7 @@ const MAX_TRANSACTION_ID_BYTES: usize = 1024;
 
 pub(crate) async fn post(engine: &Engine, req: Request) -> Result<Response, HttpError> {
     let (parts, body) = req.into_parts();
-    let bytes = crate::body::read(&parts.headers, body, crate::body::MAX_BODY_BYTES).await?;
+    let bytes = crate::body::read(&parts, body).await?;
     let items = parse(&bytes)?;
     if items.is_empty() {
         return Ok(response::json(StatusCode::CREATED, &serde_json::json!([])));

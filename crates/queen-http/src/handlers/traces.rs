@@ -16,7 +16,7 @@ use crate::server::Request;
 
 pub(crate) async fn post(engine: &Engine, req: Request) -> Result<Response, HttpError> {
     let (parts, body) = req.into_parts();
-    let bytes = crate::body::read(&parts.headers, body, crate::body::MAX_BODY_BYTES).await?;
+    let bytes = crate::body::read(&parts, body).await?;
     let body: Value = crate::body::json(&bytes)?;
     let text = |field: &str| {
         body.get(field)

@@ -34,7 +34,7 @@ struct Body<'a> {
 
 pub(crate) async fn post(engine: &Engine, req: Request) -> Result<Response, HttpError> {
     let (parts, body) = req.into_parts();
-    let bytes = crate::body::read(&parts.headers, body, crate::body::MAX_BODY_BYTES).await?;
+    let bytes = crate::body::read(&parts, body).await?;
     let ops = parse(&bytes)?;
     let id = uuid::Uuid::now_v7().to_string();
     match engine.transaction(ops).await {
