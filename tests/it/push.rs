@@ -942,3 +942,65 @@ async fn a_retried_large_push_reads_each_winner_segment_once() {
     // Generous: the old path took seconds in a release build.
     assert!(took < Duration::from_secs(5), "{took:?}");
 }
+
+/// Issue 14, item 13: one request's items for one partition used to become
+/// one segment whatever their size (a 64 MiB body, one 64 MiB segment that
+/// every pop of it inflates whole). They are cut into segments of at most
+/// 8 MiB of payload now, in order; one larger item is a segment of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_push_is_stored_in_segments_of_at_most_8_mib() {
+    let broker = TestBroker::start().await;
+    let chunk = "x".repeat(100 << 10);
+    let items: Vec<Value> = (0..200)
+        .map(|i| json!({"queue": "big", "partition": "p", "payload": {"i": i, "pad": chunk}}))
+        .collect();
+    let results = crate::support::push_items(&broker, items).await;
+    assert_eq!(results.len(), 200);
+    let sql = broker.sql().await;
+    let rows = sql
+        .query(
+            "SELECT s.msg_count FROM queen.log_segments s ORDER BY s.base_offset",
+            &[],
+        )
+        .await
+        .unwrap();
+    let counts: Vec<i32> = rows.iter().map(|row| row.get(0)).collect();
+    // 100 KiB (and a few bytes) a payload: at most 81 fit in 8 MiB.
+    assert!(counts.len() >= 3, "{counts:?}");
+    assert!(counts.iter().all(|&n| (1..=81).contains(&n)), "{counts:?}");
+    assert_eq!(counts.iter().sum::<i32>(), 200);
+    // Order holds across the cuts.
+    let mut seen = Vec::new();
+    while let Some(popped) =
+        crate::support::pop(&broker, "/api/v1/pop/queue/big?batch=100&autoAck=true").await
+    {
+        seen.extend(
+            crate::support::data(&popped)
+                .iter()
+                .map(|d| d["i"].as_i64().unwrap()),
+        );
+    }
+    assert_eq!(seen, (0..200).collect::<Vec<i64>>());
+
+    // One item larger than the bound is one segment of its own.
+    let huge = "y".repeat(9 << 20);
+    crate::support::push_items(
+        &broker,
+        vec![
+            json!({"queue": "big", "partition": "q", "payload": "small"}),
+            json!({"queue": "big", "partition": "q", "payload": huge}),
+            json!({"queue": "big", "partition": "q", "payload": "small"}),
+        ],
+    )
+    .await;
+    let rows = sql
+        .query(
+            "SELECT s.msg_count FROM queen.log_segments s JOIN queen.log_partitions p \
+             ON p.id = s.partition_id WHERE p.name = 'q' ORDER BY s.base_offset",
+            &[],
+        )
+        .await
+        .unwrap();
+    let counts: Vec<i32> = rows.iter().map(|row| row.get(0)).collect();
+    assert_eq!(counts, [1, 1, 1]);
+}

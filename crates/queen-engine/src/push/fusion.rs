@@ -43,10 +43,13 @@ use crate::EngineError;
 /// the time one transaction holds partition locks.
 const MAX_LANES_PER_FLUSH: usize = 64;
 
-/// Payload bytes past which a lane's flush stops taking more submissions (the
-/// first is always taken). A safety bound on one segment's size, not a batch
-/// size: under ordinary load segments are far smaller.
-const MAX_SEGMENT_PAYLOAD_BYTES: usize = 8 * 1024 * 1024;
+/// The most payload bytes one segment holds: a push cuts a partition's items
+/// into submissions of at most this much (`push/mod.rs`), and a lane's flush
+/// takes no submission that would carry it past this (the first is always
+/// taken). One item larger than this is a segment of its own. A safety bound
+/// on a segment's size (pops inflate whole segments), not a batch size:
+/// under ordinary load segments are far smaller.
+pub(crate) const MAX_SEGMENT_PAYLOAD_BYTES: usize = 8 * 1024 * 1024;
 
 /// Rounds of one flush: a slot refused for a stale encryption flag or for
 /// duplicates is rebuilt and written again, at most this many times in total.
@@ -378,14 +381,15 @@ fn take_pending(shared: &Shared, keys: Vec<LaneKey>) -> Vec<LaneWork> {
                 let mut bytes = 0usize;
                 let mut take = 0usize;
                 for submission in &lane.pending {
-                    if take > 0 && bytes >= MAX_SEGMENT_PAYLOAD_BYTES {
-                        break;
-                    }
-                    bytes += submission
+                    let size = submission
                         .entries
                         .iter()
                         .map(|e| e.payload.len())
                         .sum::<usize>();
+                    if take > 0 && bytes + size > MAX_SEGMENT_PAYLOAD_BYTES {
+                        break;
+                    }
+                    bytes += size;
                     take += 1;
                 }
                 submissions = lane.pending.drain(..take).collect();

@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 pub use dedup::DEFAULT_DEDUP_CACHE_BYTES;
 pub use fusion::PushStats;
-pub(crate) use fusion::{encode_entries, Fusion, FusionConfig};
+pub(crate) use fusion::{encode_entries, Fusion, FusionConfig, MAX_SEGMENT_PAYLOAD_BYTES};
 
 use crate::EngineError;
 
@@ -142,6 +142,27 @@ pub(crate) fn group_by_partition(items: Vec<PushItem>) -> (Vec<Group>, Vec<(usiz
     (groups, places)
 }
 
+/// `entries` in order, cut into runs of at most `max` payload bytes (a run
+/// holds at least one entry, so one larger entry is a run of its own).
+fn split_by_payload(entries: Vec<Entry>, max: usize) -> Vec<Vec<Entry>> {
+    let mut runs: Vec<Vec<Entry>> = Vec::new();
+    let mut bytes = 0usize;
+    for entry in entries {
+        let size = entry.payload.len();
+        match runs.last_mut() {
+            Some(run) if bytes + size <= max => {
+                bytes += size;
+                run.push(entry);
+            }
+            _ => {
+                bytes = size;
+                runs.push(vec![entry]);
+            }
+        }
+    }
+    runs
+}
+
 impl Fusion {
     /// Push `items`; answers one outcome per item, in input order, once every
     /// item is committed (or found to be a duplicate).
@@ -176,15 +197,26 @@ impl Fusion {
             .map(|(queue, ..)| Arc::from(queue.as_str()))
             .collect();
 
+        // A partition's items go to fusion in submissions of at most
+        // MAX_SEGMENT_PAYLOAD_BYTES of payload (one item is never split), in
+        // order: each becomes at most one segment of that size.
         let pending: Vec<_> = groups
             .into_iter()
             .map(|(queue, partition, entries)| {
-                (entries.len(), self.submit(&queue, &partition, entries))
+                let count = entries.len();
+                let replies: Vec<_> = split_by_payload(entries, MAX_SEGMENT_PAYLOAD_BYTES)
+                    .into_iter()
+                    .map(|chunk| self.submit(&queue, &partition, chunk))
+                    .collect();
+                (count, replies)
             })
             .collect();
         let mut results: Vec<Vec<EntryResult>> = Vec::with_capacity(pending.len());
-        for (count, reply) in pending {
-            let entry_results = reply.await.map_err(|_| EngineError::ShuttingDown)??;
+        for (count, replies) in pending {
+            let mut entry_results = Vec::with_capacity(count);
+            for reply in replies {
+                entry_results.extend(reply.await.map_err(|_| EngineError::ShuttingDown)??);
+            }
             if entry_results.len() != count {
                 return Err(EngineError::Internal(
                     "push fusion answered the wrong count",
