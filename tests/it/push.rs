@@ -1004,3 +1004,72 @@ async fn a_large_push_is_stored_in_segments_of_at_most_8_mib() {
     let counts: Vec<i32> = rows.iter().map(|row| row.get(0)).collect();
     assert_eq!(counts, [1, 1, 1]);
 }
+
+/// Issue 14, item 4: compressing and inflating megabytes used to run on the
+/// async worker thread, which then served nothing else. On a runtime with
+/// one worker, a 5 ms ticker keeps ticking while a 32 MiB push is
+/// compressed and its segments are popped and inflated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn large_compression_leaves_the_worker_thread_free() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let broker = TestBroker::start().await;
+    // 8 MiB of hex digits from a xorshift: zstd has to work for it.
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut noise = String::with_capacity(8 << 20);
+    while noise.len() < 8 << 20 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        noise.push_str(&format!("{state:016x}"));
+    }
+    let items: Vec<queen_engine::PushItem> = (0..4)
+        .map(|i| queen_engine::PushItem {
+            queue: "heavy".to_owned(),
+            partition: format!("p{i}"),
+            transaction_id: None,
+            trace_id: None,
+            producer_sub: None,
+            payload: Bytes::from(format!("\"{i}{noise}\"")),
+        })
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let ticker = {
+        let stop = Arc::clone(&stop);
+        tokio::spawn(async move {
+            let mut worst = Duration::ZERO;
+            while !stop.load(Ordering::Relaxed) {
+                let started = std::time::Instant::now();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                worst = worst.max(started.elapsed());
+            }
+            worst
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    broker.engine.push(items).await.unwrap();
+    let popped = broker
+        .engine
+        .pop(queen_engine::PopRequest {
+            target: queen_engine::PopTarget::Queue {
+                queue: "heavy".to_owned(),
+            },
+            group: queen_engine::QUEUE_MODE_GROUP.to_owned(),
+            batch: 4,
+            max_partitions: 4,
+            wait: false,
+            timeout: Duration::ZERO,
+            auto_ack: true,
+            subscription_mode: queen_engine::SubscriptionMode::All,
+            subscription_from: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(popped.messages.len(), 4);
+    stop.store(true, Ordering::Relaxed);
+    let worst = ticker.await.unwrap();
+    assert!(
+        worst < Duration::from_millis(500),
+        "the worker stalled for {worst:?}"
+    );
+}

@@ -342,7 +342,7 @@ impl Acks {
             };
             return Ok(queen_sql::ack::dlq_head(client, &letter).await?);
         };
-        let segment = queen_frame::decompress(blob)?;
+        let segment = crate::offload::cpu(blob.len(), || queen_frame::decompress(blob)).await?;
         let idx = usize::try_from(request.offset - base)
             .map_err(|_| EngineError::Internal("dead-letter offset before its segment"))?;
         let frames = segment.slice(idx, 1)?;

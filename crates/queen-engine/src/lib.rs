@@ -25,6 +25,7 @@ mod hotlist;
 mod lifecycle;
 mod limiter;
 pub mod naming;
+mod offload;
 mod pop;
 mod push;
 mod queue_cache;

@@ -648,7 +648,7 @@ impl Serving {
             queen_sql::pop::pop_specific(&client, DEFAULT_TENANT, queue, partition, &params).await?
         };
         permit.release();
-        self.render(queue, request, worker, &rows)
+        self.render_rows(queue, request, worker, &rows).await
     }
 
     /// One look at the ring of (queue, group): `None` when this broker has
@@ -725,7 +725,7 @@ impl Serving {
             return Ok(Popped::default());
         }
         self.check_in(queue, group, &rows, candidates.names);
-        self.render(queue, request, worker, &rows)
+        self.render_rows(queue, request, worker, &rows).await
     }
 
     /// The SQL candidate path after a wake (life-of-a-pop step 7): a targeted
@@ -771,7 +771,7 @@ impl Serving {
             }
         };
         gate.return_hints(unvisited(&rows, hints));
-        self.render(queue, request, worker, &rows)
+        self.render_rows(queue, request, worker, &rows).await
     }
 
     /// The SQL candidate path (`QUEEN_HOTLIST=0`).
@@ -802,7 +802,7 @@ impl Serving {
             queen_sql::pop::pop_wildcard(&client, info.id, &params).await?
         };
         permit.release();
-        self.render(queue, request, worker, &rows)
+        self.render_rows(queue, request, worker, &rows).await
     }
 
     /// Check verdicts back into the ring.
@@ -864,6 +864,25 @@ impl Serving {
             // parked: without this it would sleep until its backoff re-poll.
             self.gates.open(queue);
         }
+    }
+
+    /// [`Serving::render`], off the worker thread when the segments are
+    /// large (`offload.rs`).
+    async fn render_rows(
+        &self,
+        queue: &str,
+        request: &PopRequest,
+        worker: Uuid,
+        rows: &[PopRow],
+    ) -> Result<Popped, EngineError> {
+        let bytes = rows
+            .iter()
+            .map(|row| match row {
+                PopRow::Segment { blob, .. } => blob.len(),
+                PopRow::Verdict { .. } => 0,
+            })
+            .sum();
+        crate::offload::cpu(bytes, || self.render(queue, request, worker, rows)).await
     }
 
     /// Decompress, slice and decrypt the delivered frames.

@@ -221,13 +221,19 @@ impl Transactions {
             // At most two attempts: the cached encryption flag may be stale.
             for _attempt in 0..2 {
                 let encrypted = self.at_rest.flag(queue);
-                let encoded = encode_entries(
-                    entries.iter(),
-                    encrypted,
-                    self.at_rest.key(),
-                    queue,
-                    &mut builder,
-                )?;
+                // Off the worker thread when large (`offload.rs`): this runs
+                // inside an open transaction.
+                let payload: usize = entries.iter().map(|e| e.payload.len()).sum();
+                let encoded = crate::offload::cpu(payload, || {
+                    encode_entries(
+                        entries.iter(),
+                        encrypted,
+                        self.at_rest.key(),
+                        queue,
+                        &mut builder,
+                    )
+                })
+                .await?;
                 let write = SegmentWrite {
                     queue,
                     partition,

@@ -346,6 +346,15 @@ impl LaneWork {
             && self.leaders.get(idx).is_some_and(Option::is_none)
     }
 
+    /// Payload bytes of the entries still to be written.
+    fn payload_bytes(&self) -> usize {
+        self.entries()
+            .enumerate()
+            .filter(|&(idx, _)| self.needs_write(idx))
+            .map(|(_, entry)| entry.payload.len())
+            .sum()
+    }
+
     fn unresolved(&self) -> usize {
         (0..self.results.len())
             .filter(|&idx| self.needs_write(idx))
@@ -429,15 +438,21 @@ async fn flush(shared: &Shared, builder: &mut SegmentBuilder, work: &mut [LaneWo
         }
         let mut built = Vec::with_capacity(todo.len());
         let mut slots = Vec::with_capacity(todo.len());
-        for &i in &todo {
-            match build_segment(shared, builder, &work[i]) {
-                Ok(segment) => {
-                    built.push(segment);
-                    slots.push(i);
+        // Encoding and compressing the flush: off the worker thread when it
+        // is large (`offload.rs`).
+        let payload: usize = todo.iter().map(|&i| work[i].payload_bytes()).sum();
+        crate::offload::cpu(payload, || {
+            for &i in &todo {
+                match build_segment(shared, builder, &work[i]) {
+                    Ok(segment) => {
+                        built.push(segment);
+                        slots.push(i);
+                    }
+                    Err(error) => failed[i] = Some(error),
                 }
-                Err(error) => failed[i] = Some(error),
             }
-        }
+        })
+        .await;
         if slots.is_empty() {
             continue;
         }
