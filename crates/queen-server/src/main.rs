@@ -17,6 +17,10 @@
 //! 4. stop fusion after its last flush and the revisit wheel, then close the
 //!    pool (`Engine::shutdown`);
 //! 5. stop the managed PostgreSQL, if this process started it.
+//!
+//! A second SIGINT or SIGTERM during any of that exits at once, with status
+//! 130, without finishing the steps left (in-flight requests are cut, a
+//! managed PostgreSQL is left running and reused at the next start).
 
 mod config;
 
@@ -75,7 +79,7 @@ fn main() -> ExitCode {
 }
 
 async fn run(config: Config) -> Result<(), ServerError> {
-    let mut signals = Signals::install()?;
+    let mut signals = Signals::install()?.watch();
     // Settings are checked before anything touches PostgreSQL.
     let engine_config = engine_config(&config)?;
 
@@ -116,7 +120,7 @@ async fn serve(
     config: &Config,
     engine_config: queen_engine::EngineConfig,
     db_config: tokio_postgres::Config,
-    signals: &mut Signals,
+    signals: &mut ShutdownRequested,
 ) -> Result<(), ServerError> {
     let Some(()) = apply_schema_with_retry(&db_config, signals).await? else {
         tracing::info!("shutdown requested before the database was reachable");
@@ -179,7 +183,7 @@ fn engine_config(config: &Config) -> Result<queen_engine::EngineConfig, ServerEr
 /// starting). Returns `None` if a shutdown signal arrives first.
 async fn apply_schema_with_retry(
     db_config: &tokio_postgres::Config,
-    signals: &mut Signals,
+    signals: &mut ShutdownRequested,
 ) -> Result<Option<()>, ServerError> {
     let mut delay = Duration::from_millis(500);
     loop {
@@ -262,11 +266,41 @@ impl Signals {
         })
     }
 
-    async fn recv(&mut self) {
+    /// The next SIGINT or SIGTERM.
+    async fn next(&mut self) -> &'static str {
         tokio::select! {
-            _ = self.interrupt.recv() => tracing::info!("SIGINT: shutting down"),
-            _ = self.terminate.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = self.interrupt.recv() => "SIGINT",
+            _ = self.terminate.recv() => "SIGTERM",
         }
+    }
+
+    /// Watch for signals on a task of their own: the first asks for
+    /// shutdown, the second exits the process at once.
+    fn watch(mut self) -> ShutdownRequested {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            let first = self.next().await;
+            tracing::info!("{first}: shutting down (a second signal exits at once)");
+            let _ = tx.send(true);
+            let second = self.next().await;
+            tracing::warn!("{second} again: exiting now, without finishing the shutdown");
+            std::process::exit(SECOND_SIGNAL_EXIT);
+        });
+        ShutdownRequested(rx)
+    }
+}
+
+/// The exit status after a second shutdown signal.
+const SECOND_SIGNAL_EXIT: i32 = 130;
+
+/// Resolves once the first shutdown signal arrived.
+struct ShutdownRequested(tokio::sync::watch::Receiver<bool>);
+
+impl ShutdownRequested {
+    async fn recv(&mut self) {
+        // The sender lives as long as the process: an error cannot happen,
+        // and would only mean "no more signals".
+        let _ = self.0.wait_for(|requested| *requested).await;
     }
 }
 

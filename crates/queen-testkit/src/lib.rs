@@ -64,14 +64,7 @@ impl TestDb {
 
     /// The connection settings as a libpq key=value string, for `QUEEN_DATABASE_URL`.
     pub fn url(&self) -> String {
-        let host = match self.config.get_hosts().first() {
-            Some(tokio_postgres::config::Host::Unix(path)) => path.display().to_string(),
-            Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
-            None => "localhost".to_owned(),
-        };
-        let port = self.config.get_ports().first().copied().unwrap_or(5432);
-        let user = self.config.get_user().unwrap_or("postgres");
-        format!("host={host} port={port} user={user} dbname={}", self.name)
+        libpq_url(&self.config)
     }
 
     /// A new connection to this database, driven on a spawned task.
@@ -202,4 +195,18 @@ fn spawn_watchdog(cluster: &Cluster, dir: &std::path::Path) {
         .status()
         .expect("spawn test cluster watchdog");
     assert!(status.success(), "test cluster watchdog did not start");
+}
+
+/// `config` as a libpq key=value string (host, port, user, database), for
+/// `QUEEN_DATABASE_URL`.
+pub fn libpq_url(config: &tokio_postgres::Config) -> String {
+    let host = match config.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Unix(path)) => path.display().to_string(),
+        Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
+        None => "localhost".to_owned(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let user = config.get_user().unwrap_or("postgres");
+    let dbname = config.get_dbname().unwrap_or("postgres");
+    format!("host={host} port={port} user={user} dbname={dbname}")
 }

@@ -13,6 +13,7 @@ use queen_pg::DATABASE_VARS;
 pub(crate) struct Broker {
     child: Child,
     log: PathBuf,
+    port: u16,
     pub(crate) client: Client,
 }
 
@@ -47,8 +48,22 @@ impl Broker {
         log_dir: &Path,
         vars: &[(&str, &str)],
     ) -> Broker {
-        let port = free_port();
-        let log = log_dir.join(format!("broker-{port}.log"));
+        Broker::start_at(free_port(), cwd, log_dir, vars).await
+    }
+
+    /// [`Broker::start_in`] on `port` (a restarted broker keeps its address).
+    pub(crate) async fn start_at(
+        port: u16,
+        cwd: Option<&Path>,
+        log_dir: &Path,
+        vars: &[(&str, &str)],
+    ) -> Broker {
+        let log = log_dir.join(format!(
+            "broker-{port}-{}.log",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        ));
         let log_file = std::fs::File::create(&log).expect("create broker log");
         let port_text = port.to_string();
         let mut cmd = command(vars);
@@ -63,6 +78,7 @@ impl Broker {
         let mut broker = Broker {
             child,
             log,
+            port,
             client: Client::new(format!("http://127.0.0.1:{port}")),
         };
         broker.wait_healthy(Duration::from_secs(60)).await;
@@ -98,10 +114,40 @@ impl Broker {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The port it listens on.
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Send `signal` to the process.
+    pub(crate) fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).expect("pid"));
+        nix::sys::signal::kill(pid, signal).expect("send a signal");
+    }
+
+    /// SIGKILL it and reap it.
+    pub(crate) fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Wait (up to `limit`) for the process to exit on its own.
+    pub(crate) fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait for queen-server") {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Send SIGTERM and wait for the process to exit.
     pub(crate) fn terminate(mut self) -> (ExitStatus, String) {
-        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).expect("pid"));
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("send SIGTERM");
+        self.signal(nix::sys::signal::Signal::SIGTERM);
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Some(status) = self.child.try_wait().expect("wait for queen-server") {

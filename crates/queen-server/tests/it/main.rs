@@ -2,6 +2,7 @@
 //! probed over HTTP, stopped with a signal.
 
 mod boot;
+mod faults;
 mod harness;
 mod inspect;
 mod sdk;
