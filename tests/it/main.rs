@@ -4,9 +4,11 @@ mod support;
 
 mod ack;
 mod configure;
+mod fuzz_corpus;
 mod health;
 mod lifecycle;
 mod limits;
+mod malformed;
 mod names;
 mod pop;
 mod pop_early;

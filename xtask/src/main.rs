@@ -8,6 +8,8 @@
 //! - `tidy`: the hygiene checks of `tidy.rs` (they also run as a `#[test]`).
 //! - `readme`: the README's commands run as written (`readme.rs`; also a
 //!   `#[test]`).
+//! - `fuzz [--seconds N] [target...]`: run the cargo-fuzz targets of `fuzz/`
+//!   for a bounded time each (`fuzz.rs`; nightly and cargo-fuzz).
 //! - `bench [scenario]`: build `queen-server` and `queen-load` in release mode
 //!   and run the end-to-end load generator, every scenario when none is named
 //!   (`bench.rs`).
@@ -16,6 +18,7 @@
 //! on a clean machine and must build fast.
 
 mod bench;
+mod fuzz;
 mod readme;
 mod tidy;
 
@@ -32,6 +35,8 @@ commands:
           managed PostgreSQL start and stop (also a test)
   bench   release build, then the end-to-end load generator; no scenario runs all
           of them (`cargo xtask bench help`)
+  fuzz    [--seconds N] [target...]: each cargo-fuzz target for N seconds (default 60);
+          needs nightly and `cargo install cargo-fuzz`
 ";
 
 fn main() -> ExitCode {
@@ -41,6 +46,7 @@ fn main() -> ExitCode {
         Some("tidy") => tidy::check(&workspace_root()).map_err(|problems| problems.join("\n")),
         Some("readme") => readme::check(&workspace_root()),
         Some("bench") => bench::run(&args[1..]),
+        Some("fuzz") => fuzz::run_all(&args[1..]),
         Some("-h" | "--help" | "help") | None => {
             print!("{USAGE}");
             return ExitCode::SUCCESS;

@@ -80,6 +80,10 @@ mod frame;
 mod segment;
 mod sidecar;
 
+#[cfg(feature = "fuzz")]
+#[doc(hidden)]
+pub mod fuzz;
+
 pub use crate::{
     error::{Field, FrameError},
     frame::{Frame, FLAG_ENCRYPTED, FLAG_PRODUCER_SUB, FLAG_TRACE_ID, KNOWN_FLAGS},

@@ -16,6 +16,9 @@
 
 mod body;
 mod error;
+#[cfg(feature = "fuzz")]
+#[doc(hidden)]
+pub mod fuzz;
 mod handlers;
 mod json;
 mod query;

@@ -95,7 +95,7 @@ impl Route {
 
     /// Check every name among `params` (this route's parameters, in order)
     /// against the one name rule, before any handler runs.
-    fn check_names(&self, params: &[&str]) -> Result<(), HttpError> {
+    pub(crate) fn check_names(&self, params: &[&str]) -> Result<(), HttpError> {
         for (parameter, value) in self.parameters().zip(params) {
             if let Some(field) = name_field(parameter) {
                 crate::wire::name(field, value)?;

@@ -32,13 +32,13 @@ use crate::server::Request;
 /// A JSON string field: borrowed from the body unless it holds escapes.
 #[derive(Debug, Deserialize)]
 #[serde(transparent)]
-struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+pub(crate) struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
 
 /// One acknowledgement as sent. Each field is its text when it is a JSON
 /// string, `None` otherwise (absent, `null`, a number...).
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct AckInput<'a> {
+pub(crate) struct AckInput<'a> {
     #[serde(borrow, default)]
     transaction_id: Option<Text<'a>>,
     #[serde(borrow, default)]
@@ -55,7 +55,7 @@ struct AckInput<'a> {
 
 impl<'a> AckInput<'a> {
     /// The careful way: any JSON value, non-strings read as absent.
-    fn from_value(value: &'a Value) -> AckInput<'a> {
+    pub(crate) fn from_value(value: &'a Value) -> AckInput<'a> {
         let text = |key: &str| {
             value
                 .get(key)
@@ -94,43 +94,65 @@ pub(crate) async fn single(engine: &Engine, req: Request) -> Result<Response, Ht
     let bytes = crate::body::read(&parts, body).await?;
     let body: Value = crate::body::json(&bytes)?;
     let input = AckInput::from_value(&body);
+    let (group, transaction_id, item) = parse_single(&input)?;
+    let outcomes = apply(engine, vec![(group, item)]).await?;
+    Ok(render(&[transaction_id], &outcomes))
+}
+
+/// The single ack's item: its group, transaction id and engine item.
+pub(crate) fn parse_single<'i>(
+    input: &'i AckInput<'_>,
+) -> Result<(&'i str, &'i str, Option<AckItem>), HttpError> {
     let transaction_id = present(&input.transaction_id)
         .ok_or_else(|| HttpError::Validation("transactionId is required".to_owned()))?;
     let partition_id = present(&input.partition_id).ok_or_else(|| {
         HttpError::Validation("partitionId is required to ensure message uniqueness".to_owned())
     })?;
-    let item = item(&input, transaction_id, partition_id, || {
+    let item = item(input, transaction_id, partition_id, || {
         "partitionId".to_owned()
     })?;
-    let group = input.group();
-    let outcomes = apply(engine, vec![(group, item)]).await?;
-    Ok(render(&[transaction_id], &outcomes))
+    Ok((input.group(), transaction_id, item))
 }
 
 pub(crate) async fn batch(engine: &Engine, req: Request) -> Result<Response, HttpError> {
     let (parts, body) = req.into_parts();
     let bytes = crate::body::read(&parts, body).await?;
-    let careful: Value;
-    let (inputs, top_group) = match serde_json::from_slice::<FastBatch<'_>>(&bytes) {
-        Ok(fast) => (fast.acknowledgments, fast.consumer_group),
-        Err(_) => {
-            careful = crate::body::json(&bytes)?;
-            let acks = careful
-                .get("acknowledgments")
-                .and_then(Value::as_array)
-                .ok_or_else(|| {
-                    HttpError::Validation("acknowledgments array is required".to_owned())
-                })?;
-            let top_group = careful
-                .get("consumerGroup")
-                .and_then(Value::as_str)
-                .map(|text| Text(Cow::Borrowed(text)));
-            (acks.iter().map(AckInput::from_value).collect(), top_group)
-        }
-    };
+    let mut careful = None;
+    let (inputs, top_group) = parse_batch(&bytes, &mut careful)?;
     if inputs.is_empty() {
         return Ok(response::raw_json(StatusCode::OK, b"[]".to_vec()));
     }
+    let (items, transaction_ids) = batch_items(&inputs, top_group.as_ref())?;
+    let outcomes = apply(engine, items).await?;
+    Ok(render(&transaction_ids, &outcomes))
+}
+
+/// A batch body's acknowledgments and top-level consumer group: the fast
+/// pass, or (when it declines) a `Value` kept in `careful`.
+pub(crate) fn parse_batch<'a>(
+    bytes: &'a [u8],
+    careful: &'a mut Option<Value>,
+) -> Result<(Vec<AckInput<'a>>, Option<Text<'a>>), HttpError> {
+    if let Ok(fast) = serde_json::from_slice::<FastBatch<'_>>(bytes) {
+        return Ok((fast.acknowledgments, fast.consumer_group));
+    }
+    let careful: &'a Value = careful.insert(crate::body::json(bytes)?);
+    let acks = careful
+        .get("acknowledgments")
+        .and_then(Value::as_array)
+        .ok_or_else(|| HttpError::Validation("acknowledgments array is required".to_owned()))?;
+    let top_group = careful
+        .get("consumerGroup")
+        .and_then(Value::as_str)
+        .map(|text| Text(Cow::Borrowed(text)));
+    Ok((acks.iter().map(AckInput::from_value).collect(), top_group))
+}
+
+/// Each acknowledgment checked: (group, engine item) and its transaction id.
+pub(crate) fn batch_items<'i>(
+    inputs: &'i [AckInput<'_>],
+    top_group: Option<&'i Text<'_>>,
+) -> Result<BatchItems<'i>, HttpError> {
     let mut items = Vec::with_capacity(inputs.len());
     let mut transaction_ids = Vec::with_capacity(inputs.len());
     for (idx, input) in inputs.iter().enumerate() {
@@ -148,13 +170,17 @@ pub(crate) async fn batch(engine: &Engine, req: Request) -> Result<Response, Htt
             format!("acknowledgments[{idx}].partitionId")
         })?;
         // A top-level consumerGroup overrides any per-item one.
-        let group = text(&top_group).unwrap_or_else(|| input.group());
+        let group = top_group
+            .map(|text| &*text.0)
+            .unwrap_or_else(|| input.group());
         items.push((group, item));
         transaction_ids.push(transaction_id);
     }
-    let outcomes = apply(engine, items).await?;
-    Ok(render(&transaction_ids, &outcomes))
+    Ok((items, transaction_ids))
 }
+
+/// (group, engine item) per acknowledgment, and the transaction ids.
+pub(crate) type BatchItems<'i> = (Vec<(&'i str, Option<AckItem>)>, Vec<&'i str>);
 
 /// The text of a field that is a string.
 fn text<'s>(field: &'s Option<Text<'_>>) -> Option<&'s str> {

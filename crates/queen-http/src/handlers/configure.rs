@@ -57,13 +57,13 @@ pub(crate) async fn post(engine: &Engine, req: Request) -> Result<Response, Http
 }
 
 /// A parsed request: what to ask the engine, and the options to echo.
-struct Command {
+pub(crate) struct Command {
     request: ConfigureQueue,
     echo: Map<String, Value>,
 }
 
 impl Command {
-    fn parse(body: &Value) -> Result<Command, HttpError> {
+    pub(crate) fn parse(body: &Value) -> Result<Command, HttpError> {
         let queue = match body.get("queue") {
             Some(Value::String(queue)) if !queue.is_empty() => queue.clone(),
             _ => return Err(invalid("queue is required".to_owned())),

@@ -57,7 +57,7 @@ struct RawItem<'a> {
 }
 
 /// Parse and validate the whole body into engine items.
-fn parse(bytes: &Bytes) -> Result<Vec<PushItem>, HttpError> {
+pub(crate) fn parse(bytes: &Bytes) -> Result<Vec<PushItem>, HttpError> {
     // Fast path: one pass over the body straight into raw fields (every
     // payload is scanned once). Anything it cannot take (items not an array,
     // an item not an object) goes the careful way below, which names the

@@ -50,7 +50,7 @@ pub(crate) async fn post(engine: &Engine, req: Request) -> Result<Response, Http
     }
 }
 
-fn parse(bytes: &Bytes) -> Result<Vec<TxnOp>, HttpError> {
+pub(crate) fn parse(bytes: &Bytes) -> Result<Vec<TxnOp>, HttpError> {
     let body: Body<'_> = crate::body::json(bytes)?;
     let required = || HttpError::Validation("operations array required".to_owned());
     let raw_ops: Vec<&RawValue> = body
