@@ -14,5 +14,6 @@ mod pop;
 mod pop_early;
 mod pop_mechanics;
 mod push;
+mod retention;
 mod txn;
 mod upgrade;

@@ -12,6 +12,7 @@
 //! | acks (`ack::Acks`) | ack counters | the ack registry (reads), `Ready` |
 //! | transactions (`txn::Transactions`) | nothing | acks, `Ready`, the at-rest flags |
 //! | lifecycle (`lifecycle::Lifecycle`) | nothing | the at-rest key |
+//! | retention (`retention::Retention`) | its loop task, counters | nothing |
 //!
 //! Every component holds its own handle on the one connection pool.
 
@@ -28,11 +29,13 @@ use crate::lifecycle::Lifecycle;
 use crate::pop::{Serving, ServingConfig};
 use crate::push::{Fusion, FusionConfig};
 use crate::registry::AckRegistry;
+use crate::retention::Retention;
 use crate::txn::Transactions;
 use crate::{
     AckItem, AckOutcome, ConfigureQueue, Configured, CursorLag, DeadLetter, EngineConfig,
     EngineError, GroupDeletion, GroupSummary, LeaseError, LimiterStats, PopRequest, Popped,
-    PushItem, PushOutcome, PushStats, SeekTarget, Seeked, TraceEvent, TxnOp, TxnResult,
+    PushItem, PushOutcome, PushStats, RetentionStats, SeekTarget, Seeked, TraceEvent, TxnOp,
+    TxnResult,
 };
 
 /// The broker. Cheap to share: hand out `Arc<Engine>`.
@@ -47,6 +50,7 @@ pub struct Engine {
     txns: Transactions,
     lifecycle: Lifecycle,
     health: HealthProbe,
+    retention: Retention,
 }
 
 impl std::fmt::Debug for Engine {
@@ -126,6 +130,7 @@ impl Engine {
         );
         let lifecycle = Lifecycle::new(pool.clone(), Arc::clone(&at_rest));
         let health = HealthProbe::new(pool.clone());
+        let retention = Retention::start(pool.clone(), config.retention_interval);
         Arc::new(Engine {
             pool,
             config,
@@ -137,6 +142,7 @@ impl Engine {
             txns,
             lifecycle,
             health,
+            retention,
         })
     }
 
@@ -388,6 +394,17 @@ impl Engine {
         }
     }
 
+    /// Run one retention pass now (the loop runs them every
+    /// `retention_interval`): what it removed.
+    pub async fn retention_pass(&self) -> Result<RetentionStats, EngineError> {
+        self.retention.pass().await
+    }
+
+    /// What retention removed since the engine started.
+    pub fn retention_stats(&self) -> RetentionStats {
+        self.retention.stats()
+    }
+
     /// The serving limiter's current figures.
     pub fn limiter_stats(&self) -> LimiterStats {
         self.serving.limiter_stats()
@@ -432,6 +449,7 @@ impl Engine {
         self.serving.begin_shutdown();
         self.push.shutdown().await;
         self.serving.shutdown().await;
+        self.retention.shutdown().await;
         self.pool.close();
     }
 }

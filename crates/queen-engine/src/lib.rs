@@ -31,6 +31,7 @@ mod push;
 mod queue_cache;
 mod ready;
 mod registry;
+mod retention;
 mod traces;
 mod txn;
 mod wake;
@@ -52,6 +53,7 @@ pub use pop::{
 pub use push::{PushItem, PushOutcome, PushStats, PushStatus, DEFAULT_DEDUP_CACHE_BYTES};
 pub use queen_sql::dlq::DlqFilter;
 pub use queen_sql::{error_chain, SqlError};
+pub use retention::RetentionStats;
 pub use traces::TraceEvent;
 pub use txn::{TxnOp, TxnResult};
 
@@ -79,6 +81,9 @@ pub struct EngineConfig {
     pub pop_wait: PopWait,
     /// The serving limiter's bounds.
     pub limiter: LimiterConfig,
+    /// How often the retention loop runs (`RETENTION_INTERVAL`); `None`: no
+    /// loop, passes run only through [`Engine::retention_pass`].
+    pub retention_interval: Option<Duration>,
 }
 
 impl Default for EngineConfig {
@@ -93,6 +98,7 @@ impl Default for EngineConfig {
             hotlist_reseed: Duration::from_millis(5000),
             pop_wait: PopWait::default(),
             limiter: LimiterConfig::default(),
+            retention_interval: Some(Duration::from_millis(300_000)),
         }
     }
 }

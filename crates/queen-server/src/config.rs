@@ -130,6 +130,10 @@ pub(crate) struct Config {
     #[arg(long, env = "POP_WAIT_MAX_INTERVAL_MS", default_value_t = 1000)]
     pub(crate) pop_wait_max_interval_ms: u64,
 
+    /// Milliseconds between retention passes (0: no retention loop).
+    #[arg(long, env = "RETENTION_INTERVAL", default_value_t = 300_000)]
+    pub(crate) retention_interval: u64,
+
     /// Seconds in-flight requests get to finish on shutdown.
     #[arg(long, env = "QUEEN_SHUTDOWN_TIMEOUT_SECONDS", default_value_t = 30)]
     pub(crate) shutdown_timeout_seconds: u64,

@@ -14,8 +14,8 @@
 //! 3. ask every connection to finish its in-flight request and close, while
 //!    push fusion keeps flushing so in-flight pushes still commit (bounded by
 //!    `QUEEN_SHUTDOWN_TIMEOUT_SECONDS`);
-//! 4. stop fusion after its last flush and the revisit wheel, then close the
-//!    pool (`Engine::shutdown`);
+//! 4. stop fusion after its last flush, the revisit wheel and the retention
+//!    loop, then close the pool (`Engine::shutdown`);
 //! 5. stop the managed PostgreSQL, if this process started it.
 //!
 //! A second SIGINT or SIGTERM during any of that exits at once, with status
@@ -176,6 +176,8 @@ fn engine_config(config: &Config) -> Result<queen_engine::EngineConfig, ServerEr
             max: Duration::from_millis(config.pop_wait_max_interval_ms),
         },
         limiter: queen_engine::LimiterConfig::default(),
+        retention_interval: (config.retention_interval > 0)
+            .then(|| Duration::from_millis(config.retention_interval)),
     })
 }
 

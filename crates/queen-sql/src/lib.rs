@@ -24,6 +24,7 @@ mod prepared;
 pub mod push;
 pub mod queues;
 pub mod registry;
+pub mod retention;
 mod schema;
 pub mod segments;
 pub mod traces;

@@ -295,3 +295,82 @@ async fn filing_a_dead_letter_under_someone_elses_live_lease_is_refused() {
     assert!(filed.applied && filed.filed, "{filed:?}");
     assert_eq!(state().await, (0, 1));
 }
+
+/// Issue 15, item 1: until the sidecar is purged, the duplicate probe
+/// without coverage and the hash-path ack walk a partition's whole sidecar
+/// history (the ack's span is bounded by the index only from above); after
+/// the retention step's purge both read about the window.
+#[tokio::test]
+async fn after_the_purge_the_probe_and_the_hash_ack_read_about_the_window() {
+    let db = TestDb::new().await;
+    let pool = db.pool(1);
+    let client = pool.get().await.unwrap();
+    let mut ids = (Uuid::nil(), Uuid::nil());
+    for n in 0..ROWS {
+        if let SlotOutcome::Queued {
+            queue_id,
+            partition_id,
+            ..
+        } = push_one(&client, n, None).await
+        {
+            ids = (queue_id, partition_id);
+        }
+    }
+    let (queue_id, partition_id) = ids;
+    // The queue-mode cursor moves past all but the last five.
+    let params = PopParams {
+        budget: i32::try_from(ROWS - 5).unwrap(),
+        ..queue_mode_pop()
+    };
+    pop_list(&client, queue_id, &["p"], &params, false)
+        .await
+        .unwrap();
+    // All but the newest ten rows are two hours old.
+    client
+        .batch_execute(&format!(
+            "UPDATE queen.log_txns SET created_at = created_at - interval '2 hours'
+              WHERE base_offset < {};
+             UPDATE queen.log_partitions SET oldest_txn_at = oldest_txn_at - interval '2 hours';",
+            ROWS - 10
+        ))
+        .await
+        .unwrap();
+    // A hash-path ack of one of the last messages, in a rolled-back
+    // transaction: the sidecar rows it read.
+    let ack_reads = |n: i64| {
+        let client = &client;
+        async move {
+            client.batch_execute("BEGIN").await.unwrap();
+            let before = sidecar_reads(client).await;
+            let hash = hash_of(n);
+            queen_sql::ack::ack(
+                client,
+                partition_id,
+                "__QUEUE_MODE__",
+                None,
+                &hash,
+                &["completed"],
+                &[None],
+                false,
+            )
+            .await
+            .unwrap();
+            let read = sidecar_reads(client).await - before;
+            client.batch_execute("ROLLBACK").await.unwrap();
+            read
+        }
+    };
+    let (probe_before, _) = rows_read(&client, ROWS + 1, None).await;
+    let ack_before = ack_reads(ROWS - 2).await;
+    assert!(probe_before >= ROWS, "probe read {probe_before}");
+    assert!(ack_before >= ROWS - 10, "ack read {ack_before}");
+
+    let step = queen_sql::retention::step(&**client, 256, 1024)
+        .await
+        .unwrap();
+    assert_eq!(step.txn_rows, u32::try_from(ROWS - 10).unwrap());
+    let (probe_after, _) = rows_read(&client, ROWS + 1, None).await;
+    let ack_after = ack_reads(ROWS - 2).await;
+    assert!(probe_after <= 2 * 10 + 2, "probe read {probe_after}");
+    assert!(ack_after <= 2 * 10 + 2, "ack read {ack_after}");
+}

@@ -1,0 +1,210 @@
+-- procedures/retention.sql: the retention loop's one step (decisions.md §8,
+-- storage-model.md: the oldest_* work-lists, invariants 3 and 4).
+--
+-- One call is one transaction and a bounded amount of work:
+--   1. segments: for queues with retentionEnabled, the partitions whose oldest
+--      live segment is older than the queue's smaller positive threshold
+--      (one range scan of the partial index (queue_id, oldest_live_at)), and
+--      for each at most p_max_segments segments from log_start, of which the
+--      prefix that is older than retentionSeconds, or older than
+--      completedRetentionSeconds and consumed by every group of the queue,
+--      is deleted; log_start and oldest_live_at move with it;
+--   2. the sidecar, on its own clock and for every queue: rows older than
+--      GREATEST(dedup window, completed retention, 900 s), found through
+--      (queue_id, oldest_txn_at), at most p_max_segments rows a partition;
+--      txns_start and oldest_txn_at move with them.
+-- Its cost scales with deletable work: a partition appears in a work-list
+-- scan only when the row at its watermark is older than the cutoff. Each
+-- partition row is taken FOR UPDATE SKIP LOCKED: a partition a push holds is
+-- left for the next pass, and no push ever waits on retention.
+--
+-- Only one broker sweeps at a time: the step takes a transaction-level
+-- advisory try-lock and answers o_skipped when another session holds it.
+-- o_more says some partition still had deletable work past the bounds: the
+-- caller runs another step at once.
+
+CREATE OR REPLACE FUNCTION queen.log_retention_step_v1(
+    p_max_partitions integer,
+    p_max_segments   integer
+) RETURNS TABLE (
+    o_skipped         boolean,
+    o_partitions      integer,
+    o_segments        integer,
+    o_messages        bigint,
+    o_txn_rows        integer,
+    o_more            boolean
+)
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    -- "QUEENRET": the retention sweep's lock, shared by every broker version.
+    c_lock constant bigint := 5860666654061643092;
+    v_now       timestamptz := clock_timestamp();
+    v_part      record;
+    v_row       record;
+    v_cut_time  timestamptz;
+    v_cut_done  timestamptz;
+    v_consumed  bigint;
+    v_gone_end  bigint;
+    v_gone_n    integer;
+    v_gone_msgs bigint;
+    v_next      record;
+BEGIN
+    o_skipped := false; o_partitions := 0; o_segments := 0; o_messages := 0;
+    o_txn_rows := 0; o_more := false;
+    IF NOT pg_try_advisory_xact_lock(c_lock) THEN
+        o_skipped := true;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+
+    -- 1. Segments.
+    FOR v_part IN
+        SELECT p.id, p.queue_id, q.retention_seconds, q.completed_retention_seconds
+          FROM queen.queues q
+          CROSS JOIN LATERAL (
+              SELECT p.id, p.queue_id
+                FROM queen.log_partitions p
+               WHERE p.queue_id = q.id
+                 AND p.oldest_live_at IS NOT NULL
+                 AND p.oldest_live_at < v_now - make_interval(secs => least(
+                         CASE WHEN q.retention_seconds > 0 THEN q.retention_seconds END,
+                         CASE WHEN q.completed_retention_seconds > 0
+                              THEN q.completed_retention_seconds END))
+               ORDER BY p.oldest_live_at
+               LIMIT p_max_partitions) p
+         WHERE q.retention_enabled
+           AND (q.retention_seconds > 0 OR q.completed_retention_seconds > 0)
+         LIMIT p_max_partitions
+    LOOP
+        SELECT p.log_start, p.last_offset INTO v_row
+          FROM queen.log_partitions p
+         WHERE p.id = v_part.id
+           FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            CONTINUE;  -- a push holds it: next pass
+        END IF;
+        v_cut_time := CASE WHEN v_part.retention_seconds > 0
+                           THEN v_now - make_interval(secs => v_part.retention_seconds)
+                           ELSE '-infinity' END;
+        v_cut_done := CASE WHEN v_part.completed_retention_seconds > 0
+                           THEN v_now - make_interval(secs => v_part.completed_retention_seconds)
+                           ELSE '-infinity' END;
+        -- Consumed by every group: the smallest cursor, and only when every
+        -- group registered on the queue has a cursor here (a group that has
+        -- none yet has consumed nothing of it).
+        v_consumed := NULL;
+        IF v_cut_done > '-infinity' THEN
+            SELECT min(c.committed) INTO v_consumed
+              FROM queen.log_consumers c
+             WHERE c.partition_id = v_part.id;
+            IF EXISTS (SELECT 1
+                         FROM queen.consumer_groups_metadata m
+                        WHERE m.queue_id = v_part.queue_id
+                          AND NOT EXISTS (SELECT 1 FROM queen.log_consumers c
+                                           WHERE c.partition_id = v_part.id
+                                             AND c.consumer_group = m.consumer_group)) THEN
+                v_consumed := NULL;
+            END IF;
+        END IF;
+        -- At most p_max_segments segments from log_start, in offset order;
+        -- the condition holds for a prefix of them (created_at is monotone,
+        -- and so is end_offset), so what goes is a prefix.
+        WITH head AS (
+            SELECT s.base_offset
+              FROM queen.log_segments s
+             WHERE s.partition_id = v_part.id AND s.base_offset >= v_row.log_start
+             ORDER BY s.base_offset
+             LIMIT p_max_segments
+        ), gone AS (
+            DELETE FROM queen.log_segments s
+             USING head
+             WHERE s.partition_id = v_part.id
+               AND s.base_offset = head.base_offset
+               AND (s.created_at < v_cut_time
+                    OR (s.created_at < v_cut_done AND s.end_offset <= v_consumed))
+            RETURNING s.end_offset, s.msg_count
+        )
+        SELECT max(gone.end_offset), count(*), coalesce(sum(gone.msg_count), 0)
+          INTO v_gone_end, v_gone_n, v_gone_msgs
+          FROM gone;
+        IF v_gone_n = 0 THEN
+            CONTINUE;
+        END IF;
+        IF v_gone_n >= p_max_segments THEN
+            o_more := true;
+        END IF;
+        SELECT s.base_offset, s.created_at INTO v_next
+          FROM queen.log_segments s
+         WHERE s.partition_id = v_part.id AND s.base_offset > v_gone_end
+         ORDER BY s.base_offset
+         LIMIT 1;
+        UPDATE queen.log_partitions p
+           SET log_start = coalesce(v_next.base_offset, greatest(v_gone_end, p.last_offset) + 1),
+               oldest_live_at = v_next.created_at
+         WHERE p.id = v_part.id;
+        o_partitions := o_partitions + 1;
+        o_segments := o_segments + v_gone_n;
+        o_messages := o_messages + v_gone_msgs;
+    END LOOP;
+
+    -- 2. The sidecar, on its own clock.
+    FOR v_part IN
+        SELECT p.id,
+               v_now - make_interval(secs => greatest(q.dedup_window_seconds,
+                                                      q.completed_retention_seconds, 900)) AS cutoff
+          FROM queen.queues q
+          CROSS JOIN LATERAL (
+              SELECT p.id
+                FROM queen.log_partitions p
+               WHERE p.queue_id = q.id
+                 AND p.oldest_txn_at IS NOT NULL
+                 AND p.oldest_txn_at < v_now - make_interval(secs => greatest(
+                         q.dedup_window_seconds, q.completed_retention_seconds, 900))
+               ORDER BY p.oldest_txn_at
+               LIMIT p_max_partitions) p
+         LIMIT p_max_partitions
+    LOOP
+        SELECT p.txns_start INTO v_row
+          FROM queen.log_partitions p
+         WHERE p.id = v_part.id
+           FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            CONTINUE;
+        END IF;
+        WITH head AS (
+            SELECT t.base_offset
+              FROM queen.log_txns t
+             WHERE t.partition_id = v_part.id AND t.base_offset >= v_row.txns_start
+             ORDER BY t.base_offset
+             LIMIT p_max_segments
+        ), gone AS (
+            DELETE FROM queen.log_txns t
+             USING head
+             WHERE t.partition_id = v_part.id
+               AND t.base_offset = head.base_offset
+               AND t.created_at < v_part.cutoff
+            RETURNING t.end_offset
+        )
+        SELECT max(gone.end_offset), count(*) INTO v_gone_end, v_gone_n FROM gone;
+        IF v_gone_n = 0 THEN
+            CONTINUE;
+        END IF;
+        IF v_gone_n >= p_max_segments THEN
+            o_more := true;
+        END IF;
+        SELECT t.base_offset, t.created_at INTO v_next
+          FROM queen.log_txns t
+         WHERE t.partition_id = v_part.id AND t.base_offset > v_gone_end
+         ORDER BY t.base_offset
+         LIMIT 1;
+        UPDATE queen.log_partitions p
+           SET txns_start = coalesce(v_next.base_offset, greatest(v_gone_end, p.last_offset) + 1),
+               oldest_txn_at = v_next.created_at
+         WHERE p.id = v_part.id;
+        o_txn_rows := o_txn_rows + v_gone_n;
+    END LOOP;
+    RETURN NEXT;
+END;
+$$;

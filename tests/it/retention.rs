@@ -1,0 +1,299 @@
+//! Retention (issue 15, item 1): whole-segment prefixes go when older than
+//! `retentionSeconds`, or consumed by every group and older than
+//! `completedRetentionSeconds`, with `log_start` and `oldest_live_at` moving
+//! in the same transaction; pops continue past the gap; the sidecar is
+//! purged on its own clock; one broker sweeps at a time; a step's reads
+//! scale with deletable work, not with the partition count.
+
+use std::time::Duration;
+
+use queen_engine::EngineConfig;
+use queen_tests::TestBroker;
+use serde_json::json;
+
+use crate::support::{configure, data, pop, push, push_items, select_i64};
+
+/// A broker whose retention runs only when the test asks.
+async fn broker() -> TestBroker {
+    TestBroker::start_with(EngineConfig {
+        retention_interval: None,
+        ..EngineConfig::default()
+    })
+    .await
+}
+
+/// Push `n` messages to `queue`/`p`, one request (so one segment) each.
+async fn push_each(broker: &TestBroker, queue: &str, from: i64, n: i64) {
+    for i in from..from + n {
+        push(broker, queue, "p", &[json!(i)]).await;
+    }
+}
+
+/// (segments, log_start, oldest_live_at is the first live segment's
+/// created_at) of `queue`'s partition `p`.
+async fn partition_state(broker: &TestBroker, queue: &str) -> (i64, i64, bool) {
+    let sql = broker.sql().await;
+    let row = sql
+        .query_one(
+            "SELECT (SELECT count(*) FROM queen.log_segments s WHERE s.partition_id = p.id),
+                    p.log_start,
+                    p.oldest_live_at IS NOT DISTINCT FROM
+                      (SELECT s.created_at FROM queen.log_segments s
+                        WHERE s.partition_id = p.id ORDER BY s.base_offset LIMIT 1)
+               FROM queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id
+              WHERE q.name = $1 AND p.name = 'p'",
+            &[&queue],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1), row.get(2))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn time_retention_deletes_an_old_prefix_and_pops_continue_past_the_gap() {
+    let broker = broker().await;
+    configure(
+        &broker,
+        "ret",
+        json!({"retentionEnabled": true, "retentionSeconds": 1}),
+    )
+    .await;
+    configure(
+        &broker,
+        "kept",
+        json!({"retentionEnabled": false, "retentionSeconds": 1}),
+    )
+    .await;
+    push_each(&broker, "ret", 0, 3).await;
+    push_each(&broker, "kept", 0, 3).await;
+    // A group whose cursor will sit inside the deleted prefix.
+    let first = pop(
+        &broker,
+        "/api/v1/pop/queue/ret?consumerGroup=g&autoAck=true&batch=1",
+    )
+    .await
+    .unwrap();
+    assert_eq!(data(&first), [json!(0)]);
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    push_each(&broker, "ret", 3, 1).await;
+
+    let removed = broker.engine.retention_pass().await.unwrap();
+    assert_eq!((removed.segments, removed.messages), (3, 3), "{removed:?}");
+    assert_eq!(partition_state(&broker, "ret").await, (1, 3, true));
+    assert_eq!(partition_state(&broker, "kept").await, (3, 0, true));
+    // Nothing left to do: a second pass removes nothing.
+    assert_eq!(broker.engine.retention_pass().await.unwrap().segments, 0);
+
+    // The group continues at the next live offset; a new reader starts there.
+    let next = pop(
+        &broker,
+        "/api/v1/pop/queue/ret?consumerGroup=g&autoAck=true",
+    )
+    .await
+    .unwrap();
+    assert_eq!(data(&next), [json!(3)]);
+    let fresh = pop(&broker, "/api/v1/pop/queue/ret?autoAck=true")
+        .await
+        .unwrap();
+    assert_eq!(data(&fresh), [json!(3)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completed_retention_deletes_only_what_every_group_consumed() {
+    let broker = broker().await;
+    configure(
+        &broker,
+        "done",
+        json!({"retentionEnabled": true, "completedRetentionSeconds": 1}),
+    )
+    .await;
+    push_each(&broker, "done", 0, 4).await;
+    // Queue mode consumed three, group "slow" one.
+    let queue_mode = pop(&broker, "/api/v1/pop/queue/done?autoAck=true&batch=3")
+        .await
+        .unwrap();
+    assert_eq!(data(&queue_mode).len(), 3);
+    let slow = pop(
+        &broker,
+        "/api/v1/pop/queue/done?consumerGroup=slow&autoAck=true&batch=1",
+    )
+    .await
+    .unwrap();
+    assert_eq!(data(&slow), [json!(0)]);
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+
+    let removed = broker.engine.retention_pass().await.unwrap();
+    assert_eq!(removed.segments, 1, "only offset 0 is consumed by both");
+    assert_eq!(partition_state(&broker, "done").await, (3, 1, true));
+    // "slow" catches up to offset 2: two more go.
+    let more = pop(
+        &broker,
+        "/api/v1/pop/queue/done?consumerGroup=slow&autoAck=true&batch=2",
+    )
+    .await
+    .unwrap();
+    assert_eq!(data(&more), [json!(1), json!(2)]);
+    assert_eq!(broker.engine.retention_pass().await.unwrap().segments, 2);
+    assert_eq!(partition_state(&broker, "done").await, (1, 3, true));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sidecar_is_purged_on_its_own_clock_whatever_the_retention() {
+    let broker = broker().await;
+    // Retention is off for this queue: segments stay, the sidecar does not.
+    for i in 0..3 {
+        push_items(
+            &broker,
+            vec![
+                json!({"queue": "side", "partition": "p", "transactionId": format!("t{i}"),
+                        "payload": i}),
+            ],
+        )
+        .await;
+    }
+    let sql = broker.sql().await;
+    // Two rows an hour old (past max(dedup window, 900 s)).
+    sql.batch_execute(
+        "UPDATE queen.log_txns SET created_at = created_at - interval '1 hour'
+          WHERE base_offset < 2;
+         UPDATE queen.log_partitions SET oldest_txn_at = oldest_txn_at - interval '1 hour';",
+    )
+    .await
+    .unwrap();
+    let removed = broker.engine.retention_pass().await.unwrap();
+    assert_eq!((removed.txn_rows, removed.segments), (2, 0));
+    let row = sql
+        .query_one(
+            "SELECT p.txns_start, p.oldest_txn_at = t.created_at,
+                    (SELECT count(*) FROM queen.log_txns x WHERE x.partition_id = p.id),
+                    (SELECT count(*) FROM queen.log_segments s WHERE s.partition_id = p.id)
+               FROM queen.log_partitions p
+               JOIN queen.log_txns t ON t.partition_id = p.id AND t.base_offset = 2",
+            &[],
+        )
+        .await
+        .unwrap();
+    let state: (i64, bool, i64, i64) = (row.get(0), row.get(1), row.get(2), row.get(3));
+    assert_eq!(state, (2, true, 1, 3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_one_session_sweeps_at_a_time() {
+    let broker = broker().await;
+    configure(
+        &broker,
+        "locked",
+        json!({"retentionEnabled": true, "retentionSeconds": 1}),
+    )
+    .await;
+    push_each(&broker, "locked", 0, 2).await;
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let holder = broker.sql().await;
+    holder
+        .execute("SELECT pg_advisory_lock(5860666654061643092)", &[])
+        .await
+        .unwrap();
+    let held_off = broker.engine.retention_pass().await.unwrap();
+    assert_eq!(held_off.segments, 0);
+    holder
+        .execute("SELECT pg_advisory_unlock(5860666654061643092)", &[])
+        .await
+        .unwrap();
+    assert_eq!(broker.engine.retention_pass().await.unwrap().segments, 2);
+}
+
+/// Rows one step read from the log tables, in one transaction of a fresh
+/// session: (sequential tuples read, index tuples fetched), summed over
+/// log_partitions, log_segments and log_txns.
+async fn reads_of_one_step(broker: &TestBroker) -> (i64, i64) {
+    let sql = broker.sql().await;
+    sql.batch_execute("BEGIN").await.unwrap();
+    sql.query_one("SELECT * FROM queen.log_retention_step_v1(256, 1024)", &[])
+        .await
+        .unwrap();
+    let row = sql
+        .query_one(
+            "SELECT coalesce(sum(seq_tup_read), 0)::bigint,
+                    coalesce(sum(idx_tup_fetch), 0)::bigint
+               FROM pg_stat_xact_user_tables
+              WHERE schemaname = 'queen'
+                AND relname IN ('log_partitions', 'log_segments', 'log_txns')",
+            &[],
+        )
+        .await
+        .unwrap();
+    sql.batch_execute("COMMIT").await.unwrap();
+    (row.get(0), row.get(1))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_reads_what_it_deletes_not_the_partition_count() {
+    let broker = broker().await;
+    configure(
+        &broker,
+        "wide",
+        json!({"retentionEnabled": true, "retentionSeconds": 3600}),
+    )
+    .await;
+    let items: Vec<_> = (0..10_000)
+        .map(|i| json!({"queue": "wide", "partition": format!("p{i}"), "payload": i}))
+        .collect();
+    push_items(&broker, items).await;
+    let sql = broker.sql().await;
+    assert_eq!(
+        select_i64(&sql, "SELECT count(*) FROM queen.log_segments").await,
+        10_000
+    );
+    // Nothing deletable among 10,000 partitions: the work-list scans find
+    // nothing and read (next to) nothing.
+    let (seq, idx) = reads_of_one_step(&broker).await;
+    assert_eq!(seq, 0, "a sequential scan of the log tables");
+    assert!(idx < 20, "{idx} index tuples for no work");
+    // Ten partitions made an hour old: the step deletes them, reading in
+    // proportion to them.
+    sql.batch_execute(
+        "WITH ten AS (SELECT id FROM queen.log_partitions WHERE name <> 'Default' ORDER BY name LIMIT 10)
+         UPDATE queen.log_segments s SET created_at = created_at - interval '2 hours'
+           FROM ten WHERE s.partition_id = ten.id;
+         WITH ten AS (SELECT id FROM queen.log_partitions WHERE name <> 'Default' ORDER BY name LIMIT 10)
+         UPDATE queen.log_partitions p SET oldest_live_at = oldest_live_at - interval '2 hours'
+           FROM ten WHERE p.id = ten.id;",
+    )
+    .await
+    .unwrap();
+    let (seq, idx) = reads_of_one_step(&broker).await;
+    assert_eq!(seq, 0);
+    assert!(idx < 10 * 10, "{idx} index tuples for 10 partitions");
+    assert_eq!(
+        select_i64(&sql, "SELECT count(*) FROM queen.log_segments").await,
+        9_990
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_loop_runs_every_retention_interval_by_itself() {
+    let broker = TestBroker::start_with(EngineConfig {
+        retention_interval: Some(Duration::from_millis(200)),
+        ..EngineConfig::default()
+    })
+    .await;
+    configure(
+        &broker,
+        "auto",
+        json!({"retentionEnabled": true, "retentionSeconds": 1}),
+    )
+    .await;
+    push_each(&broker, "auto", 0, 3).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while broker.engine.retention_stats().segments < 3 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the loop never swept"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(partition_state(&broker, "auto").await.0, 0);
+    assert!(pop(&broker, "/api/v1/pop/queue/auto?autoAck=true")
+        .await
+        .is_none());
+}
