@@ -1,5 +1,7 @@
--- procedures/retention.sql: the retention loop's one step (decisions.md §8,
--- storage-model.md: the oldest_* work-lists, invariants 3 and 4).
+-- procedures/retention.sql: one step of the retention loop and one of the
+-- eviction loop (decisions.md §8, storage-model.md: the oldest_* work-lists,
+-- invariants 3 and 4), and the prefix deletion they share
+-- (log_drop_prefix_v1).
 --
 -- One call is one transaction and a bounded amount of work:
 --   1. segments: for queues with retentionEnabled, the partitions whose oldest
@@ -22,6 +24,62 @@
 -- advisory try-lock and answers o_skipped when another session holds it.
 -- o_more says some partition still had deletable work past the bounds: the
 -- caller runs another step at once.
+
+-- Delete the deletable prefix of partition p_pid's segments, looking at most
+-- at p_max_segments of them from log_start: a segment goes when it is older
+-- than p_cut_time, or older than p_cut_done and at or below p_consumed. Both
+-- conditions hold for a prefix (created_at and end_offset are monotone), so
+-- what goes is a prefix. Moves log_start and oldest_live_at. The caller
+-- holds the partition row's lock.
+CREATE OR REPLACE FUNCTION queen.log_drop_prefix_v1(
+    p_pid          uuid,
+    p_cut_time     timestamptz,
+    p_cut_done     timestamptz,
+    p_consumed     bigint,
+    p_max_segments integer
+) RETURNS TABLE (o_segments integer, o_messages bigint, o_more boolean)
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    v_log_start bigint;
+    v_gone_end  bigint;
+    v_next      record;
+BEGIN
+    SELECT p.log_start INTO v_log_start FROM queen.log_partitions p WHERE p.id = p_pid;
+    WITH head AS (
+        SELECT s.base_offset
+          FROM queen.log_segments s
+         WHERE s.partition_id = p_pid AND s.base_offset >= v_log_start
+         ORDER BY s.base_offset
+         LIMIT p_max_segments
+    ), gone AS (
+        DELETE FROM queen.log_segments s
+         USING head
+         WHERE s.partition_id = p_pid
+           AND s.base_offset = head.base_offset
+           AND (s.created_at < p_cut_time
+                OR (s.created_at < p_cut_done AND s.end_offset <= p_consumed))
+        RETURNING s.end_offset, s.msg_count
+    )
+    SELECT max(gone.end_offset), count(*), coalesce(sum(gone.msg_count), 0)
+      INTO v_gone_end, o_segments, o_messages
+      FROM gone;
+    o_more := o_segments >= p_max_segments;
+    IF o_segments > 0 THEN
+        SELECT s.base_offset, s.created_at INTO v_next
+          FROM queen.log_segments s
+         WHERE s.partition_id = p_pid AND s.base_offset > v_gone_end
+         ORDER BY s.base_offset
+         LIMIT 1;
+        UPDATE queen.log_partitions p
+           SET log_start = coalesce(v_next.base_offset, greatest(v_gone_end, p.last_offset) + 1),
+               oldest_live_at = v_next.created_at
+         WHERE p.id = p_pid;
+    END IF;
+    RETURN NEXT;
+END;
+$$;
 
 CREATE OR REPLACE FUNCTION queen.log_retention_step_v1(
     p_max_partitions integer,
@@ -50,6 +108,7 @@ DECLARE
     v_gone_n    integer;
     v_gone_msgs bigint;
     v_next      record;
+    v_more      boolean;
 BEGIN
     o_skipped := false; o_partitions := 0; o_segments := 0; o_messages := 0;
     o_txn_rows := 0; o_more := false;
@@ -78,7 +137,7 @@ BEGIN
            AND (q.retention_seconds > 0 OR q.completed_retention_seconds > 0)
          LIMIT p_max_partitions
     LOOP
-        SELECT p.log_start, p.last_offset INTO v_row
+        PERFORM 1
           FROM queen.log_partitions p
          WHERE p.id = v_part.id
            FOR UPDATE SKIP LOCKED;
@@ -108,42 +167,13 @@ BEGIN
                 v_consumed := NULL;
             END IF;
         END IF;
-        -- At most p_max_segments segments from log_start, in offset order;
-        -- the condition holds for a prefix of them (created_at is monotone,
-        -- and so is end_offset), so what goes is a prefix.
-        WITH head AS (
-            SELECT s.base_offset
-              FROM queen.log_segments s
-             WHERE s.partition_id = v_part.id AND s.base_offset >= v_row.log_start
-             ORDER BY s.base_offset
-             LIMIT p_max_segments
-        ), gone AS (
-            DELETE FROM queen.log_segments s
-             USING head
-             WHERE s.partition_id = v_part.id
-               AND s.base_offset = head.base_offset
-               AND (s.created_at < v_cut_time
-                    OR (s.created_at < v_cut_done AND s.end_offset <= v_consumed))
-            RETURNING s.end_offset, s.msg_count
-        )
-        SELECT max(gone.end_offset), count(*), coalesce(sum(gone.msg_count), 0)
-          INTO v_gone_end, v_gone_n, v_gone_msgs
-          FROM gone;
+        SELECT d.o_segments, d.o_messages, d.o_more INTO v_gone_n, v_gone_msgs, v_more
+          FROM queen.log_drop_prefix_v1(v_part.id, v_cut_time, v_cut_done, v_consumed,
+                                        p_max_segments) d;
         IF v_gone_n = 0 THEN
             CONTINUE;
         END IF;
-        IF v_gone_n >= p_max_segments THEN
-            o_more := true;
-        END IF;
-        SELECT s.base_offset, s.created_at INTO v_next
-          FROM queen.log_segments s
-         WHERE s.partition_id = v_part.id AND s.base_offset > v_gone_end
-         ORDER BY s.base_offset
-         LIMIT 1;
-        UPDATE queen.log_partitions p
-           SET log_start = coalesce(v_next.base_offset, greatest(v_gone_end, p.last_offset) + 1),
-               oldest_live_at = v_next.created_at
-         WHERE p.id = v_part.id;
+        o_more := o_more OR v_more;
         o_partitions := o_partitions + 1;
         o_segments := o_segments + v_gone_n;
         o_messages := o_messages + v_gone_msgs;
@@ -204,6 +234,68 @@ BEGIN
                oldest_txn_at = v_next.created_at
          WHERE p.id = v_part.id;
         o_txn_rows := o_txn_rows + v_gone_n;
+    END LOOP;
+    RETURN NEXT;
+END;
+$$;
+
+-- The eviction loop's one step (EVICTION_INTERVAL): queue option
+-- maxWaitTimeSeconds removes the messages no group consumed within that
+-- many seconds, whatever retentionEnabled says. Same work-list, bounds,
+-- row locks and prefix rule as the retention step; its own advisory lock
+-- ("QUEENEVI"), so one session evicts at a time.
+CREATE OR REPLACE FUNCTION queen.log_eviction_step_v1(
+    p_max_partitions integer,
+    p_max_segments   integer
+) RETURNS TABLE (
+    o_skipped    boolean,
+    o_partitions integer,
+    o_segments   integer,
+    o_messages   bigint,
+    o_more       boolean
+)
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    c_lock constant bigint := 5860666654060795465;
+    v_now  timestamptz := clock_timestamp();
+    v_part record;
+    v_drop record;
+BEGIN
+    o_skipped := false; o_partitions := 0; o_segments := 0; o_messages := 0; o_more := false;
+    IF NOT pg_try_advisory_xact_lock(c_lock) THEN
+        o_skipped := true;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    FOR v_part IN
+        SELECT p.id, v_now - make_interval(secs => q.max_wait_time_seconds) AS cutoff
+          FROM queen.queues q
+          CROSS JOIN LATERAL (
+              SELECT p.id
+                FROM queen.log_partitions p
+               WHERE p.queue_id = q.id
+                 AND p.oldest_live_at IS NOT NULL
+                 AND p.oldest_live_at < v_now - make_interval(secs => q.max_wait_time_seconds)
+               ORDER BY p.oldest_live_at
+               LIMIT p_max_partitions) p
+         WHERE q.max_wait_time_seconds > 0
+         LIMIT p_max_partitions
+    LOOP
+        PERFORM 1 FROM queen.log_partitions p WHERE p.id = v_part.id FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            CONTINUE;
+        END IF;
+        SELECT * INTO v_drop
+          FROM queen.log_drop_prefix_v1(v_part.id, v_part.cutoff, '-infinity', NULL,
+                                        p_max_segments);
+        IF v_drop.o_segments > 0 THEN
+            o_partitions := o_partitions + 1;
+            o_segments := o_segments + v_drop.o_segments;
+            o_messages := o_messages + v_drop.o_messages;
+            o_more := o_more OR v_drop.o_more;
+        END IF;
     END LOOP;
     RETURN NEXT;
 END;

@@ -297,3 +297,41 @@ async fn the_loop_runs_every_retention_interval_by_itself() {
         .await
         .is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eviction_removes_what_no_group_consumed_in_time_whatever_the_retention() {
+    let broker = broker().await;
+    configure(&broker, "evict", json!({"maxWaitTimeSeconds": 1})).await;
+    configure(&broker, "patient", json!({})).await;
+    push_each(&broker, "evict", 0, 2).await;
+    push_each(&broker, "patient", 0, 2).await;
+    let first = pop(
+        &broker,
+        "/api/v1/pop/queue/evict?consumerGroup=g&autoAck=true&batch=1",
+    )
+    .await
+    .unwrap();
+    assert_eq!(data(&first), [json!(0)]);
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    push_each(&broker, "evict", 2, 1).await;
+    // Retention is off for both queues: it removes nothing.
+    assert_eq!(broker.engine.retention_pass().await.unwrap().segments, 0);
+    let evicted = broker.engine.eviction_pass().await.unwrap();
+    assert_eq!(
+        (evicted.evicted_segments, evicted.evicted_messages),
+        (2, 2),
+        "{evicted:?}"
+    );
+    assert_eq!(partition_state(&broker, "evict").await, (1, 2, true));
+    assert_eq!(partition_state(&broker, "patient").await, (2, 0, true));
+    // The group whose cursor sat inside the evicted prefix continues at the
+    // next live offset.
+    let next = pop(
+        &broker,
+        "/api/v1/pop/queue/evict?consumerGroup=g&autoAck=true",
+    )
+    .await
+    .unwrap();
+    assert_eq!(data(&next), [json!(2)]);
+    assert_eq!(broker.engine.retention_stats().evicted_messages, 2);
+}

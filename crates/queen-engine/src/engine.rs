@@ -130,7 +130,11 @@ impl Engine {
         );
         let lifecycle = Lifecycle::new(pool.clone(), Arc::clone(&at_rest));
         let health = HealthProbe::new(pool.clone());
-        let retention = Retention::start(pool.clone(), config.retention_interval);
+        let retention = Retention::start(
+            pool.clone(),
+            config.retention_interval,
+            config.eviction_interval,
+        );
         Arc::new(Engine {
             pool,
             config,
@@ -400,7 +404,13 @@ impl Engine {
         self.retention.pass().await
     }
 
-    /// What retention removed since the engine started.
+    /// Run one eviction pass now (queue option `maxWaitTimeSeconds`; the loop
+    /// runs them every `eviction_interval`): what it removed.
+    pub async fn eviction_pass(&self) -> Result<RetentionStats, EngineError> {
+        self.retention.evict().await
+    }
+
+    /// What retention and eviction removed since the engine started.
     pub fn retention_stats(&self) -> RetentionStats {
         self.retention.stats()
     }

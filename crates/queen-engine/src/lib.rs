@@ -84,6 +84,9 @@ pub struct EngineConfig {
     /// How often the retention loop runs (`RETENTION_INTERVAL`); `None`: no
     /// loop, passes run only through [`Engine::retention_pass`].
     pub retention_interval: Option<Duration>,
+    /// How often the eviction loop runs (`EVICTION_INTERVAL`); `None`: no
+    /// loop, passes run only through [`Engine::eviction_pass`].
+    pub eviction_interval: Option<Duration>,
 }
 
 impl Default for EngineConfig {
@@ -99,6 +102,7 @@ impl Default for EngineConfig {
             pop_wait: PopWait::default(),
             limiter: LimiterConfig::default(),
             retention_interval: Some(Duration::from_millis(300_000)),
+            eviction_interval: Some(Duration::from_millis(60_000)),
         }
     }
 }

@@ -1,6 +1,8 @@
-//! The retention loop (decisions.md §8): every `RETENTION_INTERVAL` one pass
-//! of `log_retention_step_v1` steps, each one transaction of bounded work,
-//! until a step reports nothing more to do (or [`MAX_STEPS_PER_PASS`]).
+//! The retention and eviction loops (decisions.md §8): every
+//! `RETENTION_INTERVAL` one pass of `log_retention_step_v1` steps, and every
+//! `EVICTION_INTERVAL` one of `log_eviction_step_v1` steps (queue option
+//! `maxWaitTimeSeconds`), each step one transaction of bounded work, until a
+//! step reports nothing more to do (or [`MAX_STEPS_PER_PASS`]).
 //!
 //! What a step deletes and why its cost scales with deletable work, not with
 //! the partition count, is in `sql/procedures/retention.sql`. Only one broker
@@ -39,6 +41,10 @@ pub struct RetentionStats {
     pub messages: u64,
     /// Sidecar rows purged.
     pub txn_rows: u64,
+    /// Segments evicted (`maxWaitTimeSeconds`).
+    pub evicted_segments: u64,
+    /// Messages in them.
+    pub evicted_messages: u64,
 }
 
 #[derive(Debug, Default)]
@@ -47,6 +53,15 @@ struct Counters {
     segments: AtomicU64,
     messages: AtomicU64,
     txn_rows: AtomicU64,
+    evicted_segments: AtomicU64,
+    evicted_messages: AtomicU64,
+}
+
+/// Which loop a pass belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sweep {
+    Retention,
+    Eviction,
 }
 
 /// The retention component: its loop task and its counters.
@@ -54,48 +69,49 @@ pub(crate) struct Retention {
     pool: deadpool_postgres::Pool,
     counters: Arc<Counters>,
     stop: watch::Sender<bool>,
-    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl Retention {
-    /// Start the loop on the current runtime, every `interval` (`None`: no
-    /// loop; passes run only when asked).
-    pub(crate) fn start(pool: deadpool_postgres::Pool, interval: Option<Duration>) -> Retention {
+    /// Start the loops on the current runtime: retention every `retention`,
+    /// eviction every `eviction` (`None`: no such loop; passes run only
+    /// when asked).
+    pub(crate) fn start(
+        pool: deadpool_postgres::Pool,
+        retention: Option<Duration>,
+        eviction: Option<Duration>,
+    ) -> Retention {
         let counters = Arc::new(Counters::default());
-        let (stop, mut stopped) = watch::channel(false);
-        let task = interval.map(|interval| {
-            let pool = pool.clone();
-            let counters = Arc::clone(&counters);
-            tokio::spawn(async move {
-                let mut ticker = tokio::time::interval(interval.max(Duration::from_millis(10)));
-                ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                ticker.tick().await;
-                loop {
-                    tokio::select! {
-                        _ = ticker.tick() => {}
-                        _ = stopped.changed() => return,
-                    }
-                    if let Err(error) = pass(&pool, &counters).await {
-                        if error.is_transient() {
-                            tracing::debug!(error = %crate::error_chain(&error), "retention pass failed");
-                        } else {
-                            tracing::warn!(error = %crate::error_chain(&error), "retention pass failed");
-                        }
-                    }
-                }
+        let (stop, stopped) = watch::channel(false);
+        let tasks = [(Sweep::Retention, retention), (Sweep::Eviction, eviction)]
+            .into_iter()
+            .filter_map(|(sweep, interval)| {
+                let interval = interval?;
+                Some(tokio::spawn(run(
+                    pool.clone(),
+                    Arc::clone(&counters),
+                    sweep,
+                    interval,
+                    stopped.clone(),
+                )))
             })
-        });
+            .collect();
         Retention {
             pool,
             counters,
             stop,
-            task: Mutex::new(task),
+            tasks: Mutex::new(tasks),
         }
     }
 
-    /// Run one pass now.
+    /// Run one retention pass now.
     pub(crate) async fn pass(&self) -> Result<RetentionStats, EngineError> {
-        pass(&self.pool, &self.counters).await
+        pass(&self.pool, &self.counters, Sweep::Retention).await
+    }
+
+    /// Run one eviction pass now.
+    pub(crate) async fn evict(&self) -> Result<RetentionStats, EngineError> {
+        pass(&self.pool, &self.counters, Sweep::Eviction).await
     }
 
     /// What retention removed since start.
@@ -103,12 +119,38 @@ impl Retention {
         self.counters.snapshot()
     }
 
-    /// Stop the loop (after its current step).
+    /// Stop the loops (after their current step).
     pub(crate) async fn shutdown(&self) {
         let _ = self.stop.send(true);
-        let task = self.task.lock().take();
-        if let Some(task) = task {
+        let tasks = std::mem::take(&mut *self.tasks.lock());
+        for task in tasks {
             let _ = task.await;
+        }
+    }
+}
+
+/// One loop: a pass of `sweep` every `interval` until stopped.
+async fn run(
+    pool: deadpool_postgres::Pool,
+    counters: Arc<Counters>,
+    sweep: Sweep,
+    interval: Duration,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let mut ticker = tokio::time::interval(interval.max(Duration::from_millis(10)));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker.tick().await;
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = stopped.changed() => return,
+        }
+        if let Err(error) = pass(&pool, &counters, sweep).await {
+            if error.is_transient() {
+                tracing::debug!(error = %crate::error_chain(&error), ?sweep, "pass failed");
+            } else {
+                tracing::warn!(error = %crate::error_chain(&error), ?sweep, "pass failed");
+            }
         }
     }
 }
@@ -120,23 +162,28 @@ impl Counters {
             segments: self.segments.load(Ordering::Relaxed),
             messages: self.messages.load(Ordering::Relaxed),
             txn_rows: self.txn_rows.load(Ordering::Relaxed),
+            evicted_segments: self.evicted_segments.load(Ordering::Relaxed),
+            evicted_messages: self.evicted_messages.load(Ordering::Relaxed),
         }
     }
 
-    fn add(&self, step: &RetentionStep) {
-        self.segments
-            .fetch_add(u64::from(step.segments), Ordering::Relaxed);
-        self.messages.fetch_add(step.messages, Ordering::Relaxed);
-        self.txn_rows
-            .fetch_add(u64::from(step.txn_rows), Ordering::Relaxed);
+    fn add(&self, removed: &RetentionStats) {
+        self.segments.fetch_add(removed.segments, Ordering::Relaxed);
+        self.messages.fetch_add(removed.messages, Ordering::Relaxed);
+        self.txn_rows.fetch_add(removed.txn_rows, Ordering::Relaxed);
+        self.evicted_segments
+            .fetch_add(removed.evicted_segments, Ordering::Relaxed);
+        self.evicted_messages
+            .fetch_add(removed.evicted_messages, Ordering::Relaxed);
     }
 }
 
-/// One pass: steps until one says there is no more, answering what this
-/// pass removed.
+/// One pass of `sweep`: steps until one says there is no more, answering
+/// what this pass removed.
 async fn pass(
     pool: &deadpool_postgres::Pool,
     counters: &Counters,
+    sweep: Sweep,
 ) -> Result<RetentionStats, EngineError> {
     counters.passes.fetch_add(1, Ordering::Relaxed);
     let client = pool.get().await.map_err(SqlError::from)?;
@@ -145,22 +192,55 @@ async fn pass(
         ..RetentionStats::default()
     };
     for _ in 0..MAX_STEPS_PER_PASS {
-        let step =
-            queen_sql::retention::step(&**client, MAX_PARTITIONS_PER_STEP, MAX_SEGMENTS_PER_STEP)
+        let (step, done) = match sweep {
+            Sweep::Retention => {
+                let step: RetentionStep = queen_sql::retention::step(
+                    &**client,
+                    MAX_PARTITIONS_PER_STEP,
+                    MAX_SEGMENTS_PER_STEP,
+                )
                 .await?;
+                let removed = RetentionStats {
+                    segments: u64::from(step.segments),
+                    messages: step.messages,
+                    txn_rows: u64::from(step.txn_rows),
+                    ..RetentionStats::default()
+                };
+                (removed, step.skipped || !step.more)
+            }
+            Sweep::Eviction => {
+                let step = queen_sql::retention::evict_step(
+                    &**client,
+                    MAX_PARTITIONS_PER_STEP,
+                    MAX_SEGMENTS_PER_STEP,
+                )
+                .await?;
+                let removed = RetentionStats {
+                    evicted_segments: u64::from(step.segments),
+                    evicted_messages: step.messages,
+                    ..RetentionStats::default()
+                };
+                (removed, step.skipped || !step.more)
+            }
+        };
         counters.add(&step);
-        removed.segments += u64::from(step.segments);
+        removed.segments += step.segments;
         removed.messages += step.messages;
-        removed.txn_rows += u64::from(step.txn_rows);
-        if step.skipped || !step.more {
+        removed.txn_rows += step.txn_rows;
+        removed.evicted_segments += step.evicted_segments;
+        removed.evicted_messages += step.evicted_messages;
+        if done {
             break;
         }
     }
-    if removed.segments > 0 || removed.txn_rows > 0 {
+    if removed.segments + removed.txn_rows + removed.evicted_segments > 0 {
         tracing::info!(
             segments = removed.segments,
             messages = removed.messages,
             sidecar_rows = removed.txn_rows,
+            evicted_segments = removed.evicted_segments,
+            evicted_messages = removed.evicted_messages,
+            ?sweep,
             "retention pass"
         );
     }

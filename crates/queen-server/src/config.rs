@@ -134,6 +134,10 @@ pub(crate) struct Config {
     #[arg(long, env = "RETENTION_INTERVAL", default_value_t = 300_000)]
     pub(crate) retention_interval: u64,
 
+    /// Milliseconds between eviction passes (maxWaitTimeSeconds; 0: none).
+    #[arg(long, env = "EVICTION_INTERVAL", default_value_t = 60_000)]
+    pub(crate) eviction_interval: u64,
+
     /// Seconds in-flight requests get to finish on shutdown.
     #[arg(long, env = "QUEEN_SHUTDOWN_TIMEOUT_SECONDS", default_value_t = 30)]
     pub(crate) shutdown_timeout_seconds: u64,

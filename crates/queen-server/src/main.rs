@@ -178,6 +178,8 @@ fn engine_config(config: &Config) -> Result<queen_engine::EngineConfig, ServerEr
         limiter: queen_engine::LimiterConfig::default(),
         retention_interval: (config.retention_interval > 0)
             .then(|| Duration::from_millis(config.retention_interval)),
+        eviction_interval: (config.eviction_interval > 0)
+            .then(|| Duration::from_millis(config.eviction_interval)),
     })
 }
 

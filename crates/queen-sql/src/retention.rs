@@ -1,10 +1,11 @@
-//! The retention loop's step (`procedures/retention.sql`).
+//! The retention and eviction loops' steps (`procedures/retention.sql`).
 
 use tokio_postgres::GenericClient;
 
 use crate::SqlError;
 
 const STEP: &str = "SELECT * FROM queen.log_retention_step_v1($1, $2)";
+const EVICT: &str = "SELECT * FROM queen.log_eviction_step_v1($1, $2)";
 
 /// What one step did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -45,6 +46,39 @@ pub async fn step(
         segments: count("o_segments")?,
         messages: u64::try_from(messages).unwrap_or(0),
         txn_rows: count("o_txn_rows")?,
+        more: row.try_get("o_more")?,
+    })
+}
+
+/// What one eviction step did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EvictionStep {
+    /// Another session holds the eviction lock: nothing was done.
+    pub skipped: bool,
+    /// Segments deleted.
+    pub segments: u32,
+    /// Messages in them.
+    pub messages: u64,
+    /// Some partition had more to evict past the bounds.
+    pub more: bool,
+}
+
+/// Run one eviction step (queues with `maxWaitTimeSeconds`), with the same
+/// bounds as [`step`].
+pub async fn evict_step(
+    client: &impl GenericClient,
+    max_partitions: i32,
+    max_segments: i32,
+) -> Result<EvictionStep, SqlError> {
+    let row = client
+        .query_one(EVICT, &[&max_partitions, &max_segments])
+        .await?;
+    let segments: i32 = row.try_get("o_segments")?;
+    let messages: i64 = row.try_get("o_messages")?;
+    Ok(EvictionStep {
+        skipped: row.try_get("o_skipped")?,
+        segments: u32::try_from(segments).unwrap_or(0),
+        messages: u64::try_from(messages).unwrap_or(0),
         more: row.try_get("o_more")?,
     })
 }
