@@ -300,3 +300,66 @@ BEGIN
     RETURN NEXT;
 END;
 $$;
+
+-- Whether partition p_pid may be removed: it holds no segment, nothing was
+-- written to it since p_idle_before, and it holds no dead letter (a dead
+-- letter keeps its partition: storage-model.md, log_dlq). The caller holds
+-- the partition row's lock, so a push cannot change the answer.
+CREATE OR REPLACE FUNCTION queen.log_partition_dead_v1(p_pid uuid, p_idle_before timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE
+AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM queen.log_partitions p
+                    WHERE p.id = p_pid AND p.last_write_at < p_idle_before)
+       AND NOT EXISTS (SELECT 1 FROM queen.log_segments s WHERE s.partition_id = p_pid)
+       AND NOT EXISTS (SELECT 1 FROM queen.log_dlq d WHERE d.partition_id = p_pid);
+END;
+$$;
+
+-- Partition cleanup, run by the retention loop after its steps: partitions
+-- that are empty (oldest_live_at NULL) and idle for p_idle_seconds, found
+-- through the partial index (queue_id, last_write_at) WHERE oldest_live_at
+-- IS NULL, at most p_max_partitions. Each is locked FOR UPDATE SKIP LOCKED
+-- (a push holding it keeps it), checked again with log_partition_dead_v1
+-- under the lock, and deleted: its sidecar rows first (they have no foreign
+-- key), then the row, whose cascade takes the cursors. A push that was
+-- waiting for the row lock finds no row once this commits and creates the
+-- partition again, under a new id.
+CREATE OR REPLACE FUNCTION queen.log_partition_cleanup_step_v1(
+    p_idle_seconds   integer,
+    p_max_partitions integer
+) RETURNS integer
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    v_cutoff  timestamptz := clock_timestamp() - make_interval(secs => p_idle_seconds);
+    v_part    record;
+    v_removed integer := 0;
+BEGIN
+    FOR v_part IN
+        SELECT p.id
+          FROM queen.queues q
+          CROSS JOIN LATERAL (
+              SELECT p.id
+                FROM queen.log_partitions p
+               WHERE p.queue_id = q.id
+                 AND p.oldest_live_at IS NULL
+                 AND p.last_write_at < v_cutoff
+               ORDER BY p.last_write_at
+               LIMIT p_max_partitions) p
+         LIMIT p_max_partitions
+    LOOP
+        PERFORM 1 FROM queen.log_partitions p WHERE p.id = v_part.id FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND OR NOT queen.log_partition_dead_v1(v_part.id, v_cutoff) THEN
+            CONTINUE;
+        END IF;
+        DELETE FROM queen.log_txns t WHERE t.partition_id = v_part.id;
+        DELETE FROM queen.log_partitions p WHERE p.id = v_part.id;
+        v_removed := v_removed + 1;
+    END LOOP;
+    RETURN v_removed;
+END;
+$$;

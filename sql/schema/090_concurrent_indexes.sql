@@ -43,3 +43,10 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS idx_log_partitions_queue_oldest_txn
 CREATE INDEX CONCURRENTLY IF NOT EXISTS idx_log_consumers_worker
     ON queen.log_consumers (worker_id)
     WHERE worker_id IS NOT NULL;
+
+-- Partition cleanup's work-list: empty partitions by idle time
+-- (log_partition_cleanup_step_v1). A row enters and leaves it only when
+-- oldest_live_at goes NULL or stops being so, columns already indexed.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS idx_log_partitions_queue_empty
+    ON queen.log_partitions (queue_id, last_write_at)
+    WHERE oldest_live_at IS NULL;

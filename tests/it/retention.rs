@@ -335,3 +335,150 @@ async fn eviction_removes_what_no_group_consumed_in_time_whatever_the_retention(
     assert_eq!(data(&next), [json!(2)]);
     assert_eq!(broker.engine.retention_stats().evicted_messages, 2);
 }
+
+/// A broker that removes empty partitions idle for a second, on demand.
+async fn cleaning_broker() -> TestBroker {
+    TestBroker::start_with(EngineConfig {
+        retention_interval: None,
+        eviction_interval: None,
+        partition_idle: Some(Duration::from_secs(1)),
+        ..EngineConfig::default()
+    })
+    .await
+}
+
+/// Names of `queue`'s partitions, sorted.
+async fn partitions_of(broker: &TestBroker, queue: &str) -> Vec<String> {
+    let sql = broker.sql().await;
+    sql.query(
+        "SELECT p.name FROM queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id
+          WHERE q.name = $1 ORDER BY p.name",
+        &[&queue],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|row| row.get(0))
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_idle_partitions_without_dead_letters_are_removed() {
+    let broker = cleaning_broker().await;
+    configure(
+        &broker,
+        "clean",
+        json!({"retentionEnabled": true, "retentionSeconds": 1}),
+    )
+    .await;
+    for partition in ["gone", "dead"] {
+        push(&broker, "clean", partition, &[json!(partition)]).await;
+    }
+    // "dead" keeps a dead letter.
+    let popped = pop(&broker, "/api/v1/pop/queue/clean/partition/dead")
+        .await
+        .unwrap();
+    crate::support::ack_all(&broker, &popped, "dlq", None).await;
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    push(&broker, "clean", "busy", &[json!("busy")]).await;
+
+    let removed = broker.engine.retention_pass().await.unwrap();
+    // "gone" (emptied by retention) and the configured "Default" (never
+    // written) go; "dead" holds a dead letter, "busy" a message.
+    assert_eq!(removed.partitions_removed, 2, "{removed:?}");
+    assert_eq!(partitions_of(&broker, "clean").await, ["busy", "dead"]);
+    let sql = broker.sql().await;
+    assert_eq!(
+        select_i64(
+            &sql,
+            "SELECT count(*) FROM queen.log_txns t
+              WHERE NOT EXISTS (SELECT 1 FROM queen.log_partitions p WHERE p.id = t.partition_id)"
+        )
+        .await,
+        0,
+        "sidecar rows outlived their partition"
+    );
+    // The name can be pushed to again.
+    push(&broker, "clean", "gone", &[json!("again")]).await;
+    let again = pop(
+        &broker,
+        "/api/v1/pop/queue/clean/partition/gone?autoAck=true",
+    )
+    .await
+    .unwrap();
+    assert_eq!(data(&again), [json!("again")]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cleanup_and_a_push_to_the_same_partition_never_lose_the_push() {
+    // Cleanup runs only by hand here, in transactions the test holds open.
+    let broker = broker().await;
+    configure(
+        &broker,
+        "race",
+        json!({"retentionEnabled": true, "retentionSeconds": 1}),
+    )
+    .await;
+    push(&broker, "race", "p", &[json!(0)]).await;
+    push(&broker, "race", "held", &[json!(0)]).await;
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert_eq!(broker.engine.retention_pass().await.unwrap().segments, 2);
+
+    // A push holding the partition's row lock keeps it: cleanup skips it.
+    let pusher = broker.sql().await;
+    pusher.batch_execute("BEGIN").await.unwrap();
+    pusher
+        .execute(
+            "SELECT 1 FROM queen.log_partitions WHERE name = 'held' FOR UPDATE",
+            &[],
+        )
+        .await
+        .unwrap();
+    let cleaner = broker.sql().await;
+    cleaner.batch_execute("BEGIN").await.unwrap();
+    let removed: i32 = cleaner
+        .query_one("SELECT queen.log_partition_cleanup_step_v1(1, 100)", &[])
+        .await
+        .unwrap()
+        .get(0);
+    // "p" and "Default" go; "held" is locked.
+    assert_eq!(removed, 2);
+    pusher.batch_execute("COMMIT").await.unwrap();
+
+    // A push to "p" while the cleanup that deleted it has not committed
+    // waits for it, then creates the partition again: nothing is lost.
+    let old_id: uuid::Uuid = broker
+        .sql()
+        .await
+        .query_one("SELECT id FROM queen.log_partitions WHERE name = 'p'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let client = broker.client.clone();
+    let racing = tokio::spawn(async move {
+        client
+            .post_json(
+                "/api/v1/push",
+                &json!({"items": [{"queue": "race", "partition": "p", "payload": "late"}]}),
+            )
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !racing.is_finished(),
+        "the push did not wait for the cleanup"
+    );
+    cleaner.batch_execute("COMMIT").await.unwrap();
+    let reply = racing.await.unwrap();
+    assert_eq!(reply.status, 201);
+    let popped = pop(&broker, "/api/v1/pop/queue/race/partition/p?autoAck=true")
+        .await
+        .unwrap();
+    assert_eq!(data(&popped), [json!("late")]);
+    let new_id = popped["messages"][0]["partitionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(new_id, old_id.to_string());
+    assert_eq!(partitions_of(&broker, "race").await, ["held", "p"]);
+}

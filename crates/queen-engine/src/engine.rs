@@ -134,6 +134,7 @@ impl Engine {
             pool.clone(),
             config.retention_interval,
             config.eviction_interval,
+            config.partition_idle,
         );
         Arc::new(Engine {
             pool,

@@ -87,6 +87,9 @@ pub struct EngineConfig {
     /// How often the eviction loop runs (`EVICTION_INTERVAL`); `None`: no
     /// loop, passes run only through [`Engine::eviction_pass`].
     pub eviction_interval: Option<Duration>,
+    /// How long an empty partition must stay idle before the retention pass
+    /// removes it (`QUEEN_PARTITION_IDLE_SECONDS`); `None`: never.
+    pub partition_idle: Option<Duration>,
 }
 
 impl Default for EngineConfig {
@@ -103,6 +106,7 @@ impl Default for EngineConfig {
             limiter: LimiterConfig::default(),
             retention_interval: Some(Duration::from_millis(300_000)),
             eviction_interval: Some(Duration::from_millis(60_000)),
+            partition_idle: Some(Duration::from_secs(86_400)),
         }
     }
 }

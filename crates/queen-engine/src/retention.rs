@@ -43,6 +43,8 @@ pub struct RetentionStats {
     pub txn_rows: u64,
     /// Segments evicted (`maxWaitTimeSeconds`).
     pub evicted_segments: u64,
+    /// Empty, idle partitions removed (`QUEEN_PARTITION_IDLE_SECONDS`).
+    pub partitions_removed: u64,
     /// Messages in them.
     pub evicted_messages: u64,
 }
@@ -55,6 +57,7 @@ struct Counters {
     txn_rows: AtomicU64,
     evicted_segments: AtomicU64,
     evicted_messages: AtomicU64,
+    partitions_removed: AtomicU64,
 }
 
 /// Which loop a pass belongs to.
@@ -67,6 +70,8 @@ enum Sweep {
 /// The retention component: its loop task and its counters.
 pub(crate) struct Retention {
     pool: deadpool_postgres::Pool,
+    /// Idle time after which an empty partition is removed (`None`: never).
+    partition_idle: Option<Duration>,
     counters: Arc<Counters>,
     stop: watch::Sender<bool>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
@@ -80,6 +85,7 @@ impl Retention {
         pool: deadpool_postgres::Pool,
         retention: Option<Duration>,
         eviction: Option<Duration>,
+        partition_idle: Option<Duration>,
     ) -> Retention {
         let counters = Arc::new(Counters::default());
         let (stop, stopped) = watch::channel(false);
@@ -90,7 +96,7 @@ impl Retention {
                 Some(tokio::spawn(run(
                     pool.clone(),
                     Arc::clone(&counters),
-                    sweep,
+                    (sweep, partition_idle),
                     interval,
                     stopped.clone(),
                 )))
@@ -98,6 +104,7 @@ impl Retention {
             .collect();
         Retention {
             pool,
+            partition_idle,
             counters,
             stop,
             tasks: Mutex::new(tasks),
@@ -106,12 +113,17 @@ impl Retention {
 
     /// Run one retention pass now.
     pub(crate) async fn pass(&self) -> Result<RetentionStats, EngineError> {
-        pass(&self.pool, &self.counters, Sweep::Retention).await
+        pass(
+            &self.pool,
+            &self.counters,
+            (Sweep::Retention, self.partition_idle),
+        )
+        .await
     }
 
     /// Run one eviction pass now.
     pub(crate) async fn evict(&self) -> Result<RetentionStats, EngineError> {
-        pass(&self.pool, &self.counters, Sweep::Eviction).await
+        pass(&self.pool, &self.counters, (Sweep::Eviction, None)).await
     }
 
     /// What retention removed since start.
@@ -133,7 +145,7 @@ impl Retention {
 async fn run(
     pool: deadpool_postgres::Pool,
     counters: Arc<Counters>,
-    sweep: Sweep,
+    sweep: (Sweep, Option<Duration>),
     interval: Duration,
     mut stopped: watch::Receiver<bool>,
 ) {
@@ -164,6 +176,7 @@ impl Counters {
             txn_rows: self.txn_rows.load(Ordering::Relaxed),
             evicted_segments: self.evicted_segments.load(Ordering::Relaxed),
             evicted_messages: self.evicted_messages.load(Ordering::Relaxed),
+            partitions_removed: self.partitions_removed.load(Ordering::Relaxed),
         }
     }
 
@@ -175,15 +188,18 @@ impl Counters {
             .fetch_add(removed.evicted_segments, Ordering::Relaxed);
         self.evicted_messages
             .fetch_add(removed.evicted_messages, Ordering::Relaxed);
+        self.partitions_removed
+            .fetch_add(removed.partitions_removed, Ordering::Relaxed);
     }
 }
 
-/// One pass of `sweep`: steps until one says there is no more, answering
-/// what this pass removed.
+/// One pass of `sweep`: steps until one says there is no more, then (a
+/// retention pass with a partition idle time) one partition cleanup step,
+/// answering what this pass removed.
 async fn pass(
     pool: &deadpool_postgres::Pool,
     counters: &Counters,
-    sweep: Sweep,
+    (sweep, partition_idle): (Sweep, Option<Duration>),
 ) -> Result<RetentionStats, EngineError> {
     counters.passes.fetch_add(1, Ordering::Relaxed);
     let client = pool.get().await.map_err(SqlError::from)?;
@@ -233,13 +249,27 @@ async fn pass(
             break;
         }
     }
-    if removed.segments + removed.txn_rows + removed.evicted_segments > 0 {
+    if let Some(idle) = partition_idle {
+        let idle = i32::try_from(idle.as_secs()).unwrap_or(i32::MAX);
+        let gone =
+            queen_sql::retention::cleanup_step(&**client, idle, MAX_PARTITIONS_PER_STEP).await?;
+        let step = RetentionStats {
+            partitions_removed: u64::from(gone),
+            ..RetentionStats::default()
+        };
+        counters.add(&step);
+        removed.partitions_removed += step.partitions_removed;
+    }
+    if removed.segments + removed.txn_rows + removed.evicted_segments + removed.partitions_removed
+        > 0
+    {
         tracing::info!(
             segments = removed.segments,
             messages = removed.messages,
             sidecar_rows = removed.txn_rows,
             evicted_segments = removed.evicted_segments,
             evicted_messages = removed.evicted_messages,
+            partitions_removed = removed.partitions_removed,
             ?sweep,
             "retention pass"
         );

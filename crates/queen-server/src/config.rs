@@ -138,6 +138,11 @@ pub(crate) struct Config {
     #[arg(long, env = "EVICTION_INTERVAL", default_value_t = 60_000)]
     pub(crate) eviction_interval: u64,
 
+    /// Seconds an empty partition must stay idle before retention removes it
+    /// (0: never).
+    #[arg(long, env = "QUEEN_PARTITION_IDLE_SECONDS", default_value_t = 86_400)]
+    pub(crate) partition_idle_seconds: u64,
+
     /// Seconds in-flight requests get to finish on shutdown.
     #[arg(long, env = "QUEEN_SHUTDOWN_TIMEOUT_SECONDS", default_value_t = 30)]
     pub(crate) shutdown_timeout_seconds: u64,

@@ -180,6 +180,8 @@ fn engine_config(config: &Config) -> Result<queen_engine::EngineConfig, ServerEr
             .then(|| Duration::from_millis(config.retention_interval)),
         eviction_interval: (config.eviction_interval > 0)
             .then(|| Duration::from_millis(config.eviction_interval)),
+        partition_idle: (config.partition_idle_seconds > 0)
+            .then(|| Duration::from_secs(config.partition_idle_seconds)),
     })
 }
 

@@ -6,6 +6,7 @@ use crate::SqlError;
 
 const STEP: &str = "SELECT * FROM queen.log_retention_step_v1($1, $2)";
 const EVICT: &str = "SELECT * FROM queen.log_eviction_step_v1($1, $2)";
+const CLEANUP: &str = "SELECT queen.log_partition_cleanup_step_v1($1, $2)";
 
 /// What one step did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -81,4 +82,18 @@ pub async fn evict_step(
         messages: u64::try_from(messages).unwrap_or(0),
         more: row.try_get("o_more")?,
     })
+}
+
+/// Remove at most `max_partitions` partitions that are empty, idle for
+/// `idle_seconds` and hold no dead letter; answers how many went.
+pub async fn cleanup_step(
+    client: &impl GenericClient,
+    idle_seconds: i32,
+    max_partitions: i32,
+) -> Result<u32, SqlError> {
+    let row = client
+        .query_one(CLEANUP, &[&idle_seconds, &max_partitions])
+        .await?;
+    let removed: i32 = row.try_get(0)?;
+    Ok(u32::try_from(removed).unwrap_or(0))
 }
