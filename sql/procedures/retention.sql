@@ -18,7 +18,10 @@
 -- Its cost scales with deletable work: a partition appears in a work-list
 -- scan only when the row at its watermark is older than the cutoff. Each
 -- partition row is taken FOR UPDATE SKIP LOCKED: a partition a push holds is
--- left for the next pass, and no push ever waits on retention.
+-- left for the next pass, so retention never waits on a push. A push may
+-- wait on retention: the rows a step took stay locked until it commits,
+-- which is why a step is small (the broker passes 32 partitions and 256
+-- segments) and a pass is many steps.
 --
 -- Only one broker sweeps at a time: the step takes a transaction-level
 -- advisory try-lock and answers o_skipped when another session holds it.
@@ -109,6 +112,7 @@ DECLARE
     v_gone_msgs bigint;
     v_next      record;
     v_more      boolean;
+    v_purged    integer := 0;
 BEGIN
     o_skipped := false; o_partitions := 0; o_segments := 0; o_messages := 0;
     o_txn_rows := 0; o_more := false;
@@ -175,6 +179,10 @@ BEGIN
         END IF;
         o_more := o_more OR v_more;
         o_partitions := o_partitions + 1;
+        -- A full list of partitions with work done: there may be more.
+        IF o_partitions >= p_max_partitions THEN
+            o_more := true;
+        END IF;
         o_segments := o_segments + v_gone_n;
         o_messages := o_messages + v_gone_msgs;
     END LOOP;
@@ -234,6 +242,10 @@ BEGIN
                oldest_txn_at = v_next.created_at
          WHERE p.id = v_part.id;
         o_txn_rows := o_txn_rows + v_gone_n;
+        v_purged := v_purged + 1;
+        IF v_purged >= p_max_partitions THEN
+            o_more := true;
+        END IF;
     END LOOP;
     RETURN NEXT;
 END;
@@ -294,7 +306,7 @@ BEGIN
             o_partitions := o_partitions + 1;
             o_segments := o_segments + v_drop.o_segments;
             o_messages := o_messages + v_drop.o_messages;
-            o_more := o_more OR v_drop.o_more;
+            o_more := o_more OR v_drop.o_more OR o_partitions >= p_max_partitions;
         END IF;
     END LOOP;
     RETURN NEXT;
@@ -338,6 +350,8 @@ DECLARE
     v_cutoff  timestamptz := clock_timestamp() - make_interval(secs => p_idle_seconds);
     v_part    record;
     v_removed integer := 0;
+    v_cursors bigint;
+    v_locked  bigint;
 BEGIN
     FOR v_part IN
         SELECT p.id
@@ -353,7 +367,20 @@ BEGIN
          LIMIT p_max_partitions
     LOOP
         PERFORM 1 FROM queen.log_partitions p WHERE p.id = v_part.id FOR UPDATE SKIP LOCKED;
-        IF NOT FOUND OR NOT queen.log_partition_dead_v1(v_part.id, v_cutoff) THEN
+        IF NOT FOUND THEN
+            CONTINUE;
+        END IF;
+        -- Its cursors too: filing a dead letter locks the cursor row first
+        -- (log_dlq_head_v1) and inserts the letter in the same transaction,
+        -- so a cursor someone holds may be about to file one. Skip the
+        -- partition then; once these locks are held, a filing waits, finds
+        -- no cursor after the delete, and files nothing.
+        SELECT count(*) INTO v_cursors FROM queen.log_consumers c WHERE c.partition_id = v_part.id;
+        SELECT count(*) INTO v_locked
+          FROM (SELECT 1 FROM queen.log_consumers c
+                 WHERE c.partition_id = v_part.id
+                   FOR UPDATE SKIP LOCKED) l;
+        IF v_locked < v_cursors OR NOT queen.log_partition_dead_v1(v_part.id, v_cutoff) THEN
             CONTINUE;
         END IF;
         DELETE FROM queen.log_txns t WHERE t.partition_id = v_part.id;

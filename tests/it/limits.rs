@@ -114,24 +114,29 @@ fn push_request(queue: &str, filler: usize) -> (String, Vec<u8>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_past_the_in_flight_budget_are_answered_busy_and_write_nothing() {
+    // The smallest budget there is: one body of the 64 MiB limit (a smaller
+    // setting is raised to it, or a large body could never fit).
     let broker = TestBroker::start_serving(queen_http::ServeOptions {
         max_body_bytes_in_flight: 1 << 20,
         ..queen_http::ServeOptions::default()
     })
     .await;
-    // A slow client holds 600 KiB of the 1 MiB budget: headers sent, body not.
-    let (slow_head, slow_body) = push_request("slow", 600 << 10);
+    // A declared body holds its share from its headers on: a slow client
+    // holds 40 MiB of the 64 and sends nothing yet.
+    let declared = |length: usize| {
+        format!(
+            "POST /api/v1/push HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+             content-length: {length}\r\nexpect: 100-continue\r\n\r\n"
+        )
+    };
     let mut slow = connect(&broker).await;
-    slow.write_all(slow_head.as_bytes()).await.unwrap();
-    slow.write_all(&slow_body[..1000]).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    // Another 600 KiB does not fit now. It is refused from its headers
-    // (with `Expect: 100-continue` the client then never sends the body;
-    // without, the broker's close after the answer may reset the upload).
-    let (head, _) = push_request("refused", 600 << 10);
-    let head = head.replace("\r\n\r\n", "\r\nexpect: 100-continue\r\n\r\n");
+    slow.write_all(declared(40 << 20).as_bytes()).await.unwrap();
+    let admitted = read_head(&mut slow).await;
+    assert!(admitted.starts_with("HTTP/1.1 100"), "{admitted}");
+    // Another 40 MiB does not fit now: refused from its headers (with
+    // `Expect: 100-continue` the client never sends the body).
     let mut other = connect(&broker).await;
-    let refused = exchange(&mut other, &head, b"").await;
+    let refused = exchange(&mut other, &declared(40 << 20), b"").await;
     assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
     assert!(refused.contains("retry-after: 1"), "{refused}");
     assert!(
@@ -144,18 +149,46 @@ async fn bodies_past_the_in_flight_budget_are_answered_busy_and_write_nothing() 
     assert!(exchange(&mut small, &head, &body)
         .await
         .starts_with("HTTP/1.1 201"));
-    // The slow body completes; its budget comes back, and the refused push,
-    // retried, goes through.
-    slow.write_all(&slow_body[1000..]).await.unwrap();
-    assert!(read_response(&mut slow).await.starts_with("HTTP/1.1 201"));
-    let mut retry = connect(&broker).await;
-    let (head, body) = push_request("refused", 600 << 10);
-    assert!(exchange(&mut retry, &head, &body)
-        .await
-        .starts_with("HTTP/1.1 201"));
+    // The slow client goes away: its share comes back, and a 40 MiB body is
+    // admitted again.
+    drop(slow);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut retry = connect(&broker).await;
+        retry
+            .write_all(declared(40 << 20).as_bytes())
+            .await
+            .unwrap();
+        let answer = read_head(&mut retry).await;
+        if answer.starts_with("HTTP/1.1 100") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the share never came back: {answer}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let sql = broker.sql().await;
     let stored = "SELECT coalesce(sum(msg_count), 0)::bigint FROM queen.log_segments";
-    assert_eq!(select_i64(&sql, stored).await, 3);
+    assert_eq!(select_i64(&sql, stored).await, 1);
+}
+
+/// The first response head on `stream` (an interim `100 Continue` included).
+async fn read_head(stream: &mut TcpStream) -> String {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut byte))
+            .await
+            .expect("no response head within 10 s")
+            .unwrap();
+        if n == 0 {
+            break;
+        }
+        buf.push(byte[0]);
+    }
+    String::from_utf8_lossy(&buf).to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -482,3 +482,71 @@ async fn cleanup_and_a_push_to_the_same_partition_never_lose_the_push() {
     assert_ne!(new_id, old_id.to_string());
     assert_eq!(partitions_of(&broker, "race").await, ["held", "p"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_pass_goes_on_past_a_full_step_of_partitions() {
+    // A step takes 32 partitions; 40 are due, and one pass removes them all
+    // (a step that filled its list says there may be more).
+    let broker = broker().await;
+    configure(
+        &broker,
+        "many",
+        json!({"retentionEnabled": true, "retentionSeconds": 1}),
+    )
+    .await;
+    let items: Vec<_> = (0..40)
+        .map(|i| json!({"queue": "many", "partition": format!("p{i}"), "payload": i}))
+        .collect();
+    push_items(&broker, items).await;
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert_eq!(broker.engine.retention_pass().await.unwrap().segments, 40);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cleanup_skips_a_partition_whose_cursor_is_held() {
+    // Filing a dead letter locks the cursor row, then inserts the letter:
+    // cleanup must not delete the partition under it.
+    let broker = broker().await;
+    configure(
+        &broker,
+        "filing",
+        json!({"retentionEnabled": true, "retentionSeconds": 1}),
+    )
+    .await;
+    push(&broker, "filing", "p", &[json!(0)]).await;
+    pop(&broker, "/api/v1/pop/queue/filing?autoAck=true")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert_eq!(broker.engine.retention_pass().await.unwrap().segments, 1);
+    let filer = broker.sql().await;
+    filer.batch_execute("BEGIN").await.unwrap();
+    filer
+        .execute(
+            "SELECT 1 FROM queen.log_consumers c JOIN queen.log_partitions p
+                 ON p.id = c.partition_id
+              WHERE p.name = 'p' FOR UPDATE OF c",
+            &[],
+        )
+        .await
+        .unwrap();
+    let cleaner = broker.sql().await;
+    let removed: i32 = tokio::time::timeout(
+        Duration::from_secs(5),
+        cleaner.query_one("SELECT queen.log_partition_cleanup_step_v1(1, 100)", &[]),
+    )
+    .await
+    .expect("cleanup waited on a held cursor")
+    .unwrap()
+    .get(0);
+    // Only the never-written Default went.
+    assert_eq!(removed, 1);
+    assert_eq!(partitions_of(&broker, "filing").await, ["p"]);
+    filer.batch_execute("COMMIT").await.unwrap();
+    let removed: i32 = cleaner
+        .query_one("SELECT queen.log_partition_cleanup_step_v1(1, 100)", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(removed, 1);
+}

@@ -342,7 +342,8 @@ impl Acks {
             };
             return Ok(queen_sql::ack::dlq_head(client, &letter).await?);
         };
-        let segment = crate::offload::cpu(blob.len(), || queen_frame::decompress(blob)).await?;
+        let estimate = crate::offload::inflated_estimate(blob.len());
+        let segment = crate::offload::cpu(estimate, || queen_frame::decompress(blob)).await?;
         let idx = usize::try_from(request.offset - base)
             .map_err(|_| EngineError::Internal("dead-letter offset before its segment"))?;
         let frames = segment.slice(idx, 1)?;

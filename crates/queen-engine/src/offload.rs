@@ -20,6 +20,14 @@ use tokio::sync::Semaphore;
 /// to inflate) leaves the worker thread.
 pub(crate) const OFFLOAD_BYTES: usize = 256 * 1024;
 
+/// About how many bytes inflating a blob of `compressed` bytes produces and
+/// walks. JSON payloads compress 3 to 10 times and a repetitive one far more,
+/// so the compressed size alone would leave a large, compressible segment
+/// inline; a factor of 8 errs towards offloading.
+pub(crate) fn inflated_estimate(compressed: usize) -> usize {
+    compressed.saturating_mul(8)
+}
+
 /// Offloads running at once, machine-wide.
 fn slots() -> &'static Semaphore {
     static SLOTS: OnceLock<Semaphore> = OnceLock::new();

@@ -878,7 +878,7 @@ impl Serving {
         let bytes = rows
             .iter()
             .map(|row| match row {
-                PopRow::Segment { blob, .. } => blob.len(),
+                PopRow::Segment { blob, .. } => crate::offload::inflated_estimate(blob.len()),
                 PopRow::Verdict { .. } => 0,
             })
             .sum();

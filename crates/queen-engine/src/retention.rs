@@ -21,14 +21,15 @@ use tokio::sync::watch;
 
 use crate::EngineError;
 
-/// Partitions one step looks at, per phase.
-const MAX_PARTITIONS_PER_STEP: i32 = 256;
+/// Partitions one step looks at, per phase. Small: the rows a step locks
+/// stay locked until it commits, and a push to one of them waits for that.
+const MAX_PARTITIONS_PER_STEP: i32 = 32;
 
 /// Segments (or sidecar rows) one step deletes per partition.
-const MAX_SEGMENTS_PER_STEP: i32 = 1024;
+const MAX_SEGMENTS_PER_STEP: i32 = 256;
 
 /// Steps one pass runs before it waits for the next tick.
-const MAX_STEPS_PER_PASS: usize = 64;
+const MAX_STEPS_PER_PASS: usize = 512;
 
 /// What retention removed since the engine started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

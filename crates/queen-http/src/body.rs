@@ -29,9 +29,13 @@ pub(crate) struct BodyLimits {
 }
 
 impl BodyLimits {
+    /// A budget of `in_flight_bytes`, raised to at least one body of
+    /// [`MAX_BODY_BYTES`]: a smaller one would answer "busy, retry" to a
+    /// body that could never fit.
     pub(crate) fn new(in_flight_bytes: usize, timeout: Duration) -> BodyLimits {
+        let bytes = in_flight_bytes.clamp(MAX_BODY_BYTES, Semaphore::MAX_PERMITS);
         BodyLimits {
-            in_flight: Arc::new(Semaphore::new(in_flight_bytes.min(Semaphore::MAX_PERMITS))),
+            in_flight: Arc::new(Semaphore::new(bytes)),
             timeout,
         }
     }

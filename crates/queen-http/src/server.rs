@@ -93,6 +93,7 @@ pub async fn serve(
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     let connections = Arc::new(Semaphore::new(options.max_connections.max(1)));
+    let refusals = Arc::new(Semaphore::new(MAX_REFUSING));
     let limits = Arc::new(BodyLimits::new(
         options.max_body_bytes_in_flight,
         options.body_timeout,
@@ -115,7 +116,14 @@ pub async fn serve(
                 };
                 let _ = stream.set_nodelay(true);
                 let Ok(permit) = Arc::clone(&connections).try_acquire_owned() else {
-                    tokio::spawn(refuse(stream));
+                    // Answered busy, by at most MAX_REFUSING tasks at once;
+                    // past that the connection is just closed.
+                    if let Ok(refusing) = Arc::clone(&refusals).try_acquire_owned() {
+                        tokio::spawn(async move {
+                            refuse(stream).await;
+                            drop(refusing);
+                        });
+                    }
                     continue;
                 };
                 let app = Arc::clone(&app);
@@ -176,3 +184,7 @@ async fn refuse(mut stream: tokio::net::TcpStream) {
 
 /// How long a refused connection is given to take its answer.
 const REFUSE_LINGER: Duration = Duration::from_secs(1);
+
+/// Refused connections being answered at once (each holds a descriptor for
+/// up to [`REFUSE_LINGER`]).
+const MAX_REFUSING: usize = 256;

@@ -69,6 +69,10 @@ impl SqlError {
                         || *code == SqlState::CRASH_SHUTDOWN
                         || *code == SqlState::CANNOT_CONNECT_NOW
                         || *code == SqlState::TOO_MANY_CONNECTIONS
+                        // A row this statement referenced was deleted
+                        // meanwhile (a partition cleanup or queue delete
+                        // racing it): the retry sees the new state.
+                        || *code == SqlState::FOREIGN_KEY_VIOLATION
                         // Class 08: connection exceptions.
                         || code.code().starts_with("08")
                 }

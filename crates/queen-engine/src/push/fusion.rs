@@ -275,7 +275,12 @@ async fn run_flusher(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                         Some(key) => key,
                         None => return,
                     },
-                    _ = stop.changed() => continue,
+                    // Stop asked (next round drains), or the sender is gone
+                    // (fusion dropped without shutdown): leave.
+                    changed = stop.changed() => match changed {
+                        Ok(()) => continue,
+                        Err(_) => return,
+                    },
                 }
             };
             let mut keys = vec![first];

@@ -198,23 +198,28 @@ impl Fusion {
             .collect();
 
         // A partition's items go to fusion in submissions of at most
-        // MAX_SEGMENT_PAYLOAD_BYTES of payload (one item is never split), in
-        // order: each becomes at most one segment of that size.
+        // MAX_SEGMENT_PAYLOAD_BYTES of payload (one item is never split):
+        // each becomes at most one segment of that size. Every partition's
+        // first submission goes at once; a later one only after the one
+        // before it committed, so a failure leaves a prefix stored, never a
+        // later part without an earlier one (a retry then appends in order).
         let pending: Vec<_> = groups
             .into_iter()
             .map(|(queue, partition, entries)| {
                 let count = entries.len();
-                let replies: Vec<_> = split_by_payload(entries, MAX_SEGMENT_PAYLOAD_BYTES)
-                    .into_iter()
-                    .map(|chunk| self.submit(&queue, &partition, chunk))
-                    .collect();
-                (count, replies)
+                let mut runs = split_by_payload(entries, MAX_SEGMENT_PAYLOAD_BYTES).into_iter();
+                let first = runs.next().map(|run| self.submit(&queue, &partition, run));
+                (queue, partition, count, first, runs)
             })
             .collect();
         let mut results: Vec<Vec<EntryResult>> = Vec::with_capacity(pending.len());
-        for (count, replies) in pending {
+        for (queue, partition, count, first, runs) in pending {
             let mut entry_results = Vec::with_capacity(count);
-            for reply in replies {
+            if let Some(reply) = first {
+                entry_results.extend(reply.await.map_err(|_| EngineError::ShuttingDown)??);
+            }
+            for run in runs {
+                let reply = self.submit(&queue, &partition, run);
                 entry_results.extend(reply.await.map_err(|_| EngineError::ShuttingDown)??);
             }
             if entry_results.len() != count {

@@ -30,6 +30,13 @@ async fn driver_errors_without_a_cause_in_the_connection_are_not_transient() {
         .await
         .unwrap_err();
     assert!(transient(serialization));
+    // A row deleted under the statement (a partition cleanup racing a
+    // cursor insert): the retry sees the new state.
+    let vanished = client
+        .batch_execute("DO $$ BEGIN RAISE EXCEPTION 'x' USING ERRCODE = '23503'; END $$")
+        .await
+        .unwrap_err();
+    assert!(transient(vanished));
 }
 
 #[tokio::test]
