@@ -648,7 +648,7 @@ impl Serving {
             queen_sql::pop::pop_specific(&client, DEFAULT_TENANT, queue, partition, &params).await?
         };
         permit.release();
-        self.render_rows(queue, request, worker, &rows).await
+        self.render(queue, request, worker, &rows).await
     }
 
     /// One look at the ring of (queue, group): `None` when this broker has
@@ -725,7 +725,7 @@ impl Serving {
             return Ok(Popped::default());
         }
         self.check_in(queue, group, &rows, candidates.names);
-        self.render_rows(queue, request, worker, &rows).await
+        self.render(queue, request, worker, &rows).await
     }
 
     /// The SQL candidate path after a wake (life-of-a-pop step 7): a targeted
@@ -771,7 +771,7 @@ impl Serving {
             }
         };
         gate.return_hints(unvisited(&rows, hints));
-        self.render_rows(queue, request, worker, &rows).await
+        self.render(queue, request, worker, &rows).await
     }
 
     /// The SQL candidate path (`QUEEN_HOTLIST=0`).
@@ -802,7 +802,7 @@ impl Serving {
             queen_sql::pop::pop_wildcard(&client, info.id, &params).await?
         };
         permit.release();
-        self.render_rows(queue, request, worker, &rows).await
+        self.render(queue, request, worker, &rows).await
     }
 
     /// Check verdicts back into the ring.
@@ -866,9 +866,9 @@ impl Serving {
         }
     }
 
-    /// [`Serving::render`], off the worker thread when the segments are
-    /// large (`offload.rs`).
-    async fn render_rows(
+    /// Decompress, slice and decrypt the delivered frames: off the worker
+    /// thread when the segments are large (`offload.rs`).
+    async fn render(
         &self,
         queue: &str,
         request: &PopRequest,
@@ -882,75 +882,66 @@ impl Serving {
                 PopRow::Verdict { .. } => 0,
             })
             .sum();
-        crate::offload::cpu(bytes, || self.render(queue, request, worker, rows)).await
-    }
-
-    /// Decompress, slice and decrypt the delivered frames.
-    fn render(
-        &self,
-        queue: &str,
-        request: &PopRequest,
-        worker: Uuid,
-        rows: &[PopRow],
-    ) -> Result<Popped, EngineError> {
-        let mut messages = Vec::new();
-        let mut names: HashMap<Uuid, Arc<str>> = HashMap::new();
-        for row in rows {
-            let PopRow::Segment {
-                partition_id,
-                partition,
-                base_offset,
-                start_idx,
-                take,
-                created_at,
-                blob,
-                ..
-            } = row
-            else {
-                continue;
-            };
-            let name = Arc::clone(
-                names
-                    .entry(*partition_id)
-                    .or_insert_with(|| Arc::from(partition.as_str())),
-            );
-            let segment = queen_frame::decompress(blob)?;
-            for (idx, frame) in segment.slice(*start_idx, *take)?.iter().enumerate() {
-                let payload = if frame.encrypted {
-                    let key =
-                        self.at_rest
-                            .key()
-                            .ok_or_else(|| EngineError::EncryptionKeyMissing {
-                                queue: queue.to_owned(),
-                            })?;
-                    Bytes::from(key.open(frame.payload)?)
-                } else {
-                    segment.bytes().slice_ref(frame.payload)
+        crate::offload::cpu(bytes, || -> Result<Popped, EngineError> {
+            let mut messages = Vec::new();
+            let mut names: HashMap<Uuid, Arc<str>> = HashMap::new();
+            for row in rows {
+                let PopRow::Segment {
+                    partition_id,
+                    partition,
+                    base_offset,
+                    start_idx,
+                    take,
+                    created_at,
+                    blob,
+                    ..
+                } = row
+                else {
+                    continue;
                 };
-                let offset_in_segment = i64::try_from(start_idx + idx).unwrap_or(i64::MAX);
-                messages.push(PoppedMessage {
-                    id: Uuid::from_bytes(frame.message_id),
-                    transaction_id: frame.transaction_id.to_owned(),
-                    trace_id: frame.trace_id.map(Uuid::from_bytes),
-                    producer_sub: frame.producer_sub.map(str::to_owned),
-                    payload,
-                    created_at: *created_at,
-                    partition_id: *partition_id,
-                    partition: Arc::clone(&name),
-                    offset: base_offset.saturating_add(offset_in_segment),
-                });
+                let name = Arc::clone(
+                    names
+                        .entry(*partition_id)
+                        .or_insert_with(|| Arc::from(partition.as_str())),
+                );
+                let segment = queen_frame::decompress(blob)?;
+                for (idx, frame) in segment.slice(*start_idx, *take)?.iter().enumerate() {
+                    let payload = if frame.encrypted {
+                        let key = self.at_rest.key().ok_or_else(|| {
+                            EngineError::EncryptionKeyMissing {
+                                queue: queue.to_owned(),
+                            }
+                        })?;
+                        Bytes::from(key.open(frame.payload)?)
+                    } else {
+                        segment.bytes().slice_ref(frame.payload)
+                    };
+                    let offset_in_segment = i64::try_from(start_idx + idx).unwrap_or(i64::MAX);
+                    messages.push(PoppedMessage {
+                        id: Uuid::from_bytes(frame.message_id),
+                        transaction_id: frame.transaction_id.to_owned(),
+                        trace_id: frame.trace_id.map(Uuid::from_bytes),
+                        producer_sub: frame.producer_sub.map(str::to_owned),
+                        payload,
+                        created_at: *created_at,
+                        partition_id: *partition_id,
+                        partition: Arc::clone(&name),
+                        offset: base_offset.saturating_add(offset_in_segment),
+                    });
+                }
             }
-        }
-        let lease_id = (!messages.is_empty() && !request.auto_ack).then_some(worker);
-        if let Some(lease) = lease_id {
-            self.register_leased(queue, &request.group, lease, rows, &messages);
-        }
-        Ok(Popped {
-            queue: (!messages.is_empty()).then(|| queue.to_owned()),
-            messages,
-            lease_id,
-            partitions_claimed: names.len(),
+            let lease_id = (!messages.is_empty() && !request.auto_ack).then_some(worker);
+            if let Some(lease) = lease_id {
+                self.register_leased(queue, &request.group, lease, rows, &messages);
+            }
+            Ok(Popped {
+                queue: (!messages.is_empty()).then(|| queue.to_owned()),
+                messages,
+                lease_id,
+                partitions_claimed: names.len(),
+            })
         })
+        .await
     }
 
     /// Remember what a leased pop served, per partition, so a full ack is one

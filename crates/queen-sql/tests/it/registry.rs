@@ -62,17 +62,12 @@ async fn an_applied_schema_holds_exactly_the_functions_the_files_define() {
     defined.sort();
     defined.dedup();
     assert!(defined.len() > 20, "{defined:?}");
-    let mut applied: Vec<String> = client
-        .query(
-            "SELECT DISTINCT proname::text FROM pg_proc \
-              WHERE pronamespace = 'queen'::regnamespace",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+    let mut applied = crate::rows_as_text(
+        &client,
+        "SELECT DISTINCT proname::text FROM pg_proc WHERE pronamespace = 'queen'::regnamespace",
+        &[],
+    )
+    .await;
     applied.sort();
     assert_eq!(applied, defined);
 }
