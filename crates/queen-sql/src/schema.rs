@@ -311,7 +311,7 @@ mod tests {
     }
 
     #[test]
-    fn embedded_concurrent_files_name_the_three_partial_indexes() {
+    fn embedded_concurrent_files_name_the_four_partial_indexes() {
         let names: Vec<String> = concurrent_indexes()
             .unwrap()
             .into_iter()
@@ -323,6 +323,7 @@ mod tests {
                 "idx_log_partitions_queue_oldest_live",
                 "idx_log_partitions_queue_oldest_txn",
                 "idx_log_consumers_worker",
+                "idx_log_partitions_queue_empty",
             ]
         );
     }
