@@ -879,3 +879,71 @@ async fn the_consumer_group_views_are_computed_from_the_cursors() {
     );
     broker.stop().await;
 }
+
+/// Issue 15, item 4 (in part): the DLQ listing's time filters, and
+/// `DELETE /api/v1/messages/:partitionId/:transactionId`, which removes every
+/// consumer group's dead letter of that message and nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_filter_by_time_and_are_deleted_by_address() {
+    let broker = TestBroker::start().await;
+    crate::support::push(&broker, "letters", "p", &[json!(1), json!(2)]).await;
+    // Both messages dead-lettered by two groups, one at a time: four rows.
+    for group in ["a", "b"] {
+        for _ in 0..2 {
+            let popped = crate::support::pop(
+                &broker,
+                &format!("/api/v1/pop/queue/letters?consumerGroup={group}&batch=1"),
+            )
+            .await
+            .unwrap();
+            let acked = crate::support::ack_all(&broker, &popped, "dlq", Some(group)).await;
+            assert_eq!(acked[0]["dlq"], true, "{acked:?}");
+        }
+    }
+    let listed = broker.client.get("/api/v1/dlq?queue=letters").await.json();
+    assert_eq!(listed["total"], 4);
+    let cut = crate::support::cut(&broker).await;
+    let before = broker
+        .client
+        .get(&format!("/api/v1/dlq?queue=letters&to={cut}"))
+        .await
+        .json();
+    assert_eq!(before["total"], 4);
+    let after = broker
+        .client
+        .get(&format!("/api/v1/dlq?queue=letters&from={cut}"))
+        .await
+        .json();
+    assert_eq!(after["total"], 0);
+    let bad = broker.client.get("/api/v1/dlq?from=yesterday").await;
+    assert_eq!(bad.status, 400);
+    assert_eq!(bad.json()["error"], "from must be an ISO-8601 timestamp");
+
+    let first = &listed["messages"].as_array().unwrap()[0];
+    let (pid, txn) = (
+        first["partitionId"].as_str().unwrap(),
+        first["transactionId"].as_str().unwrap(),
+    );
+    let path = format!("/api/v1/messages/{pid}/{txn}");
+    let deleted = broker.client.delete(&path).await;
+    assert_eq!(deleted.status, 200);
+    assert_eq!(
+        deleted.json(),
+        json!({"success": true, "partitionId": pid, "transactionId": txn,
+               "message": "Message deleted"})
+    );
+    // Both groups' rows of that message went; the other message's stayed.
+    let left = broker.client.get("/api/v1/dlq?queue=letters").await.json();
+    assert_eq!(left["total"], 2);
+    assert!(left["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|m| m["transactionId"] != txn));
+    let again = broker.client.delete(&path).await.json();
+    assert_eq!(again["success"], false);
+    assert_eq!(again["message"], "Message not found");
+    let malformed = broker.client.delete("/api/v1/messages/not-a-uuid/t").await;
+    assert_eq!(malformed.status, 400);
+    assert_eq!(malformed.json()["error"], "partitionId must be a UUID");
+}

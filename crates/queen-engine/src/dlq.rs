@@ -18,6 +18,17 @@ pub struct DeadLetter {
 }
 
 impl Lifecycle {
+    /// Remove every consumer group's dead letter of one message; answers
+    /// how many went.
+    pub(crate) async fn delete_dead_letters(
+        &self,
+        partition_id: uuid::Uuid,
+        transaction_id: &str,
+    ) -> Result<u64, EngineError> {
+        let client = self.client().await?;
+        Ok(queen_sql::dlq::delete(&**client, DEFAULT_TENANT, partition_id, transaction_id).await?)
+    }
+
     /// Dead letters matching `filter`, newest first, and how many match in all.
     pub(crate) async fn dead_letters(
         &self,

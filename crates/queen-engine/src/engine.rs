@@ -310,6 +310,18 @@ impl Engine {
         self.lifecycle.dead_letters(filter, limit, offset).await
     }
 
+    /// Remove every consumer group's dead letter of the message
+    /// (`partition_id`, `transaction_id`); answers how many went.
+    pub async fn delete_dead_letters(
+        &self,
+        partition_id: Uuid,
+        transaction_id: &str,
+    ) -> Result<u64, EngineError> {
+        self.lifecycle
+            .delete_dead_letters(partition_id, transaction_id)
+            .await
+    }
+
     /// Record `event`; `None` when its message is not found.
     pub async fn record_trace(&self, event: &TraceEvent) -> Result<Option<Uuid>, EngineError> {
         self.lifecycle.record_trace(event).await

@@ -44,6 +44,7 @@ pub(crate) enum Endpoint {
     Transaction,
     Traces,
     Dlq,
+    DeleteMessage,
     PopDiscovery,
     PopQueue,
     PopPartition,
@@ -105,8 +106,13 @@ impl Route {
     }
 }
 
+/// Path parameters that are not names: ids their handlers parse.
+#[cfg(test)]
+const NOT_NAMES: &[&str] = &[":lease", ":partition_id", ":transaction_id"];
+
 /// The wire field a path parameter names, `None` for one that is not a name
-/// (the lease id, parsed as a UUID by its handler). A new parameter kind
+/// (an id its handler parses: a lease id, a partition id, a transaction
+/// id). A new parameter kind
 /// must be added here: the router tests refuse a parameter this does not know.
 fn name_field(parameter: &str) -> Option<&'static str> {
     match parameter {
@@ -148,6 +154,7 @@ pub(crate) static ROUTES: &[Route] = &[
     route(Method::POST, "/api/v1/transaction", E::Transaction, ReadWrite, true),
     route(Method::POST, "/api/v1/traces", E::Traces, ReadWrite, true),
     route(Method::GET, "/api/v1/dlq", E::Dlq, ReadOnly, true),
+    route(Method::DELETE, "/api/v1/messages/:partition_id/:transaction_id", E::DeleteMessage, ReadWrite, true),
     route(Method::GET, "/api/v1/pop", E::PopDiscovery, ReadWrite, true),
     route(Method::GET, "/api/v1/pop/queue/:queue", E::PopQueue, ReadWrite, true),
     route(Method::GET, "/api/v1/pop/queue/:queue/partition/:partition", E::PopPartition, ReadWrite, true),
@@ -233,6 +240,7 @@ async fn dispatch(
         E::Transaction => handlers::transaction::post(engine, req).await,
         E::Traces => handlers::traces::post(engine, req).await,
         E::Dlq => handlers::dlq::list(engine, &req).await,
+        E::DeleteMessage => handlers::dlq::delete_message(engine, param(0), param(1)).await,
         E::PopDiscovery => handlers::pop::discovery(app, &req).await,
         E::PopQueue => handlers::pop::queue(app, &req, param(0)).await,
         E::PopPartition => handlers::pop::partition(app, &req, param(0), param(1)).await,
@@ -381,7 +389,7 @@ mod tests {
             // check knows it as one.
             for parameter in route.parameters() {
                 assert!(
-                    parameter == ":lease" || name_field(parameter).is_some(),
+                    NOT_NAMES.contains(&parameter) || name_field(parameter).is_some(),
                     "{}: {parameter} escapes the name rule",
                     route.pattern
                 );

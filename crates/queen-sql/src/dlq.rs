@@ -18,6 +18,8 @@ const LIST: &str = "SELECT d.message_id, d.transaction_id, d.partition_id, q.nam
         AND ($2::text IS NULL OR q.name = $2) \
         AND ($3::text IS NULL OR d.consumer_group = $3) \
         AND ($4::text IS NULL OR p.name = $4) \
+        AND ($7::timestamptz IS NULL OR d.failed_at >= $7) \
+        AND ($8::timestamptz IS NULL OR d.failed_at <= $8) \
       ORDER BY d.failed_at DESC, d.message_offset DESC \
       LIMIT $5 OFFSET $6";
 
@@ -28,7 +30,16 @@ const COUNT: &str = "SELECT count(*) \
       WHERE q.tenant_id = $1 \
         AND ($2::text IS NULL OR q.name = $2) \
         AND ($3::text IS NULL OR d.consumer_group = $3) \
-        AND ($4::text IS NULL OR p.name = $4)";
+        AND ($4::text IS NULL OR p.name = $4) \
+        AND ($5::timestamptz IS NULL OR d.failed_at >= $5) \
+        AND ($6::timestamptz IS NULL OR d.failed_at <= $6)";
+
+/// Every consumer group's dead letter of one message (partition id,
+/// transaction id), within the tenant.
+const DELETE: &str = "DELETE FROM queen.log_dlq d \
+      USING queen.log_partitions p, queen.queues q \
+      WHERE d.partition_id = $2 AND d.transaction_id = $3 \
+        AND p.id = d.partition_id AND q.id = p.queue_id AND q.tenant_id = $1";
 
 /// A dead letter.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +83,10 @@ pub struct DlqFilter<'a> {
     pub group: Option<&'a str>,
     /// Partition name.
     pub partition: Option<&'a str>,
+    /// Filed at or after.
+    pub from: Option<SystemTime>,
+    /// Filed at or before.
+    pub to: Option<SystemTime>,
 }
 
 /// Dead letters, newest first.
@@ -92,6 +107,8 @@ pub async fn list(
                 (&filter.partition, Type::TEXT),
                 (&limit, Type::INT8),
                 (&offset, Type::INT8),
+                (&filter.from, Type::TIMESTAMPTZ),
+                (&filter.to, Type::TIMESTAMPTZ),
             ],
         )
         .await?;
@@ -131,8 +148,30 @@ pub async fn count(
                 (&filter.queue, Type::TEXT),
                 (&filter.group, Type::TEXT),
                 (&filter.partition, Type::TEXT),
+                (&filter.from, Type::TIMESTAMPTZ),
+                (&filter.to, Type::TIMESTAMPTZ),
             ],
         )
         .await?;
     Ok(row.try_get(0)?)
+}
+
+/// Delete every consumer group's dead letter of the message
+/// (`partition_id`, `transaction_id`); answers how many went.
+pub async fn delete(
+    client: &impl GenericClient,
+    tenant: &str,
+    partition_id: Uuid,
+    transaction_id: &str,
+) -> Result<u64, SqlError> {
+    Ok(client
+        .execute_typed(
+            DELETE,
+            &[
+                (&tenant, Type::TEXT),
+                (&partition_id, Type::UUID),
+                (&transaction_id, Type::TEXT),
+            ],
+        )
+        .await?)
 }
