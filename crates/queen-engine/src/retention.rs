@@ -10,7 +10,6 @@
 //! skipped and wait for their next tick. Errors are logged and the pass ends;
 //! the next tick tries again.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,21 +49,29 @@ pub struct RetentionStats {
     pub evicted_messages: u64,
 }
 
-#[derive(Debug, Default)]
-struct Counters {
-    passes: AtomicU64,
-    segments: AtomicU64,
-    messages: AtomicU64,
-    txn_rows: AtomicU64,
-    evicted_segments: AtomicU64,
-    evicted_messages: AtomicU64,
-    partitions_removed: AtomicU64,
+impl RetentionStats {
+    /// Count `other` in as well (its `passes` too).
+    fn add(&mut self, other: &RetentionStats) {
+        self.passes += other.passes;
+        self.segments += other.segments;
+        self.messages += other.messages;
+        self.txn_rows += other.txn_rows;
+        self.evicted_segments += other.evicted_segments;
+        self.evicted_messages += other.evicted_messages;
+        self.partitions_removed += other.partitions_removed;
+    }
 }
+
+/// What retention removed since start, shared by the loops and the facade.
+type Counters = Mutex<RetentionStats>;
 
 /// Which loop a pass belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Sweep {
-    Retention,
+    /// Retention steps, then partition cleanup when `partition_idle` is set.
+    Retention {
+        partition_idle: Option<Duration>,
+    },
     Eviction,
 }
 
@@ -90,19 +97,22 @@ impl Retention {
     ) -> Retention {
         let counters = Arc::new(Counters::default());
         let (stop, stopped) = watch::channel(false);
-        let tasks = [(Sweep::Retention, retention), (Sweep::Eviction, eviction)]
-            .into_iter()
-            .filter_map(|(sweep, interval)| {
-                let interval = interval?;
-                Some(tokio::spawn(run(
-                    pool.clone(),
-                    Arc::clone(&counters),
-                    (sweep, partition_idle),
-                    interval,
-                    stopped.clone(),
-                )))
-            })
-            .collect();
+        let tasks = [
+            (Sweep::Retention { partition_idle }, retention),
+            (Sweep::Eviction, eviction),
+        ]
+        .into_iter()
+        .filter_map(|(sweep, interval)| {
+            let interval = interval?;
+            Some(tokio::spawn(run(
+                pool.clone(),
+                Arc::clone(&counters),
+                sweep,
+                interval,
+                stopped.clone(),
+            )))
+        })
+        .collect();
         Retention {
             pool,
             partition_idle,
@@ -114,22 +124,20 @@ impl Retention {
 
     /// Run one retention pass now.
     pub(crate) async fn pass(&self) -> Result<RetentionStats, EngineError> {
-        pass(
-            &self.pool,
-            &self.counters,
-            (Sweep::Retention, self.partition_idle),
-        )
-        .await
+        let sweep = Sweep::Retention {
+            partition_idle: self.partition_idle,
+        };
+        pass(&self.pool, &self.counters, sweep).await
     }
 
     /// Run one eviction pass now.
     pub(crate) async fn evict(&self) -> Result<RetentionStats, EngineError> {
-        pass(&self.pool, &self.counters, (Sweep::Eviction, None)).await
+        pass(&self.pool, &self.counters, Sweep::Eviction).await
     }
 
     /// What retention removed since start.
     pub(crate) fn stats(&self) -> RetentionStats {
-        self.counters.snapshot()
+        *self.counters.lock()
     }
 
     /// Stop the loops (after their current step).
@@ -146,7 +154,7 @@ impl Retention {
 async fn run(
     pool: deadpool_postgres::Pool,
     counters: Arc<Counters>,
-    sweep: (Sweep, Option<Duration>),
+    sweep: Sweep,
     interval: Duration,
     mut stopped: watch::Receiver<bool>,
 ) {
@@ -168,41 +176,15 @@ async fn run(
     }
 }
 
-impl Counters {
-    fn snapshot(&self) -> RetentionStats {
-        RetentionStats {
-            passes: self.passes.load(Ordering::Relaxed),
-            segments: self.segments.load(Ordering::Relaxed),
-            messages: self.messages.load(Ordering::Relaxed),
-            txn_rows: self.txn_rows.load(Ordering::Relaxed),
-            evicted_segments: self.evicted_segments.load(Ordering::Relaxed),
-            evicted_messages: self.evicted_messages.load(Ordering::Relaxed),
-            partitions_removed: self.partitions_removed.load(Ordering::Relaxed),
-        }
-    }
-
-    fn add(&self, removed: &RetentionStats) {
-        self.segments.fetch_add(removed.segments, Ordering::Relaxed);
-        self.messages.fetch_add(removed.messages, Ordering::Relaxed);
-        self.txn_rows.fetch_add(removed.txn_rows, Ordering::Relaxed);
-        self.evicted_segments
-            .fetch_add(removed.evicted_segments, Ordering::Relaxed);
-        self.evicted_messages
-            .fetch_add(removed.evicted_messages, Ordering::Relaxed);
-        self.partitions_removed
-            .fetch_add(removed.partitions_removed, Ordering::Relaxed);
-    }
-}
-
 /// One pass of `sweep`: steps until one says there is no more, then (a
 /// retention pass with a partition idle time) one partition cleanup step,
 /// answering what this pass removed.
 async fn pass(
     pool: &deadpool_postgres::Pool,
     counters: &Counters,
-    (sweep, partition_idle): (Sweep, Option<Duration>),
+    sweep: Sweep,
 ) -> Result<RetentionStats, EngineError> {
-    counters.passes.fetch_add(1, Ordering::Relaxed);
+    counters.lock().passes += 1;
     let client = pool.get().await.map_err(SqlError::from)?;
     let mut removed = RetentionStats {
         passes: 1,
@@ -210,7 +192,7 @@ async fn pass(
     };
     for _ in 0..MAX_STEPS_PER_PASS {
         let (step, done) = match sweep {
-            Sweep::Retention => {
+            Sweep::Retention { .. } => {
                 let step: RetentionStep = queen_sql::retention::step(
                     &**client,
                     MAX_PARTITIONS_PER_STEP,
@@ -240,17 +222,16 @@ async fn pass(
                 (removed, step.skipped || !step.more)
             }
         };
-        counters.add(&step);
-        removed.segments += step.segments;
-        removed.messages += step.messages;
-        removed.txn_rows += step.txn_rows;
-        removed.evicted_segments += step.evicted_segments;
-        removed.evicted_messages += step.evicted_messages;
+        counters.lock().add(&step);
+        removed.add(&step);
         if done {
             break;
         }
     }
-    if let Some(idle) = partition_idle {
+    if let Sweep::Retention {
+        partition_idle: Some(idle),
+    } = sweep
+    {
         let idle = i32::try_from(idle.as_secs()).unwrap_or(i32::MAX);
         let gone =
             queen_sql::retention::cleanup_step(&**client, idle, MAX_PARTITIONS_PER_STEP).await?;
@@ -258,8 +239,8 @@ async fn pass(
             partitions_removed: u64::from(gone),
             ..RetentionStats::default()
         };
-        counters.add(&step);
-        removed.partitions_removed += step.partitions_removed;
+        counters.lock().add(&step);
+        removed.add(&step);
     }
     if removed.segments + removed.txn_rows + removed.evicted_segments + removed.partitions_removed
         > 0
