@@ -14,23 +14,31 @@ use std::time::Instant;
 
 use crate::{run, workspace_root};
 
-/// Every target in `fuzz/Cargo.toml`.
-pub(crate) const TARGETS: &[&str] = &[
-    "frame",
-    "push_body",
-    "ack_body",
-    "ack_batch_body",
-    "transaction_body",
-    "configure_body",
-    "path_and_query",
-];
+/// The targets `fuzz/Cargo.toml` declares: the `name` of each `[[bin]]`.
+fn targets(manifest: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut in_bin = false;
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_bin = line == "[[bin]]";
+        } else if let Some(value) = line.strip_prefix("name = ").filter(|_| in_bin) {
+            names.push(value.trim_matches('"').to_owned());
+        }
+    }
+    names
+}
 
 /// Seconds per target when `--seconds` is not given.
 const DEFAULT_SECONDS: u64 = 60;
 
 pub(crate) fn run_all(args: &[String]) -> Result<(), String> {
+    let root = workspace_root();
+    let manifest = root.join("fuzz/Cargo.toml");
+    let manifest =
+        std::fs::read_to_string(&manifest).map_err(|e| format!("{}: {e}", manifest.display()))?;
+    let all = targets(&manifest);
     let mut seconds = DEFAULT_SECONDS;
-    let mut chosen: Vec<&str> = Vec::new();
+    let mut chosen: Vec<String> = Vec::new();
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -41,19 +49,17 @@ pub(crate) fn run_all(args: &[String]) -> Result<(), String> {
                     .ok_or("--seconds needs a whole number of seconds")?;
             }
             name => {
-                let target = TARGETS
-                    .iter()
-                    .find(|target| **target == name)
-                    .ok_or_else(|| format!("unknown fuzz target `{name}`; targets: {TARGETS:?}"))?;
-                chosen.push(target);
+                if !all.iter().any(|target| target == name) {
+                    return Err(format!("unknown fuzz target `{name}`; targets: {all:?}"));
+                }
+                chosen.push(name.to_owned());
             }
         }
     }
     if chosen.is_empty() {
-        chosen = TARGETS.to_vec();
+        chosen = all;
     }
-    let root = workspace_root();
-    for target in chosen {
+    for target in &chosen {
         let work = root.join("target/fuzz/corpus").join(target);
         let artifacts = root.join("target/fuzz/artifacts").join(target);
         std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
@@ -73,4 +79,18 @@ pub(crate) fn run_all(args: &[String]) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_targets_are_the_bins_of_the_fuzz_manifest() {
+        let manifest = std::fs::read_to_string(workspace_root().join("fuzz/Cargo.toml")).unwrap();
+        let names = targets(&manifest);
+        assert_eq!(names.len(), manifest.matches("[[bin]]").count());
+        assert!(names.iter().any(|name| name == "frame"), "{names:?}");
+        assert!(!names.iter().any(|name| name == "queen-fuzz"), "{names:?}");
+    }
 }
