@@ -1,7 +1,7 @@
 -- procedures/retention.sql: one step of the retention loop and one of the
 -- eviction loop (decisions.md §8, storage-model.md: the oldest_* work-lists,
--- invariants 3 and 4), and the prefix deletion they share
--- (log_drop_prefix_v1).
+-- invariants 3 and 4), the prefix deletion they share (log_drop_prefix_v1)
+-- and the sidecar's (log_purge_txns_v1).
 --
 -- One call is one transaction and a bounded amount of work:
 --   1. segments: for queues with retentionEnabled, the partitions whose oldest
@@ -84,6 +84,56 @@ BEGIN
 END;
 $$;
 
+-- The sidecar's counterpart of log_drop_prefix_v1: delete the rows of
+-- partition p_pid older than p_cutoff, looking at most at p_max_rows of them
+-- from txns_start (created_at is monotone, so what goes is a prefix), and
+-- move txns_start and oldest_txn_at. The caller holds the partition row's
+-- lock.
+CREATE OR REPLACE FUNCTION queen.log_purge_txns_v1(
+    p_pid      uuid,
+    p_cutoff   timestamptz,
+    p_max_rows integer
+) RETURNS TABLE (o_rows integer, o_more boolean)
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    v_txns_start bigint;
+    v_gone_end   bigint;
+    v_next       record;
+BEGIN
+    SELECT p.txns_start INTO v_txns_start FROM queen.log_partitions p WHERE p.id = p_pid;
+    WITH head AS (
+        SELECT t.base_offset
+          FROM queen.log_txns t
+         WHERE t.partition_id = p_pid AND t.base_offset >= v_txns_start
+         ORDER BY t.base_offset
+         LIMIT p_max_rows
+    ), gone AS (
+        DELETE FROM queen.log_txns t
+         USING head
+         WHERE t.partition_id = p_pid
+           AND t.base_offset = head.base_offset
+           AND t.created_at < p_cutoff
+        RETURNING t.end_offset
+    )
+    SELECT max(gone.end_offset), count(*) INTO v_gone_end, o_rows FROM gone;
+    o_more := o_rows >= p_max_rows;
+    IF o_rows > 0 THEN
+        SELECT t.base_offset, t.created_at INTO v_next
+          FROM queen.log_txns t
+         WHERE t.partition_id = p_pid AND t.base_offset > v_gone_end
+         ORDER BY t.base_offset
+         LIMIT 1;
+        UPDATE queen.log_partitions p
+           SET txns_start = coalesce(v_next.base_offset, greatest(v_gone_end, p.last_offset) + 1),
+               oldest_txn_at = v_next.created_at
+         WHERE p.id = p_pid;
+    END IF;
+    RETURN NEXT;
+END;
+$$;
+
 CREATE OR REPLACE FUNCTION queen.log_retention_step_v1(
     p_max_partitions integer,
     p_max_segments   integer
@@ -103,14 +153,11 @@ DECLARE
     c_lock constant bigint := 5860666654061643092;
     v_now       timestamptz := clock_timestamp();
     v_part      record;
-    v_row       record;
     v_cut_time  timestamptz;
     v_cut_done  timestamptz;
     v_consumed  bigint;
-    v_gone_end  bigint;
     v_gone_n    integer;
     v_gone_msgs bigint;
-    v_next      record;
     v_more      boolean;
     v_purged    integer := 0;
 BEGIN
@@ -204,43 +251,16 @@ BEGIN
                LIMIT p_max_partitions) p
          LIMIT p_max_partitions
     LOOP
-        SELECT p.txns_start INTO v_row
-          FROM queen.log_partitions p
-         WHERE p.id = v_part.id
-           FOR UPDATE SKIP LOCKED;
+        PERFORM 1 FROM queen.log_partitions p WHERE p.id = v_part.id FOR UPDATE SKIP LOCKED;
         IF NOT FOUND THEN
             CONTINUE;
         END IF;
-        WITH head AS (
-            SELECT t.base_offset
-              FROM queen.log_txns t
-             WHERE t.partition_id = v_part.id AND t.base_offset >= v_row.txns_start
-             ORDER BY t.base_offset
-             LIMIT p_max_segments
-        ), gone AS (
-            DELETE FROM queen.log_txns t
-             USING head
-             WHERE t.partition_id = v_part.id
-               AND t.base_offset = head.base_offset
-               AND t.created_at < v_part.cutoff
-            RETURNING t.end_offset
-        )
-        SELECT max(gone.end_offset), count(*) INTO v_gone_end, v_gone_n FROM gone;
+        SELECT d.o_rows, d.o_more INTO v_gone_n, v_more
+          FROM queen.log_purge_txns_v1(v_part.id, v_part.cutoff, p_max_segments) d;
         IF v_gone_n = 0 THEN
             CONTINUE;
         END IF;
-        IF v_gone_n >= p_max_segments THEN
-            o_more := true;
-        END IF;
-        SELECT t.base_offset, t.created_at INTO v_next
-          FROM queen.log_txns t
-         WHERE t.partition_id = v_part.id AND t.base_offset > v_gone_end
-         ORDER BY t.base_offset
-         LIMIT 1;
-        UPDATE queen.log_partitions p
-           SET txns_start = coalesce(v_next.base_offset, greatest(v_gone_end, p.last_offset) + 1),
-               oldest_txn_at = v_next.created_at
-         WHERE p.id = v_part.id;
+        o_more := o_more OR v_more;
         o_txn_rows := o_txn_rows + v_gone_n;
         v_purged := v_purged + 1;
         IF v_purged >= p_max_partitions THEN
