@@ -132,7 +132,10 @@ BEGIN
     -- Resolve every hash through the sidecar: the span after the cursor (up to
     -- the batch end, or everything written when there is no lease), plus the
     -- last few rows before it, so a repeated ack of an already-covered message
-    -- answers ok instead of not_found.
+    -- answers ok instead of not_found. A transaction id stored twice (a
+    -- replayed dead letter, or a push after the dedup window) resolves to its
+    -- first occurrence after the cursor, the one being delivered; only when
+    -- none is there, to the newest covered one.
     v_upper := COALESCE(v_c.batch_end, v_last_off);
     FOR v_item IN
         WITH incoming AS MATERIALIZED (
@@ -149,7 +152,10 @@ BEGIN
               ORDER BY t.base_offset DESC
               LIMIT 16)
         ), matched AS (
-            SELECT i.idx, min(s.base_offset + u.idx) AS off
+            SELECT i.idx,
+                   COALESCE(min(s.base_offset + u.idx)
+                                FILTER (WHERE s.base_offset + u.idx > v_c.committed),
+                            max(s.base_offset + u.idx)) AS off
               FROM span s
              CROSS JOIN LATERAL queen.log_unnest_hashes(s.hashes) u
               JOIN incoming i ON i.h = u.h

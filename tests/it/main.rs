@@ -4,6 +4,7 @@ mod support;
 
 mod ack;
 mod configure;
+mod dlq;
 mod fuzz_corpus;
 mod health;
 mod lifecycle;

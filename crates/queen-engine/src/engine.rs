@@ -10,7 +10,7 @@
 //! | push fusion (`push::Fusion`) | lanes, flushers, dedup cache | [`Ready`](crate::ready::Ready), the at-rest flags |
 //! | pop serving (`pop::Serving`) | hot-list, wake gates, limiter, pop caches, revisit wheel | the ack registry (writes), the at-rest key |
 //! | acks (`ack::Acks`) | ack counters | the ack registry (reads), `Ready` |
-//! | transactions (`txn::Transactions`) | nothing | acks, `Ready`, the at-rest flags |
+//! | transactions (`txn::Transactions`), dead-letter replay (`txn::replay`) | nothing | acks, `Ready`, the at-rest flags and key |
 //! | lifecycle (`lifecycle::Lifecycle`) | nothing | the at-rest key |
 //! | retention (`retention::Retention`) | its loop task, counters | nothing |
 //!
@@ -19,7 +19,7 @@
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use queen_sql::dlq::DlqFilter;
+use queen_sql::dlq::{DlqFilter, DlqTake};
 use uuid::Uuid;
 
 use crate::ack::Acks;
@@ -34,8 +34,8 @@ use crate::txn::Transactions;
 use crate::{
     AckItem, AckOutcome, ConfigureQueue, Configured, CursorLag, DeadLetter, EngineConfig,
     EngineError, GroupDeletion, GroupSummary, LeaseError, LimiterStats, PopRequest, Popped,
-    PushItem, PushOutcome, PushStats, RetentionStats, SeekTarget, Seeked, TraceEvent, TxnOp,
-    TxnResult,
+    PushItem, PushOutcome, PushStats, Replayed, RetentionStats, SeekTarget, Seeked, TraceEvent,
+    TxnOp, TxnResult,
 };
 
 /// The broker. Cheap to share: hand out `Arc<Engine>`.
@@ -320,6 +320,14 @@ impl Engine {
         self.lifecycle
             .delete_dead_letters(partition_id, transaction_id)
             .await
+    }
+
+    /// Move the dead letters `take` selects (at most [`MAX_REPLAY`](crate::MAX_REPLAY))
+    /// back into the log, each row exactly once, in one transaction with
+    /// their push: each message gets a new offset at the head of its
+    /// partition and is delivered again to the group it failed in.
+    pub async fn replay_dead_letters(&self, take: &DlqTake<'_>) -> Result<Replayed, EngineError> {
+        self.txns.replay(take).await
     }
 
     /// Record `event`; `None` when its message is not found.

@@ -51,11 +51,11 @@ pub use pop::{
     PopRequest, PopTarget, PopWait, Popped, PoppedMessage, SubscriptionMode, QUEUE_MODE_GROUP,
 };
 pub use push::{PushItem, PushOutcome, PushStats, PushStatus, DEFAULT_DEDUP_CACHE_BYTES};
-pub use queen_sql::dlq::DlqFilter;
+pub use queen_sql::dlq::{DlqFilter, DlqTake};
 pub use queen_sql::{error_chain, SqlError};
 pub use retention::RetentionStats;
 pub use traces::TraceEvent;
-pub use txn::{TxnOp, TxnResult};
+pub use txn::{Replayed, TxnOp, TxnResult, MAX_REPLAY};
 
 /// Engine-wide settings.
 #[derive(Debug, Clone)]

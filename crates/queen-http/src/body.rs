@@ -172,3 +172,19 @@ pub(crate) fn json<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, 
     }
     serde_json::from_slice(bytes).map_err(|error| HttpError::InvalidJson(error.to_string()))
 }
+
+/// The body of `req` as a JSON object; an empty body counts as `{}`.
+pub(crate) async fn object(req: crate::server::Request) -> Result<serde_json::Value, HttpError> {
+    let (parts, body) = req.into_parts();
+    let bytes = read(&parts, body).await?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(serde_json::Value::Object(serde_json::Map::new()));
+    }
+    let value: serde_json::Value = json(&bytes)?;
+    if !value.is_object() {
+        return Err(HttpError::Validation(
+            "request body must be a JSON object".to_owned(),
+        ));
+    }
+    Ok(value)
+}

@@ -48,6 +48,10 @@ pub enum HttpError {
     #[error("{0}")]
     Validation(String),
 
+    /// What the request names does not exist.
+    #[error("{0}")]
+    NotFound(String),
+
     /// The engine failed.
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -91,14 +95,15 @@ impl HttpError {
             | HttpError::BodyRead
             | HttpError::EmptyBody
             | HttpError::InvalidJson(_)
-            | HttpError::Validation(_) => response::error(self.status(), &self.to_string()),
+            | HttpError::Validation(_)
+            | HttpError::NotFound(_) => response::error(self.status(), &self.to_string()),
         }
     }
 
     /// The status code of this error.
     pub fn status(&self) -> StatusCode {
         match self {
-            HttpError::RouteNotFound { .. } => StatusCode::NOT_FOUND,
+            HttpError::RouteNotFound { .. } | HttpError::NotFound(_) => StatusCode::NOT_FOUND,
             HttpError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             HttpError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             HttpError::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,

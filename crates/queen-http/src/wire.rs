@@ -29,6 +29,15 @@ pub(crate) fn parse_timestamp(text: &str) -> Option<SystemTime> {
         .map(|at| at.assume_utc().into())
 }
 
+/// A timestamp field of a JSON body: an ISO-8601 string, with an offset or
+/// `Z` (without one, UTC is assumed); `field` names it in the error.
+pub(crate) fn timestamp(value: &Value, field: &str) -> Result<SystemTime, HttpError> {
+    value
+        .as_str()
+        .and_then(parse_timestamp)
+        .ok_or_else(|| HttpError::Validation(format!("{field} must be an ISO-8601 timestamp")))
+}
+
 /// `2026-01-01T00:00:00.123456Z`: UTC with microseconds, as messages,
 /// dead letters and leases answer.
 pub(crate) fn format_micros(at: SystemTime) -> String {

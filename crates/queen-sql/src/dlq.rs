@@ -175,3 +175,87 @@ pub async fn delete(
         )
         .await?)
 }
+
+const TAKE: &str = "SELECT * FROM queen.log_dlq_take_v1($1, $2, $3, $4, $5, $6, $7, $8, $9)";
+
+/// Which dead letters a replay takes: one message's rows (`partition_id`
+/// and `transaction_id`), or a range by `filter`; both narrow together.
+#[derive(Debug, Clone, Default)]
+pub struct DlqTake<'a> {
+    /// Queue, consumer group, partition name and filing-time filters.
+    pub filter: DlqFilter<'a>,
+    /// One partition, by id.
+    pub partition_id: Option<Uuid>,
+    /// One transaction id.
+    pub transaction_id: Option<&'a str>,
+    /// At most this many rows.
+    pub limit: i32,
+}
+
+/// A dead letter taken out of `queen.log_dlq` for replay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TakenLetter {
+    /// Queue name.
+    pub queue: String,
+    /// Partition name.
+    pub partition: String,
+    /// Partition id.
+    pub partition_id: Uuid,
+    /// The offset it had.
+    pub offset: i64,
+    /// The group it failed in.
+    pub consumer_group: String,
+    /// Transaction id.
+    pub transaction_id: String,
+    /// Trace id.
+    pub trace_id: Option<Uuid>,
+    /// Producer sub.
+    pub producer_sub: Option<String>,
+    /// The payload as stored (sealed when `encrypted`).
+    pub payload: Vec<u8>,
+    /// Payload is sealed.
+    pub encrypted: bool,
+}
+
+/// Delete the dead letters `take` selects and return them, oldest filing
+/// first (`log_dlq_take_v1`): call it inside the transaction that pushes
+/// them back, so they leave the table exactly when the replay commits.
+pub async fn take(
+    client: &impl GenericClient,
+    tenant: &str,
+    take: &DlqTake<'_>,
+) -> Result<Vec<TakenLetter>, SqlError> {
+    let filter = &take.filter;
+    let rows = client
+        .query_typed(
+            TAKE,
+            &[
+                (&tenant, Type::TEXT),
+                (&filter.queue, Type::TEXT),
+                (&take.partition_id, Type::UUID),
+                (&take.transaction_id, Type::TEXT),
+                (&filter.partition, Type::TEXT),
+                (&filter.group, Type::TEXT),
+                (&filter.from, Type::TIMESTAMPTZ),
+                (&filter.to, Type::TIMESTAMPTZ),
+                (&take.limit, Type::INT4),
+            ],
+        )
+        .await?;
+    rows.iter()
+        .map(|row| {
+            Ok(TakenLetter {
+                queue: row.try_get(0)?,
+                partition: row.try_get(1)?,
+                partition_id: row.try_get(2)?,
+                offset: row.try_get(3)?,
+                consumer_group: row.try_get(4)?,
+                transaction_id: row.try_get(5)?,
+                trace_id: row.try_get(6)?,
+                producer_sub: row.try_get(7)?,
+                payload: row.try_get(8)?,
+                encrypted: row.try_get(9)?,
+            })
+        })
+        .collect()
+}

@@ -61,4 +61,5 @@ pub const FILES: &[SqlFile] = &[
     sql_file!("procedures/ack.sql", Transactional),
     sql_file!("procedures/lifecycle.sql", Transactional),
     sql_file!("procedures/retention.sql", Transactional),
+    sql_file!("procedures/dlq.sql", Transactional),
 ];

@@ -51,8 +51,6 @@
 //! commit time of the oldest unconsumed message (the segment holding
 //! `committed + 1`). Timestamps are ISO-8601 UTC with milliseconds and `Z`.
 
-use std::time::SystemTime;
-
 use hyper::StatusCode;
 use queen_engine::{CursorLag, Engine, GroupSummary, SeekTarget};
 use serde_json::{json, Value};
@@ -99,7 +97,7 @@ pub(crate) async fn seek(
     queue: &str,
     partition: Option<&str>,
 ) -> Result<Response, HttpError> {
-    let body = read_object(req).await?;
+    let body = crate::body::object(req).await?;
     let to_end = body.get("toEnd").and_then(Value::as_bool) == Some(true);
     let target = if to_end {
         SeekTarget::End
@@ -110,7 +108,7 @@ pub(crate) async fn seek(
                     "Must specify either 'toEnd': true or 'timestamp'".to_owned(),
                 ))
             }
-            Some(value) => SeekTarget::Timestamp(timestamp(value, "timestamp")?),
+            Some(value) => SeekTarget::Timestamp(crate::wire::timestamp(value, "timestamp")?),
         }
     };
     let seeked = engine.seek(group, queue, partition, target).await?;
@@ -153,14 +151,14 @@ pub(crate) async fn subscription(
     req: Request,
     group: &str,
 ) -> Result<Response, HttpError> {
-    let body = read_object(req).await?;
+    let body = crate::body::object(req).await?;
     let at = match body.get("subscriptionTimestamp") {
         None | Some(Value::Null) => {
             return Err(HttpError::Validation(
                 "subscriptionTimestamp is required".to_owned(),
             ))
         }
-        Some(value) => timestamp(value, "subscriptionTimestamp")?,
+        Some(value) => crate::wire::timestamp(value, "subscriptionTimestamp")?,
     };
     let rows = engine.set_subscription_timestamp(group, at).await?;
     Ok(response::json(
@@ -249,29 +247,4 @@ fn lagging_row(cursor: &CursorLag) -> Value {
         "oldest_unconsumed_at": cursor.oldest_unconsumed_at.map(crate::wire::format_millis),
         "last_consumed_at": cursor.last_consumed_at.map(crate::wire::format_millis),
     })
-}
-
-/// The body as a JSON object; an empty body counts as `{}`.
-async fn read_object(req: Request) -> Result<Value, HttpError> {
-    let (parts, body) = req.into_parts();
-    let bytes = crate::body::read(&parts, body).await?;
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Ok(json!({}));
-    }
-    let value: Value = crate::body::json(&bytes)?;
-    if !value.is_object() {
-        return Err(HttpError::Validation(
-            "request body must be a JSON object".to_owned(),
-        ));
-    }
-    Ok(value)
-}
-
-/// A timestamp field: an ISO-8601 string, with an offset or `Z` (without
-/// one, UTC is assumed).
-fn timestamp(value: &Value, field: &str) -> Result<SystemTime, HttpError> {
-    value
-        .as_str()
-        .and_then(crate::wire::parse_timestamp)
-        .ok_or_else(|| HttpError::Validation(format!("{field} must be an ISO-8601 timestamp")))
 }

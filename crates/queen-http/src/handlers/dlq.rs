@@ -10,9 +10,25 @@
 //! (`total` counts every match; the Python SDK's README reads it)
 //! with each message's original payload as `data` (decrypted when sealed and
 //! the broker holds the key; `null` when it cannot be opened).
+//!
+//! Replays (`Engine::replay_dead_letters`: each dead letter moves back into
+//! the log exactly once, in one transaction with its push, as a new message
+//! at the head of its partition):
+//! - `POST /api/v1/messages/:partitionId/:transactionId/retry` (optional
+//!   body `{"consumerGroup"}` to replay only that group's row): answers
+//!   `{"success": true, "partitionId", "transactionId", "requeued": 1,
+//!   "deadLetters": N}`, or 404 `Dead letter not found` when there is none
+//!   (or another replay holds it).
+//! - `POST /api/v1/dlq/requeue`, body `{"queue"` (required), `"partition"`,
+//!   `"consumerGroup"`, `"from"`, `"to"` (on the filing time, inclusive),
+//!   `"limit"` (100, at most 1000 dead letters)`}`: oldest filing first;
+//!   answers `{"success": true, "queue", "requeued": messages,
+//!   "deadLetters": rows}` (a message dead-lettered by two groups is two
+//!   rows and one message).
 
 use hyper::StatusCode;
-use queen_engine::{DlqFilter, Engine};
+use queen_engine::{DlqFilter, DlqTake, Engine, MAX_REPLAY};
+use serde_json::Value;
 
 use crate::error::HttpError;
 use crate::query::Query;
@@ -102,4 +118,97 @@ pub(crate) async fn delete_message(
             "message": if deleted > 0 { "Message deleted" } else { "Message not found" },
         }),
     ))
+}
+
+pub(crate) async fn retry_message(
+    engine: &Engine,
+    req: Request,
+    partition_id: &str,
+    transaction_id: &str,
+) -> Result<Response, HttpError> {
+    let partition: uuid::Uuid = partition_id
+        .parse()
+        .map_err(|_| HttpError::Validation("partitionId must be a UUID".to_owned()))?;
+    let body = crate::body::object(req).await?;
+    let group = optional_name(&body, "consumerGroup")?;
+    let replayed = engine
+        .replay_dead_letters(&DlqTake {
+            filter: DlqFilter {
+                group,
+                ..DlqFilter::default()
+            },
+            partition_id: Some(partition),
+            transaction_id: Some(transaction_id),
+            limit: MAX_REPLAY,
+        })
+        .await?;
+    if replayed.letters == 0 {
+        return Err(HttpError::NotFound("Dead letter not found".to_owned()));
+    }
+    Ok(response::json(
+        StatusCode::OK,
+        &serde_json::json!({
+            "success": true,
+            "partitionId": partition_id,
+            "transactionId": transaction_id,
+            "requeued": replayed.messages,
+            "deadLetters": replayed.letters,
+        }),
+    ))
+}
+
+pub(crate) async fn requeue(engine: &Engine, req: Request) -> Result<Response, HttpError> {
+    let body = crate::body::object(req).await?;
+    let Some(queue) = optional_name(&body, "queue")? else {
+        return Err(HttpError::Validation("queue is required".to_owned()));
+    };
+    let instant = |field: &'static str| match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => crate::wire::timestamp(value, field).map(Some),
+    };
+    let limit = match body.get("limit") {
+        None | Some(Value::Null) => 100,
+        Some(value) => crate::wire::integer("limit", value)?,
+    };
+    if !(1..=MAX_REPLAY).contains(&limit) {
+        return Err(HttpError::Validation(format!(
+            "limit must be between 1 and {MAX_REPLAY}"
+        )));
+    }
+    let filter = DlqFilter {
+        queue: Some(queue),
+        group: optional_name(&body, "consumerGroup")?,
+        partition: optional_name(&body, "partition")?,
+        from: instant("from")?,
+        to: instant("to")?,
+    };
+    let replayed = engine
+        .replay_dead_letters(&DlqTake {
+            filter,
+            partition_id: None,
+            transaction_id: None,
+            limit,
+        })
+        .await?;
+    Ok(response::json(
+        StatusCode::OK,
+        &serde_json::json!({
+            "success": true,
+            "queue": queue,
+            "requeued": replayed.messages,
+            "deadLetters": replayed.letters,
+        }),
+    ))
+}
+
+/// An optional name field of a JSON body: a string obeying the name rule.
+fn optional_name<'a>(body: &'a Value, field: &str) -> Result<Option<&'a str>, HttpError> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(name)) => {
+            crate::wire::name(field, name)?;
+            Ok(Some(name))
+        }
+        Some(_) => Err(HttpError::Validation(format!("{field} must be a string"))),
+    }
 }

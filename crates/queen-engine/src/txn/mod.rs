@@ -8,6 +8,8 @@
 //! Pushes here bypass fusion (they must share the transaction), and are
 //! announced to the hot-list and wake gates only after the commit.
 
+mod replay;
+
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -21,6 +23,8 @@ use crate::naming::{derive_namespace_task, DEFAULT_TENANT};
 use crate::push::{encode_entries, group_by_partition, PushItem, PushOutcome, PushStatus};
 use crate::ready::Ready;
 use crate::EngineError;
+
+pub use replay::{Replayed, MAX_REPLAY};
 
 /// One operation of a transaction.
 #[derive(Debug, Clone)]
@@ -209,8 +213,41 @@ impl Transactions {
             groups,
             entries_by_item,
         } = push;
+        let partition_ids = self.write_groups(client, index, &groups).await?;
+
+        let mut outcomes = Vec::with_capacity(entries_by_item.len());
+        for (slot, position) in entries_by_item {
+            let (queue, _, entries) = &groups[slot];
+            let (Some(partition_id), Some(entry)) = (partition_ids[slot], entries.get(position))
+            else {
+                return Err(EngineError::Internal("a transaction push was not written"));
+            };
+            outcomes.push(PushOutcome {
+                status: PushStatus::Queued,
+                transaction_id: entry.transaction_id.clone(),
+                message_id: Some(entry.message_id),
+                partition_id,
+                trace_id: entry.trace_id,
+                queue: Arc::from(queue.as_str()),
+            });
+        }
+        let partitions = groups.into_iter().map(|(q, p, _)| (q, p)).collect();
+        Ok((outcomes, partitions))
+    }
+
+    /// Write one segment per group of `groups` inside the transaction
+    /// `client` is in, in (queue, partition) order (the lock order of
+    /// fusion); answers each group's partition id, in `groups` order. A
+    /// duplicate transaction id fails the operation `index`.
+    pub(crate) async fn write_groups(
+        &self,
+        client: &impl queen_sql::Conn,
+        index: usize,
+        groups: &[crate::push::Group],
+    ) -> Result<Vec<Option<Uuid>>, EngineError> {
         // Slots in (queue, partition) order: the same lock order as fusion.
         let mut order: Vec<usize> = (0..groups.len()).collect();
+        // Stable: groups of one partition keep their order.
         order.sort_by(|a, b| (&groups[*a].0, &groups[*a].1).cmp(&(&groups[*b].0, &groups[*b].1)));
 
         let mut partition_ids: Vec<Option<Uuid>> = vec![None; groups.len()];
@@ -275,23 +312,6 @@ impl Transactions {
             }
         }
 
-        let mut outcomes = Vec::with_capacity(entries_by_item.len());
-        for (slot, position) in entries_by_item {
-            let (queue, _, entries) = &groups[slot];
-            let (Some(partition_id), Some(entry)) = (partition_ids[slot], entries.get(position))
-            else {
-                return Err(EngineError::Internal("a transaction push was not written"));
-            };
-            outcomes.push(PushOutcome {
-                status: PushStatus::Queued,
-                transaction_id: entry.transaction_id.clone(),
-                message_id: Some(entry.message_id),
-                partition_id,
-                trace_id: entry.trace_id,
-                queue: Arc::from(queue.as_str()),
-            });
-        }
-        let partitions = groups.into_iter().map(|(q, p, _)| (q, p)).collect();
-        Ok((outcomes, partitions))
+        Ok(partition_ids)
     }
 }

@@ -1,0 +1,130 @@
+//! Replaying dead letters (`POST /api/v1/messages/:p/:t/retry`, `POST
+//! /api/v1/dlq/requeue`): dead letters move back into the log, each in the
+//! same transaction as its push.
+//!
+//! `log_dlq_take_v1` deletes the selected rows and returns them; the broker
+//! pushes them back inside that transaction and commits, so a row leaves the
+//! table exactly when its replay commits, and two replays racing over the
+//! same rows never take one twice (the procedure skips locked rows).
+//!
+//! A replayed message is a new message at the head of its partition: a new
+//! offset and a new message id, the original transaction id, trace id,
+//! producer and payload. Every consumer group whose cursor is behind the head
+//! reads it, so the group it failed in receives it again. Its transaction id
+//! is stored already, so the push skips the duplicate probe (a replay is not
+//! a duplicate), and an ack of it resolves to the new offset (`ack.sql`
+//! prefers the occurrence after the cursor). A message that failed in several
+//! groups is one dead letter per group but one replayed message.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use queen_sql::dlq::{DlqTake, TakenLetter};
+use uuid::Uuid;
+
+use super::Transactions;
+use crate::naming::DEFAULT_TENANT;
+use crate::push::{Entry, Group, MAX_SEGMENT_PAYLOAD_BYTES};
+use crate::EngineError;
+
+/// The most dead letters one replay takes.
+pub const MAX_REPLAY: i32 = 1000;
+
+/// What a replay moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Replayed {
+    /// Dead-letter rows removed.
+    pub letters: usize,
+    /// Messages pushed back (a message dead-lettered by several groups is
+    /// one).
+    pub messages: usize,
+}
+
+impl Transactions {
+    /// Move the dead letters `take` selects (at most [`MAX_REPLAY`]) back
+    /// into the log, in one transaction.
+    pub(crate) async fn replay(&self, take: &DlqTake<'_>) -> Result<Replayed, EngineError> {
+        let take = DlqTake {
+            limit: take.limit.clamp(1, MAX_REPLAY),
+            ..take.clone()
+        };
+        let mut client = self.pool.get().await.map_err(queen_sql::SqlError::from)?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(queen_sql::SqlError::from)?;
+        let letters = queen_sql::dlq::take(&*tx, DEFAULT_TENANT, &take).await?;
+        if letters.is_empty() {
+            return Ok(Replayed::default());
+        }
+        let n_letters = letters.len();
+        let groups = self.replay_groups(letters)?;
+        let messages = groups.iter().map(|(_, _, entries)| entries.len()).sum();
+        self.write_groups(&tx, 0, &groups).await?;
+        tx.commit().await.map_err(queen_sql::SqlError::from)?;
+        for (queue, partition, _) in &groups {
+            self.ready.pushed(queue, partition);
+        }
+        Ok(Replayed {
+            letters: n_letters,
+            messages,
+        })
+    }
+
+    /// One entry per replayed message (a message filed by several groups
+    /// once), per partition in offset order, cut into segments of at most
+    /// [`MAX_SEGMENT_PAYLOAD_BYTES`] of payload.
+    fn replay_groups(&self, letters: Vec<TakenLetter>) -> Result<Vec<Group>, EngineError> {
+        let mut by_message: BTreeMap<(String, String, Uuid, i64), TakenLetter> = BTreeMap::new();
+        for letter in letters {
+            let key = (
+                letter.queue.clone(),
+                letter.partition.clone(),
+                letter.partition_id,
+                letter.offset,
+            );
+            by_message.entry(key).or_insert(letter);
+        }
+        let mut groups: Vec<Group> = Vec::new();
+        let mut bytes = 0usize;
+        for ((queue, partition, ..), letter) in by_message {
+            let payload = if letter.encrypted {
+                let key = self
+                    .at_rest
+                    .key()
+                    .ok_or_else(|| EngineError::EncryptionKeyMissing {
+                        queue: queue.clone(),
+                    })?;
+                Bytes::from(key.open(&letter.payload)?)
+            } else {
+                Bytes::from(letter.payload)
+            };
+            let entry = Entry {
+                message_id: Uuid::now_v7(),
+                hash: queen_frame::txn_hash(&letter.transaction_id),
+                transaction_id: letter.transaction_id,
+                // Stored already: a replay is not a duplicate, no probe.
+                client_id: false,
+                trace_id: letter.trace_id,
+                producer_sub: letter.producer_sub,
+                payload,
+            };
+            let size = entry.payload.len();
+            match groups.last_mut() {
+                Some((q, p, entries))
+                    if *q == queue
+                        && *p == partition
+                        && bytes + size <= MAX_SEGMENT_PAYLOAD_BYTES =>
+                {
+                    bytes += size;
+                    entries.push(entry);
+                }
+                _ => {
+                    bytes = size;
+                    groups.push((queue, partition, vec![entry]));
+                }
+            }
+        }
+        Ok(groups)
+    }
+}
