@@ -9,6 +9,7 @@ mod fuzz_corpus;
 mod health;
 mod lifecycle;
 mod limits;
+mod maintenance;
 mod malformed;
 mod names;
 mod pop;

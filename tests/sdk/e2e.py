@@ -381,6 +381,67 @@ async def dead_letters(queen, wire):
     check(first.get("partition") == "mixed" and second.get("partition") == "explicit",
           "DLQ rows name the wrong partitions", letters)
     check(dlq.get("total") == 2, "README reads dlq['total']; expected 2", dlq)
+
+    # admin.retry_message (the dashboard's Retry button): the dead letter goes
+    # back into the log once, is delivered again, and leaves the DLQ.
+    retried = await queen.admin.retry_message(first["partitionId"], poison_txn)
+    check(retried.get("success") is True and retried.get("requeued") == 1,
+          "retry_message did not requeue the dead letter", retried)
+    again = await queen.queue(q).partition("mixed").batch(5).wait(False).pop()
+    check([m.get("data") for m in again] == [poison],
+          "the retried message was not delivered again", again)
+    check(again[0].get("transactionId") == poison_txn, "the retried message changed its id", again)
+    done = await queen.ack(again[0], True)
+    check(done.get("success") is True, "ack of the retried message was refused", done)
+    check(await queen.queue(q).partition("mixed").wait(False).pop() == [],
+          "the retried message came back after its ack")
+    left = await queen.queue(q).dlq().limit(10).get()
+    check(left.get("total") == 1, "the retried dead letter is still listed", left)
+    return wire.problems
+
+
+async def maintenance(queen, wire):
+    """Maintenance mode (the reference client's maintenance test): pushes are
+    buffered and not delivered; turned off, the spool drains and produced ==
+    received exactly within 12 s."""
+    q = name("maint")
+    await queen.queue(q).create()
+    state = await queen.admin.set_maintenance_mode(True)
+    check(state.get("maintenanceMode") is True, "maintenance did not turn on", state)
+    produced = []
+    try:
+        for batch_no in range(5):
+            batch = [{"data": {"n": batch_no * 20 + i}} for i in range(20)]
+            results = await queen.queue(q).push(batch)
+            check(isinstance(results, list) and len(results) == 20, "push answered", results)
+            check(all(r.get("status") == "buffered" for r in results),
+                  "pushes during maintenance must answer buffered", results)
+            produced += [item["data"]["n"] for item in batch]
+        during = await queen.queue(q).wait(False).pop()
+        check(during == [], "a message was delivered during maintenance", during)
+        state = await queen.admin.get_maintenance_mode()
+        check(state.get("bufferedMessages") == 100, "bufferedMessages", state)
+    finally:
+        off = await queen.admin.set_maintenance_mode(False)
+    check(off.get("maintenanceMode") is False, "maintenance did not turn off", off)
+    started = time.monotonic()
+    while True:
+        state = await queen.admin.get_maintenance_mode()
+        if state.get("bufferedMessages") == 0:
+            break
+        check(time.monotonic() - started < 12, "the spool did not drain within 12 s", state)
+        await asyncio.sleep(0.2)
+    received = []
+
+    async def handler(messages):
+        # With batch > 1 the SDK hands the handler the whole batch.
+        for message in messages if isinstance(messages, list) else [messages]:
+            received.append(message["data"]["n"])
+
+    await consume_until_done(queen.queue(q).batch(50).limit(100).consume(handler),
+                             "consume after maintenance")
+    check(received == produced, "produced != received after maintenance", received)
+    check(time.monotonic() - started < 12, "draining and consuming took over 12 s")
     return wire.problems
 
 
@@ -530,7 +591,7 @@ async def tracing(queen, wire):
     return wire.problems
 
 
-SCENARIOS = [push_and_consume, dead_letters, lease_renewal, transaction, tracing]
+SCENARIOS = [push_and_consume, dead_letters, lease_renewal, transaction, tracing, maintenance]
 
 
 async def main():

@@ -56,8 +56,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             payload: Bytes::from(format!(r#"{{"order":{n}}}"#)),
         })
         .collect();
-    let pushed = engine.push(items).await?;
-    println!("pushed {} messages", pushed.len());
+    // Without a spool configured, a push is always stored (or fails).
+    match engine.push(items).await? {
+        queen_engine::Pushed::Stored(outcomes) => println!("pushed {} messages", outcomes.len()),
+        queen_engine::Pushed::Buffered(items) => println!("spooled {} messages", items.len()),
+    }
 
     // 4. Pop them under a lease.
     let popped = engine

@@ -13,10 +13,17 @@
 //! | transactions (`txn::Transactions`), dead-letter replay (`txn::replay`) | nothing | acks, `Ready`, the at-rest flags and key |
 //! | lifecycle (`lifecycle::Lifecycle`) | nothing | the at-rest key |
 //! | retention (`retention::Retention`) | its loop task, counters | nothing |
+//! | spool (`spool::Spool`) | its files, writer thread, drainer task | push fusion (the drainer pushes through it) |
+//! | maintenance (`maintenance::Maintenance`) | the two persisted flags | nothing |
 //!
 //! Every component holds its own handle on the one connection pool.
+//!
+//! The facade also runs the maintenance refresh: every
+//! `maintenance_refresh` it reads the persisted flags and applies them to
+//! the spool and the pop path (a task holding a weak reference, so it ends
+//! with the engine).
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Instant, SystemTime};
 
 use queen_sql::dlq::{DlqFilter, DlqTake};
@@ -26,10 +33,12 @@ use crate::ack::Acks;
 use crate::crypto::AtRest;
 use crate::health::HealthProbe;
 use crate::lifecycle::Lifecycle;
+use crate::maintenance::Maintenance;
 use crate::pop::{Serving, ServingConfig};
 use crate::push::{Fusion, FusionConfig};
 use crate::registry::AckRegistry;
 use crate::retention::Retention;
+use crate::spool::{Buffered, Reason, Spool, SpoolStats};
 use crate::txn::Transactions;
 use crate::{
     AckItem, AckOutcome, ConfigureQueue, Configured, CursorLag, DeadLetter, EngineConfig,
@@ -44,7 +53,9 @@ pub struct Engine {
     config: EngineConfig,
     started_at: Instant,
     at_rest: Arc<AtRest>,
-    push: Fusion,
+    push: Arc<Fusion>,
+    spool: Option<Arc<Spool>>,
+    maintenance: Maintenance,
     serving: Serving,
     acks: Arc<Acks>,
     txns: Transactions,
@@ -82,6 +93,28 @@ pub struct MemoryStats {
     pub dedup_cache_bytes: usize,
 }
 
+/// What a push did: every item stored (or found duplicate), or every item
+/// spooled to be stored later.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pushed {
+    /// Committed; one outcome per item, in input order.
+    Stored(Vec<PushOutcome>),
+    /// On disk in the spool (maintenance mode, or the database was
+    /// unreachable); stored in this order, under these transaction ids,
+    /// when the spool drains.
+    Buffered(Vec<Buffered>),
+}
+
+impl Pushed {
+    /// The outcomes of a stored push; `None` when it was spooled.
+    pub fn stored(self) -> Option<Vec<PushOutcome>> {
+        match self {
+            Pushed::Stored(outcomes) => Some(outcomes),
+            Pushed::Buffered(_) => None,
+        }
+    }
+}
+
 /// What `/health` reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Health {
@@ -110,7 +143,7 @@ impl Engine {
             Arc::clone(&at_rest),
         );
         let ready = serving.ready();
-        let push = Fusion::start(
+        let push = Arc::new(Fusion::start(
             pool.clone(),
             FusionConfig {
                 zstd_level: config.zstd_level,
@@ -119,7 +152,15 @@ impl Engine {
             },
             Arc::clone(&at_rest),
             ready.clone(),
-        );
+        ));
+        let spool = config.spool.as_ref().and_then(|spool| {
+            Spool::open(spool, Arc::clone(&push), pool.clone())
+                .map_err(|error| {
+                    tracing::error!(%error, dir = %spool.dir.display(), "cannot open the push spool; running without one");
+                })
+                .ok()
+        });
+        let maintenance = Maintenance::new(pool.clone());
         let acks = Arc::new(Acks::new(pool.clone(), registry, ready.clone()));
         let txns = Transactions::new(
             pool.clone(),
@@ -136,19 +177,23 @@ impl Engine {
             config.eviction_interval,
             config.partition_idle,
         );
-        Arc::new(Engine {
+        let engine = Arc::new(Engine {
             pool,
             config,
             started_at: Instant::now(),
             at_rest,
             push,
+            spool,
+            maintenance,
             serving,
             acks,
             txns,
             lifecycle,
             health,
             retention,
-        })
+        });
+        tokio::spawn(refresh_maintenance(Arc::downgrade(&engine)));
+        engine
     }
 
     /// The engine's settings.
@@ -168,8 +213,58 @@ impl Engine {
     /// If PostgreSQL fails, the whole call fails, although partitions whose
     /// flush committed keep their messages: retrying with the same
     /// transaction ids is safe, the committed ones come back as duplicates.
-    pub async fn push(&self, items: Vec<PushItem>) -> Result<Vec<PushOutcome>, EngineError> {
-        self.push.push(items).await
+    ///
+    /// With a spool, a push is spooled instead (answered
+    /// [`Pushed::Buffered`] once on disk) while maintenance mode is on, while
+    /// the database is unreachable (this push failed with a transient
+    /// database error or did not commit within the spool's bound), and while earlier spooled
+    /// pushes wait to be drained (so order holds). The broker fixes a
+    /// transaction id for every item that has none before the first attempt,
+    /// so an item whose attempt committed after all is found duplicate when
+    /// the spool drains.
+    pub async fn push(&self, mut items: Vec<PushItem>) -> Result<Pushed, EngineError> {
+        let Some(spool) = &self.spool else {
+            if self.maintenance.push() {
+                return Err(EngineError::NoSpool);
+            }
+            return self.push.push(items, &[]).await.map(Pushed::Stored);
+        };
+        let generated: Vec<bool> = items
+            .iter_mut()
+            .map(|item| {
+                let generated = item.transaction_id.is_none();
+                if generated {
+                    item.transaction_id = Some(Uuid::now_v7().to_string());
+                }
+                generated
+            })
+            .collect();
+        if spool.spooling() {
+            return spool
+                .append(&items, Reason::Spooling)
+                .await
+                .map(Pushed::Buffered);
+        }
+        let attempt = tokio::time::timeout(
+            spool.push_timeout(),
+            self.push.push(items.clone(), &generated),
+        )
+        .await;
+        match attempt {
+            Ok(Ok(outcomes)) => Ok(Pushed::Stored(outcomes)),
+            Ok(Err(error)) if !error.is_unreachable() => Err(error),
+            Ok(Err(error)) => {
+                tracing::debug!(error = %crate::error_chain(&error), "push failed; spooling it");
+                spool
+                    .append(&items, Reason::Outage)
+                    .await
+                    .map(Pushed::Buffered)
+            }
+            Err(_elapsed) => spool
+                .append(&items, Reason::Outage)
+                .await
+                .map(Pushed::Buffered),
+        }
     }
 
     /// Pop: claim and return messages, long-polling when asked.
@@ -381,16 +476,54 @@ impl Engine {
         }
     }
 
-    /// Enable or disable pop maintenance mode (every pop answers empty).
-    /// Enabling it wakes every parked pop, which then answers empty at once
-    /// rather than delivering what arrives while it waited.
-    pub fn set_pop_maintenance(&self, enabled: bool) {
+    /// Enable or disable pop maintenance mode (every pop answers empty) for
+    /// every broker on the database: persisted, applied here at once, by the
+    /// others within their refresh period. Enabling it wakes every parked
+    /// pop, which then answers empty at once rather than delivering what
+    /// arrives while it waited.
+    pub async fn set_pop_maintenance(&self, enabled: bool) -> Result<(), EngineError> {
+        self.maintenance.set_pop(enabled).await?;
         self.serving.set_maintenance(enabled);
+        Ok(())
     }
 
     /// Whether pop maintenance mode is on.
     pub fn pop_maintenance(&self) -> bool {
         self.serving.maintenance()
+    }
+
+    /// Enable or disable push maintenance mode for every broker on the
+    /// database: while on, pushes go to the spool; turning it off drains it.
+    pub async fn set_maintenance(&self, enabled: bool) -> Result<(), EngineError> {
+        self.maintenance.set_push(enabled).await?;
+        if let Some(spool) = &self.spool {
+            spool.set_maintenance(enabled);
+        }
+        Ok(())
+    }
+
+    /// Whether push maintenance mode is on.
+    pub fn maintenance(&self) -> bool {
+        self.maintenance.push()
+    }
+
+    /// Read the persisted maintenance flags now and apply them (the engine
+    /// does this every `maintenance_refresh`; a server calls it once before
+    /// it serves).
+    pub async fn refresh_maintenance(&self) -> Result<(), EngineError> {
+        let (push, pop) = self.maintenance.refresh().await?;
+        if let Some(spool) = &self.spool {
+            spool.set_maintenance(push);
+        }
+        if self.serving.maintenance() != pop {
+            self.serving.set_maintenance(pop);
+        }
+        Ok(())
+    }
+
+    /// What the push spool holds; `None` without a spool.
+    pub fn spool_stats(&self) -> Option<SpoolStats> {
+        self.spool.as_ref().map(|spool| spool.stats())
     }
 
     /// Counters of the push path since the engine started.
@@ -479,8 +612,35 @@ impl Engine {
     pub async fn shutdown(&self) {
         self.serving.begin_shutdown();
         self.push.shutdown().await;
+        if let Some(spool) = &self.spool {
+            spool.shutdown().await;
+        }
         self.serving.shutdown().await;
         self.retention.shutdown().await;
         self.pool.close();
+    }
+}
+
+/// The maintenance refresh: every `maintenance_refresh`, read and apply the
+/// persisted flags, until the engine is dropped or shuts down.
+async fn refresh_maintenance(engine: Weak<Engine>) {
+    let mut first = true;
+    loop {
+        let period = {
+            let Some(engine) = engine.upgrade() else {
+                return;
+            };
+            if engine.is_shutting_down() {
+                return;
+            }
+            if let Err(error) = engine.refresh_maintenance().await {
+                if first {
+                    tracing::debug!(error = %crate::error_chain(&error), "cannot read the maintenance flags yet");
+                }
+            }
+            engine.config.maintenance_refresh
+        };
+        first = false;
+        tokio::time::sleep(period).await;
     }
 }

@@ -33,6 +33,21 @@ pub enum EngineError {
     #[error("could not decrypt a payload (wrong QUEEN_ENCRYPTION_KEY or corrupt data)")]
     Unseal,
 
+    /// The spool holds its limit of undrained pushes (`QUEEN_SPOOL_MAX_MB`):
+    /// nothing of this push was written; retry later.
+    #[error("the push spool is full (QUEEN_SPOOL_MAX_MB); retry later")]
+    SpoolFull,
+
+    /// The spool file could not be written: nothing of this push was
+    /// acknowledged.
+    #[error("File buffer write failed")]
+    SpoolWrite(#[source] std::io::Error),
+
+    /// Push maintenance mode is on and this broker has no spool to hold the
+    /// push.
+    #[error("maintenance mode is on and this broker has no spool (FILE_BUFFER_DIR)")]
+    NoSpool,
+
     /// A segment could not be encoded or decoded.
     #[error("segment encoding error")]
     Frame(#[from] queen_frame::FrameError),
@@ -71,12 +86,25 @@ pub enum EngineError {
 }
 
 impl EngineError {
+    /// True when the database could not be reached or could not finish the
+    /// work (a transient database error): a push failing so is spooled.
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            EngineError::Sql(error) => error.is_transient(),
+            EngineError::Shared(error) => error.is_unreachable(),
+            _ => false,
+        }
+    }
+
     /// True when the same request may succeed if retried later.
     pub fn is_transient(&self) -> bool {
         match self {
             EngineError::Sql(error) => error.is_transient(),
             EngineError::Shared(error) => error.is_transient(),
-            EngineError::ShuttingDown | EngineError::PushUnresolved => true,
+            EngineError::ShuttingDown
+            | EngineError::PushUnresolved
+            | EngineError::SpoolFull
+            | EngineError::NoSpool => true,
             EngineError::EncryptionKeyMissing { .. }
             | EngineError::InvalidKey
             | EngineError::Seal
@@ -84,7 +112,8 @@ impl EngineError {
             | EngineError::Frame(_)
             | EngineError::BatchTooLarge
             | EngineError::TransactionFailed { .. }
-            | EngineError::Internal(_) => false,
+            | EngineError::Internal(_)
+            | EngineError::SpoolWrite(_) => false,
             EngineError::InvalidConfiguration { .. } => false,
         }
     }

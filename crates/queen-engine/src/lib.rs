@@ -24,6 +24,7 @@ mod health;
 mod hotlist;
 mod lifecycle;
 mod limiter;
+mod maintenance;
 pub mod naming;
 mod offload;
 mod pop;
@@ -32,6 +33,7 @@ mod queue_cache;
 mod ready;
 mod registry;
 mod retention;
+mod spool;
 mod traces;
 mod txn;
 mod wake;
@@ -43,7 +45,7 @@ pub use ack::{AckItem, AckOutcome, AckStatus, LeaseError, INVALID_LEASE};
 pub use configure::{ConfigureQueue, Configured, QueueSettings, MAX_NAME_BYTES};
 pub use crypto::EncryptionKey;
 pub use dlq::DeadLetter;
-pub use engine::{Engine, Health, MemoryStats};
+pub use engine::{Engine, Health, MemoryStats, Pushed};
 pub use error::EngineError;
 pub use lifecycle::{CursorLag, GroupDeletion, GroupSummary, SeekTarget, Seeked, Subscription};
 pub use limiter::{LimiterConfig, LimiterStats};
@@ -54,6 +56,7 @@ pub use push::{PushItem, PushOutcome, PushStats, PushStatus, DEFAULT_DEDUP_CACHE
 pub use queen_sql::dlq::{DlqFilter, DlqTake};
 pub use queen_sql::{error_chain, SqlError};
 pub use retention::RetentionStats;
+pub use spool::{Buffered, SpoolConfig, SpoolStats};
 pub use traces::TraceEvent;
 pub use txn::{Replayed, TxnOp, TxnResult, MAX_REPLAY};
 
@@ -90,6 +93,13 @@ pub struct EngineConfig {
     /// How long an empty partition must stay idle before the retention pass
     /// removes it (`QUEEN_PARTITION_IDLE_SECONDS`); `None`: never.
     pub partition_idle: Option<Duration>,
+    /// The push spool (`FILE_BUFFER_DIR` and its limits); `None`: no spool,
+    /// a push the database does not take fails, and pushes during
+    /// maintenance mode answer [`EngineError::NoSpool`].
+    pub spool: Option<SpoolConfig>,
+    /// How often the maintenance flags are read from the database
+    /// (`QUEEN_MAINTENANCE_REFRESH_MS`).
+    pub maintenance_refresh: Duration,
 }
 
 impl Default for EngineConfig {
@@ -107,6 +117,8 @@ impl Default for EngineConfig {
             retention_interval: Some(Duration::from_millis(300_000)),
             eviction_interval: Some(Duration::from_millis(60_000)),
             partition_idle: Some(Duration::from_secs(86_400)),
+            spool: None,
+            maintenance_refresh: Duration::from_millis(1000),
         }
     }
 }

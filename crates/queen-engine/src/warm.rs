@@ -81,14 +81,17 @@ async fn warm_one(
         .await
         .map_err(queen_sql::SqlError::from)?;
     let queue = format!("__queen_warm_up_{}", Uuid::now_v7());
-    let (_, partition, entry) = Entry::from_item(PushItem {
-        queue: queue.clone(),
-        partition: "Default".to_owned(),
-        transaction_id: None,
-        trace_id: None,
-        producer_sub: None,
-        payload: Bytes::from_static(b"{}"),
-    });
+    let (_, partition, entry) = Entry::from_item(
+        PushItem {
+            queue: queue.clone(),
+            partition: "Default".to_owned(),
+            transaction_id: None,
+            trace_id: None,
+            producer_sub: None,
+            payload: Bytes::from_static(b"{}"),
+        },
+        false,
+    );
     let mut builder = queen_frame::SegmentBuilder::with_level(zstd_level);
     let encoded = encode_entries(std::iter::once(&entry), false, None, &queue, &mut builder)?;
     let write = SegmentWrite {

@@ -136,7 +136,10 @@ fn engine_reply(error: &EngineError) -> (StatusCode, Cow<'static, str>) {
         EngineError::Shared(inner) => engine_reply(inner),
         EngineError::Sql(_) if error.is_transient() => UNAVAILABLE,
         EngineError::Sql(_) | EngineError::Frame(_) | EngineError::Internal(_) => INTERNAL,
-        EngineError::ShuttingDown | EngineError::PushUnresolved => (
+        EngineError::ShuttingDown
+        | EngineError::PushUnresolved
+        | EngineError::SpoolFull
+        | EngineError::NoSpool => (
             StatusCode::SERVICE_UNAVAILABLE,
             Cow::Owned(error.to_string()),
         ),
@@ -145,6 +148,10 @@ fn engine_reply(error: &EngineError) -> (StatusCode, Cow<'static, str>) {
         | EngineError::TransactionFailed { .. } => {
             (StatusCode::BAD_REQUEST, Cow::Owned(error.to_string()))
         }
+        EngineError::SpoolWrite(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Cow::Owned(error.to_string()),
+        ),
         EngineError::EncryptionKeyMissing { .. }
         | EngineError::InvalidKey
         | EngineError::Seal

@@ -59,6 +59,9 @@ pub(crate) enum Endpoint {
     GroupSubscription,
     SeekQueue,
     SeekPartition,
+    GetMaintenance,
+    SetMaintenance,
+    Buffers,
     GetPopMaintenance,
     SetPopMaintenance,
 }
@@ -171,6 +174,9 @@ pub(crate) static ROUTES: &[Route] = &[
     route(Method::POST, "/api/v1/consumer-groups/:group/subscription", E::GroupSubscription, ReadWrite, true),
     route(Method::POST, "/api/v1/consumer-groups/:group/queues/:queue/seek", E::SeekQueue, ReadWrite, true),
     route(Method::POST, "/api/v1/consumer-groups/:group/queues/:queue/partitions/:partition/seek", E::SeekPartition, ReadWrite, true),
+    route(Method::GET, "/api/v1/system/maintenance", E::GetMaintenance, Admin, false),
+    route(Method::POST, "/api/v1/system/maintenance", E::SetMaintenance, Admin, false),
+    route(Method::GET, "/api/v1/status/buffers", E::Buffers, ReadOnly, false),
     route(Method::GET, "/api/v1/system/maintenance/pop", E::GetPopMaintenance, Admin, false),
     route(Method::POST, "/api/v1/system/maintenance/pop", E::SetPopMaintenance, Admin, false),
 ];
@@ -267,6 +273,9 @@ async fn dispatch(
         E::SeekPartition => {
             handlers::consumer_groups::seek(engine, req, param(0), param(1), Some(param(2))).await
         }
+        E::GetMaintenance => Ok(handlers::maintenance::get(engine)),
+        E::SetMaintenance => handlers::maintenance::post(engine, req).await,
+        E::Buffers => Ok(handlers::maintenance::buffers(engine)),
         E::GetPopMaintenance => Ok(handlers::maintenance::get_pop(engine)),
         E::SetPopMaintenance => handlers::maintenance::post_pop(engine, req).await,
     }

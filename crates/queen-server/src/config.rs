@@ -143,6 +143,28 @@ pub(crate) struct Config {
     #[arg(long, env = "QUEEN_PARTITION_IDLE_SECONDS", default_value_t = 86_400)]
     pub(crate) partition_idle_seconds: u64,
 
+    /// Directory of the push spool: pushes taken while maintenance mode is on
+    /// or PostgreSQL is unreachable wait here (fsync'd) until they are
+    /// written to the database; created if missing; one broker per directory.
+    /// Empty: no spool (such pushes fail instead).
+    #[arg(long, env = "FILE_BUFFER_DIR", default_value = "./queen-buffers")]
+    pub(crate) file_buffer_dir: PathBuf,
+
+    /// MiB of undrained pushes the spool holds; past it pushes answer 503
+    /// with Retry-After (nothing is lost: the client retries).
+    #[arg(long, env = "QUEEN_SPOOL_MAX_MB", default_value_t = 1024)]
+    pub(crate) spool_max_mb: u64,
+
+    /// Milliseconds a push may take to commit before it is spooled instead
+    /// (PostgreSQL unreachable or stalled).
+    #[arg(long, env = "QUEEN_SPOOL_PUSH_TIMEOUT_MS", default_value_t = 5000)]
+    pub(crate) spool_push_timeout_ms: u64,
+
+    /// Milliseconds between reads of the cluster-wide maintenance flags: how
+    /// soon a change made through another broker applies here.
+    #[arg(long, env = "QUEEN_MAINTENANCE_REFRESH_MS", default_value_t = 1000)]
+    pub(crate) maintenance_refresh_ms: u64,
+
     /// Seconds in-flight requests get to finish on shutdown.
     #[arg(long, env = "QUEEN_SHUTDOWN_TIMEOUT_SECONDS", default_value_t = 30)]
     pub(crate) shutdown_timeout_seconds: u64,

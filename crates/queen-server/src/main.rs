@@ -5,7 +5,10 @@
 //! 2. find the database: an external server, or a managed cluster that is
 //!    initialised on first start and started now;
 //! 3. apply the schema (idempotent, under an advisory lock);
-//! 4. build the pool and the engine, bind the listener, serve.
+//! 4. create the spool directory (`FILE_BUFFER_DIR`), build the pool and the
+//!    engine (which counts what an earlier run left in the spool and drains
+//!    it once the maintenance flags are read), read the maintenance flags,
+//!    bind the listener, serve.
 //!
 //! Shutdown order, on SIGINT or SIGTERM:
 //! 1. stop accepting connections;
@@ -14,8 +17,9 @@
 //! 3. ask every connection to finish its in-flight request and close, while
 //!    push fusion keeps flushing so in-flight pushes still commit (bounded by
 //!    `QUEEN_SHUTDOWN_TIMEOUT_SECONDS`);
-//! 4. stop fusion after its last flush, the revisit wheel and the retention
-//!    loop, then close the pool (`Engine::shutdown`);
+//! 4. stop fusion after its last flush, the spool's drainer (what it holds
+//!    stays on disk and is drained at the next start), the revisit wheel and
+//!    the retention loop, then close the pool (`Engine::shutdown`);
 //! 5. stop the managed PostgreSQL, if this process started it.
 //!
 //! A second SIGINT or SIGTERM during any of that exits at once, with status
@@ -51,6 +55,12 @@ enum ServerError {
     Signals(#[source] std::io::Error),
     #[error("invalid configuration")]
     Engine(#[from] queen_engine::EngineError),
+    #[error("cannot create the spool directory {dir} (FILE_BUFFER_DIR)")]
+    SpoolDir {
+        dir: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("managed PostgreSQL task failed")]
     Join(#[from] tokio::task::JoinError),
 }
@@ -126,10 +136,22 @@ async fn serve(
         tracing::info!("shutdown requested before the database was reachable");
         return Ok(());
     };
+    // The spool directory now, so one the broker cannot write stops the boot
+    // with its reason.
+    if let Some(spool) = &engine_config.spool {
+        std::fs::create_dir_all(&spool.dir).map_err(|source| ServerError::SpoolDir {
+            dir: spool.dir.clone(),
+            source,
+        })?;
+    }
     let pool = queen_sql::connect::pool(db_config, config.db_pool_size)?;
     let engine = queen_engine::Engine::new(pool, engine_config);
     if config.db_pool_warm > 0 {
         engine.warm_up(config.db_pool_warm).await;
+    }
+    // Maintenance mode is cluster-wide: follow it from the first request.
+    if let Err(error) = engine.refresh_maintenance().await {
+        tracing::warn!(error = %queen_sql::error_chain(&error), "cannot read the maintenance flags");
     }
 
     let addr = std::net::SocketAddr::new(config.host, config.port);
@@ -182,7 +204,22 @@ fn engine_config(config: &Config) -> Result<queen_engine::EngineConfig, ServerEr
             .then(|| Duration::from_millis(config.eviction_interval)),
         partition_idle: (config.partition_idle_seconds > 0)
             .then(|| Duration::from_secs(config.partition_idle_seconds)),
+        spool: spool_config(config)?,
+        maintenance_refresh: Duration::from_millis(config.maintenance_refresh_ms.max(1)),
     })
+}
+
+/// The spool's settings (`serve` creates its directory).
+fn spool_config(config: &Config) -> Result<Option<queen_engine::SpoolConfig>, ServerError> {
+    let dir = config.file_buffer_dir.clone();
+    if dir.as_os_str().is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(queen_engine::SpoolConfig {
+        dir,
+        max_bytes: config.spool_max_mb.saturating_mul(1 << 20),
+        push_timeout: Duration::from_millis(config.spool_push_timeout_ms),
+    }))
 }
 
 /// Apply the schema, retrying while the database is unreachable (it may still be

@@ -27,6 +27,7 @@ pub mod registry;
 pub mod retention;
 mod schema;
 pub mod segments;
+pub mod system;
 pub mod traces;
 
 pub use error::{error_chain, SqlError};

@@ -54,6 +54,7 @@ pub const FILES: &[SqlFile] = &[
     sql_file!("schema/001_log_schema.sql", Transactional),
     sql_file!("schema/005_log_ack.sql", Transactional),
     sql_file!("schema/006_traces.sql", Transactional),
+    sql_file!("schema/007_system_state.sql", Transactional),
     sql_file!("schema/090_concurrent_indexes.sql", Concurrent),
     sql_file!("procedures/configure.sql", Transactional),
     sql_file!("procedures/push.sql", Transactional),

@@ -291,9 +291,12 @@ impl Broker {
         for var in DATABASE_VARS {
             cmd.env_remove(var);
         }
+        // The push spool next to the broker's log, one directory per broker.
+        let spool = log.with_extension("spool");
         cmd.env("QUEEN_DATABASE_URL", database_url)
             .env("HOST", "127.0.0.1")
             .env("PORT", port.to_string())
+            .env("FILE_BUFFER_DIR", &spool)
             .env("RUST_LOG", "warn");
         for (key, value) in extra_env {
             cmd.env(key, value);

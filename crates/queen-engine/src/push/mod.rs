@@ -82,9 +82,11 @@ pub(crate) struct Entry {
 impl Entry {
     /// The entry for `item`: a fresh message id (UUIDv7, so ids increase in
     /// item order), the client's transaction id or a generated one, its hash.
-    /// Returns the queue and partition alongside.
-    pub(crate) fn from_item(item: PushItem) -> (String, String, Entry) {
-        let client_id = item.transaction_id.is_some();
+    /// `generated` says the broker fixed the item's transaction id itself (a
+    /// fresh UUIDv7, which cannot repeat: no duplicate probe). Returns the
+    /// queue and partition alongside.
+    pub(crate) fn from_item(item: PushItem, generated: bool) -> (String, String, Entry) {
+        let client_id = item.transaction_id.is_some() && !generated;
         let transaction_id = item
             .transaction_id
             .unwrap_or_else(|| Uuid::now_v7().to_string());
@@ -118,13 +120,18 @@ pub(crate) type Group = (String, String, Vec<Entry>);
 
 /// Group `items` by (queue, partition), groups in order of first appearance,
 /// names owned once per group. Also answers, per item, its group and its
-/// position among the group's entries.
-pub(crate) fn group_by_partition(items: Vec<PushItem>) -> (Vec<Group>, Vec<(usize, usize)>) {
+/// position among the group's entries. `generated[i]` says item `i`'s
+/// transaction id was fixed by the broker (missing entries: it was not).
+pub(crate) fn group_by_partition(
+    items: Vec<PushItem>,
+    generated: &[bool],
+) -> (Vec<Group>, Vec<(usize, usize)>) {
     let mut groups: Vec<Group> = Vec::new();
     let mut group_of: HashMap<(String, String), usize> = HashMap::new();
     let mut places = Vec::with_capacity(items.len());
-    for item in items {
-        let (queue, partition, entry) = Entry::from_item(item);
+    for (index, item) in items.into_iter().enumerate() {
+        let generated = generated.get(index).copied().unwrap_or(false);
+        let (queue, partition, entry) = Entry::from_item(item, generated);
         let key = (queue, partition);
         let group = match group_of.get(&key) {
             Some(&idx) => idx,
@@ -174,8 +181,15 @@ impl Fusion {
     /// If PostgreSQL fails, the whole call fails, although partitions whose
     /// flush committed keep their messages: retrying with the same
     /// transaction ids is safe, the committed ones come back as duplicates.
-    pub(crate) async fn push(&self, items: Vec<PushItem>) -> Result<Vec<PushOutcome>, EngineError> {
-        let (groups, places) = group_by_partition(items);
+    ///
+    /// `generated[i]` says item `i`'s transaction id was fixed by the broker
+    /// (see [`Entry::from_item`]).
+    pub(crate) async fn push(
+        &self,
+        items: Vec<PushItem>,
+        generated: &[bool],
+    ) -> Result<Vec<PushOutcome>, EngineError> {
+        let (groups, places) = group_by_partition(items, generated);
         // Per item, before the entries move into fusion: transaction id,
         // trace id, message id.
         let answers = places

@@ -61,7 +61,7 @@ impl Checked {
     fn check(index: usize, op: TxnOp) -> Result<Checked, EngineError> {
         match op {
             TxnOp::Push(items) => {
-                let (groups, entries_by_item) = group_by_partition(items);
+                let (groups, entries_by_item) = group_by_partition(items, &[]);
                 let mut seen: Vec<HashSet<&[u8; queen_frame::HASH_LEN]>> = groups
                     .iter()
                     .map(|(_, _, entries)| HashSet::with_capacity(entries.len()))

@@ -6,13 +6,20 @@
 //! as the exact bytes the client sent (a zero-copy slice of the request body),
 //! never re-serialised. The answer is 201 with one result per item, in input
 //! order, with the contract's snake_case fields (plus `queueName`).
+//!
+//! A push the broker spooled (maintenance mode, or the database was
+//! unreachable: `Engine::push`) answers 201 with `status: "buffered"` items:
+//! `{index, transaction_id, status, queue, partition, transactionId,
+//! queueName}` (the contract's `queue`, `partition`, `transactionId`, plus
+//! the fields every push result carries). A spool write that failed answers
+//! 500 `File buffer write failed`; a full spool 503 with `Retry-After`.
 
 use std::io::Write as _;
 
 use bytes::Bytes;
 use hyper::StatusCode;
 use queen_engine::naming::{name_problem, DEFAULT_PARTITION};
-use queen_engine::{Engine, PushItem, PushOutcome, PushStatus};
+use queen_engine::{Buffered, Engine, PushItem, PushOutcome, PushStatus, Pushed};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -31,8 +38,11 @@ pub(crate) async fn post(engine: &Engine, req: Request) -> Result<Response, Http
     if items.is_empty() {
         return Ok(response::json(StatusCode::CREATED, &serde_json::json!([])));
     }
-    let outcomes = engine.push(items).await?;
-    Ok(response::raw_json(StatusCode::CREATED, render(&outcomes)))
+    let body = match engine.push(items).await? {
+        Pushed::Stored(outcomes) => render(&outcomes),
+        Pushed::Buffered(buffered) => render_buffered(&buffered),
+    };
+    Ok(response::raw_json(StatusCode::CREATED, body))
 }
 
 #[derive(Deserialize)]
@@ -198,6 +208,31 @@ fn render(outcomes: &[PushOutcome]) -> Vec<u8> {
         push_uuid(&mut out, outcome.trace_id);
         out.extend_from_slice(b",\"queueName\":");
         push_str(&mut out, &outcome.queue);
+        out.push(b'}');
+    }
+    out.push(b']');
+    out
+}
+
+/// The 201 body of a spooled push.
+fn render_buffered(buffered: &[Buffered]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(buffered.len() * 160 + 2);
+    out.push(b'[');
+    for (index, item) in buffered.iter().enumerate() {
+        if index > 0 {
+            out.push(b',');
+        }
+        let _ = write!(out, "{{\"index\":{index}");
+        out.extend_from_slice(b",\"transaction_id\":");
+        push_str(&mut out, &item.transaction_id);
+        out.extend_from_slice(b",\"status\":\"buffered\",\"queue\":");
+        push_str(&mut out, &item.queue);
+        out.extend_from_slice(b",\"partition\":");
+        push_str(&mut out, &item.partition);
+        out.extend_from_slice(b",\"transactionId\":");
+        push_str(&mut out, &item.transaction_id);
+        out.extend_from_slice(b",\"queueName\":");
+        push_str(&mut out, &item.queue);
         out.push(b'}');
     }
     out.push(b']');

@@ -1,6 +1,9 @@
 //! Faults with real processes (issue 14, items 16 and 17): the broker
 //! SIGKILLed mid-batch and restarted, PostgreSQL stopped and started under
-//! load, and the shutdown order on SIGTERM, including a second signal.
+//! load, and the shutdown order on SIGTERM, including a second signal; and
+//! (issue 15) the same load through a maintenance window, with the broker
+//! SIGKILLed while its spool holds pushes, and through a PostgreSQL outage
+//! the spool absorbs.
 //!
 //! Producers push 50-item batches with their own transaction ids, one
 //! partition each, and retry a failed batch with the same ids until it is
@@ -64,8 +67,9 @@ type Acked = Arc<Mutex<HashSet<(u64, u64)>>>;
 
 /// Push `batches` batches of [`BATCH`] messages to partition `p{producer}`,
 /// retrying each (same transaction ids) until it is acknowledged, or until
-/// `give_up` is set. A 201 must answer every item queued or duplicate.
-/// Returns the pushes that failed and were retried.
+/// `give_up` is set. A 201 must answer every item queued, duplicate or
+/// buffered (spooled; `buffered` counts those). Returns the pushes that
+/// failed and were retried.
 async fn produce(
     client: Client,
     producer: u64,
@@ -73,6 +77,7 @@ async fn produce(
     acked: Acked,
     progress: Arc<AtomicUsize>,
     give_up: Arc<AtomicBool>,
+    buffered: Arc<AtomicUsize>,
 ) -> usize {
     let mut retried = 0;
     for batch in 0..batches {
@@ -99,7 +104,13 @@ async fn produce(
                     assert_eq!(results.len(), BATCH);
                     for result in results {
                         let status = result["status"].as_str().unwrap_or_default();
-                        assert!(status == "queued" || status == "duplicate", "{result}");
+                        assert!(
+                            ["queued", "duplicate", "buffered"].contains(&status),
+                            "{result}"
+                        );
+                        if status == "buffered" {
+                            buffered.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                     let mut acked = acked.lock();
                     for i in 0..BATCH as u64 {
@@ -263,6 +274,7 @@ async fn pushes_pops_and_acks_survive_a_broker_sigkill_and_a_postgres_restart() 
                 Arc::clone(&acked),
                 Arc::clone(&progress),
                 Arc::clone(&never),
+                Arc::default(),
             ))
         })
         .collect();
@@ -348,6 +360,7 @@ async fn sigterm_finishes_in_flight_pushes_and_a_second_signal_exits_at_once() {
                 Arc::clone(&acked),
                 Arc::clone(&progress),
                 Arc::clone(&give_up),
+                Arc::default(),
             ))
         })
         .collect();
@@ -393,6 +406,181 @@ async fn sigterm_finishes_in_flight_pushes_and_a_second_signal_exits_at_once() {
     assert_eq!(status.code(), Some(130));
     assert!(second.elapsed() < Duration::from_secs(5));
     drop(slow);
+    tokio::task::spawn_blocking(move || cluster.stop())
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+/// The spool's state: `GET /api/v1/system/maintenance`, or `None` while
+/// the broker does not answer.
+async fn spool_state(client: &Client) -> Option<Value> {
+    let reply = client
+        .try_send(Method::GET, "/api/v1/system/maintenance", Bytes::new())
+        .await
+        .ok()?;
+    (reply.status == 200).then(|| reply.json())
+}
+
+async fn set_maintenance(client: &Client, enabled: bool) {
+    let reply = client
+        .post_json("/api/v1/system/maintenance", &json!({ "enabled": enabled }))
+        .await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+}
+
+/// Start `producers` producers (partitions `p{first}`...) of `batches`
+/// batches each, counting into `progress` and `buffered`.
+fn wave(
+    client: &Client,
+    producers: std::ops::Range<u64>,
+    batches: u64,
+    acked: &Acked,
+    progress: &Arc<AtomicUsize>,
+    buffered: &Arc<AtomicUsize>,
+) -> Vec<tokio::task::JoinHandle<usize>> {
+    producers
+        .map(|producer| {
+            tokio::spawn(produce(
+                client.clone(),
+                producer,
+                batches,
+                Arc::clone(acked),
+                Arc::clone(progress),
+                Arc::new(AtomicBool::new(false)),
+                Arc::clone(buffered),
+            ))
+        })
+        .collect()
+}
+
+/// Wait until the spool is empty.
+async fn until_drained(client: &Client) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while spool_state(client)
+        .await
+        .is_none_or(|s| s["bufferedMessages"] != 0)
+    {
+        assert!(Instant::now() < deadline, "the spool did not drain");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Issue 15: pushes through a maintenance window with a SIGKILL while the
+/// spool holds pushes, then through a PostgreSQL outage; afterwards every
+/// acknowledged message (queued, duplicate or buffered) is stored exactly
+/// once, delivered, and each partition's first deliveries come in push
+/// order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maintenance_a_sigkill_with_a_full_spool_and_an_outage_lose_and_duplicate_nothing() {
+    const BATCHES: u64 = 60;
+    let per_wave = usize::try_from(4 * BATCHES).unwrap() * BATCH;
+    let scratch = scratch();
+    let (mut cluster, url) = own_cluster(scratch.path()).await;
+    let vars = [
+        ("QUEEN_DATABASE_URL", url.as_str()),
+        ("QUEEN_SPOOL_PUSH_TIMEOUT_MS", "2000"),
+    ];
+    let broker = Broker::start(scratch.path(), &vars).await;
+    let port = broker.port();
+    let client = broker.client.clone();
+    configure(&client).await;
+
+    let acked: Acked = Arc::default();
+    let delivered: Delivered = Arc::default();
+    let done = Arc::new(AtomicBool::new(false));
+    let consumer = tokio::spawn(consume(
+        client.clone(),
+        Arc::clone(&delivered),
+        Arc::clone(&done),
+    ));
+
+    // Wave one, a tenth in: maintenance on; once the spool holds pushes,
+    // SIGKILL the broker and start it again on its port (and spool).
+    let (progress, in_maintenance) = (Arc::default(), Arc::new(AtomicUsize::new(0)));
+    let first = wave(&client, 0..4, BATCHES, &acked, &progress, &in_maintenance);
+    until(&progress, per_wave / 10).await;
+    set_maintenance(&client, true).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while spool_state(&client)
+        .await
+        .map_or(0, |s| s["bufferedMessages"].as_u64().unwrap_or(0))
+        < 4 * BATCH as u64
+    {
+        assert!(Instant::now() < deadline, "nothing was spooled");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::task::spawn_blocking(move || broker.kill())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let broker = Broker::start_at(port, None, scratch.path(), &vars).await;
+    // The restarted broker found its spool and still follows maintenance.
+    let state = spool_state(&client)
+        .await
+        .expect("the restarted broker answers");
+    assert_eq!(state["maintenanceMode"], true, "{state}");
+    assert!(state["bufferedMessages"].as_u64().unwrap() > 0, "{state}");
+    until(&progress, per_wave / 2).await;
+    set_maintenance(&client, false).await;
+    for producer in first {
+        producer.await.expect("a producer failed");
+    }
+    until_drained(&client).await;
+    assert!(in_maintenance.load(Ordering::Relaxed) > 0);
+
+    // Wave two, a tenth in: stop PostgreSQL for three seconds; pushes meet
+    // the outage and are spooled, and drained once it is back.
+    let (progress, in_outage) = (Arc::default(), Arc::new(AtomicUsize::new(0)));
+    let second = wave(&client, 4..8, BATCHES, &acked, &progress, &in_outage);
+    until(&progress, per_wave / 10).await;
+    let mut cluster = tokio::task::spawn_blocking(move || {
+        cluster.stop().expect("stop PostgreSQL");
+        std::thread::sleep(Duration::from_secs(3));
+        cluster.start().expect("start PostgreSQL again");
+        cluster
+    })
+    .await
+    .unwrap();
+    for producer in second {
+        producer.await.expect("a producer failed");
+    }
+    let state = spool_state(&client).await.expect("the broker answers");
+    let failover = state["bufferStats"]["failedFiles"]["failoverCount"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        failover > 0,
+        "no push was spooled during the outage: {state}"
+    );
+    assert!(in_outage.load(Ordering::Relaxed) > 0);
+    until_drained(&client).await;
+
+    let total = 2 * per_wave;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while delivered
+        .lock()
+        .iter()
+        .copied()
+        .collect::<HashSet<_>>()
+        .len()
+        < total
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    done.store(true, Ordering::Relaxed);
+    consumer.await.expect("the consumer failed");
+    let state = spool_state(&client).await.expect("the broker answers");
+    assert_eq!(state["bufferStats"]["failedCount"], 0, "{state}");
+    assert_eq!(acked.lock().len(), total);
+    check_stored(&url, &acked).await;
+    check_delivered(&acked, &delivered);
+
+    let (status, log) = tokio::task::spawn_blocking(move || broker.terminate())
+        .await
+        .unwrap();
+    assert!(status.success(), "{log}");
     tokio::task::spawn_blocking(move || cluster.stop())
         .await
         .unwrap()

@@ -70,6 +70,11 @@ impl Broker {
         if let Some(cwd) = cwd {
             cmd.current_dir(cwd);
         }
+        // One spool directory per broker address: a broker restarted on its
+        // port finds what it spooled before.
+        if !vars.iter().any(|(key, _)| *key == "FILE_BUFFER_DIR") {
+            cmd.env("FILE_BUFFER_DIR", log_dir.join(format!("spool-{port}")));
+        }
         cmd.env("PORT", &port_text)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

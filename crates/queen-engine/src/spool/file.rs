@@ -1,0 +1,355 @@
+//! The spool's files: append-only logs of push records, each append
+//! fsync'd before it is answered.
+//!
+//! A spool directory holds:
+//! - `spool-<seq>.log`: records in append order. The writer appends to one
+//!   file at a time and starts a new one (next `seq`) when the file passes
+//!   [`ROTATE_BYTES`] or when the drainer asks; after a restart it never
+//!   appends to an old file (its tail may be torn).
+//! - `spool-<seq>.pos`: how many bytes of that log the drainer has pushed
+//!   (8 bytes, little-endian; written to a temporary file and renamed, so it
+//!   is either the old or the new value). A log without one is undrained.
+//! - `failed-<seq>.log`: records the drainer could not push for a reason
+//!   that retrying cannot fix (kept for the operator, same format).
+//!
+//! A record is `u32 length, u32 crc32, body` (little-endian), the body the
+//! fields of one pushed item, each length-prefixed. A record whose length
+//! runs past the end of the file or whose checksum does not match ends the
+//! readable part: only the last append can be torn, and it was never
+//! answered.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use uuid::Uuid;
+
+/// A log passing this size is closed and a new one started.
+pub(crate) const ROTATE_BYTES: u64 = 64 * 1024 * 1024;
+
+const RECORD_VERSION: u8 = 1;
+const HEADER: usize = 8;
+
+/// One spooled push item: everything the push needs again, with the
+/// transaction id fixed (the broker's, when the client sent none), so the
+/// replay is idempotent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Record {
+    pub(crate) queue: String,
+    pub(crate) partition: String,
+    pub(crate) transaction_id: String,
+    pub(crate) trace_id: Option<Uuid>,
+    pub(crate) producer_sub: Option<String>,
+    pub(crate) payload: Bytes,
+}
+
+impl Record {
+    /// Append the record, framed, to `out`.
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        out.extend_from_slice(&[0; HEADER]);
+        out.push(RECORD_VERSION);
+        put(out, self.queue.as_bytes());
+        put(out, self.partition.as_bytes());
+        put(out, self.transaction_id.as_bytes());
+        match self.trace_id {
+            Some(id) => {
+                out.push(1);
+                out.extend_from_slice(id.as_bytes());
+            }
+            None => out.push(0),
+        }
+        match &self.producer_sub {
+            Some(sub) => {
+                out.push(1);
+                put(out, sub.as_bytes());
+            }
+            None => out.push(0),
+        }
+        put(out, &self.payload);
+        let body = &out[start + HEADER..];
+        let len = u32::try_from(body.len()).unwrap_or(u32::MAX).to_le_bytes();
+        let crc = crc32fast::hash(body).to_le_bytes();
+        out[start..start + 4].copy_from_slice(&len);
+        out[start + 4..start + HEADER].copy_from_slice(&crc);
+    }
+
+    /// The record at the start of `bytes` and its framed length; `None` when
+    /// it is incomplete, corrupt or of an unknown version.
+    pub(crate) fn decode(bytes: &[u8]) -> Option<(Record, usize)> {
+        let len = u32::from_le_bytes(bytes.get(0..4)?.try_into().ok()?) as usize;
+        let crc = u32::from_le_bytes(bytes.get(4..HEADER)?.try_into().ok()?);
+        let body = bytes.get(HEADER..HEADER.checked_add(len)?)?;
+        if crc32fast::hash(body) != crc {
+            return None;
+        }
+        let mut reader = Reader { rest: body };
+        if reader.byte()? != RECORD_VERSION {
+            return None;
+        }
+        let queue = reader.string()?;
+        let partition = reader.string()?;
+        let transaction_id = reader.string()?;
+        let trace_id = match reader.byte()? {
+            0 => None,
+            _ => Some(Uuid::from_slice(reader.take(16)?).ok()?),
+        };
+        let producer_sub = match reader.byte()? {
+            0 => None,
+            _ => Some(reader.string()?),
+        };
+        let payload = Bytes::copy_from_slice(reader.field()?);
+        reader.rest.is_empty().then_some((
+            Record {
+                queue,
+                partition,
+                transaction_id,
+                trace_id,
+                producer_sub,
+                payload,
+            },
+            HEADER + len,
+        ))
+    }
+}
+
+fn put(out: &mut Vec<u8>, field: &[u8]) {
+    out.extend_from_slice(&u32::try_from(field.len()).unwrap_or(u32::MAX).to_le_bytes());
+    out.extend_from_slice(field);
+}
+
+struct Reader<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.rest.len() < n {
+            return None;
+        }
+        let (head, rest) = self.rest.split_at(n);
+        self.rest = rest;
+        Some(head)
+    }
+
+    fn byte(&mut self) -> Option<u8> {
+        self.take(1).map(|b| b[0])
+    }
+
+    fn field(&mut self) -> Option<&'a [u8]> {
+        let len = u32::from_le_bytes(self.take(4)?.try_into().ok()?) as usize;
+        self.take(len)
+    }
+
+    fn string(&mut self) -> Option<String> {
+        String::from_utf8(self.field()?.to_vec()).ok()
+    }
+}
+
+/// The records of `bytes` from its start, each with the offset just past
+/// it, as far as they decode; and whether undecodable bytes follow.
+pub(crate) fn records(bytes: &[u8]) -> (Vec<(Record, usize)>, bool) {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let Some((record, len)) = bytes.get(at..).and_then(Record::decode) else {
+            return (out, true);
+        };
+        at += len;
+        out.push((record, at));
+    }
+    (out, false)
+}
+
+/// The log file of `seq` in `dir`.
+pub(crate) fn log_path(dir: &Path, seq: u64) -> PathBuf {
+    dir.join(format!("spool-{seq:020}.log"))
+}
+
+fn pos_path(dir: &Path, seq: u64) -> PathBuf {
+    dir.join(format!("spool-{seq:020}.pos"))
+}
+
+/// The failed-records file of `seq` in `dir`.
+pub(crate) fn failed_path(dir: &Path, seq: u64) -> PathBuf {
+    dir.join(format!("failed-{seq:020}.log"))
+}
+
+/// The sequence numbers of the logs in `dir`, ascending.
+pub(crate) fn logs(dir: &Path) -> io::Result<Vec<u64>> {
+    let mut seqs: Vec<u64> = std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let name = entry.file_name();
+            let name = name.to_str()?;
+            name.strip_prefix("spool-")?
+                .strip_suffix(".log")?
+                .parse()
+                .ok()
+        })
+        .collect();
+    seqs.sort_unstable();
+    Ok(seqs)
+}
+
+/// (files, bytes) of the failed-records files in `dir`.
+pub(crate) fn failed_files(dir: &Path) -> (u64, u64) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return (0, 0);
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|entry| {
+            entry
+                .file_name()
+                .to_str()
+                .is_some_and(|name| name.starts_with("failed-") && name.ends_with(".log"))
+        })
+        .filter_map(|entry| entry.metadata().ok())
+        .fold((0, 0), |(files, bytes), meta| {
+            (files + 1, bytes + meta.len())
+        })
+}
+
+/// How many bytes of log `seq` were drained already.
+pub(crate) fn drained(dir: &Path, seq: u64) -> io::Result<u64> {
+    match std::fs::read(pos_path(dir, seq)) {
+        Ok(bytes) => Ok(bytes
+            .get(0..8)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, u64::from_le_bytes)),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(0),
+        Err(error) => Err(error),
+    }
+}
+
+/// Record that `offset` bytes of log `seq` were drained, durably.
+pub(crate) fn set_drained(dir: &Path, seq: u64, offset: u64) -> io::Result<()> {
+    let tmp = dir.join(format!("spool-{seq:020}.pos.tmp"));
+    let mut file = File::create(&tmp)?;
+    file.write_all(&offset.to_le_bytes())?;
+    file.sync_data()?;
+    std::fs::rename(&tmp, pos_path(dir, seq))?;
+    sync_dir(dir)
+}
+
+/// Remove log `seq` and its progress, durably.
+pub(crate) fn remove_log(dir: &Path, seq: u64) -> io::Result<()> {
+    std::fs::remove_file(log_path(dir, seq))?;
+    match std::fs::remove_file(pos_path(dir, seq)) {
+        Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
+        _ => {}
+    }
+    sync_dir(dir)
+}
+
+/// Append `bytes` to the failed-records file of `seq`, durably.
+pub(crate) fn append_failed(dir: &Path, seq: u64, bytes: &[u8]) -> io::Result<()> {
+    let path = failed_path(dir, seq);
+    let created = !path.exists();
+    let mut file = OpenOptions::new().create(true).append(true).open(&path)?;
+    file.write_all(bytes)?;
+    file.sync_data()?;
+    if created {
+        sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// Make the directory's entries (created, renamed, removed files) durable.
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// The log being appended to.
+pub(crate) struct Active {
+    file: File,
+    pub(crate) len: u64,
+}
+
+impl Active {
+    /// A new, empty log `seq` in `dir` (its directory entry made durable).
+    pub(crate) fn create(dir: &Path, seq: u64) -> io::Result<Active> {
+        let file = OpenOptions::new()
+            .create_new(true)
+            .append(true)
+            .open(log_path(dir, seq))?;
+        sync_dir(dir)?;
+        Ok(Active { file, len: 0 })
+    }
+
+    /// Append `bytes`; durable once [`Active::sync`] returned.
+    pub(crate) fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.file.write_all(bytes)?;
+        self.len += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// fsync what was written.
+    pub(crate) fn sync(&mut self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(i: usize) -> Record {
+        Record {
+            queue: format!("q{i}"),
+            partition: "p".to_owned(),
+            transaction_id: format!("t{i}"),
+            trace_id: (i % 2 == 0).then(Uuid::now_v7),
+            producer_sub: (i % 3 == 0).then(|| "sub".to_owned()),
+            payload: Bytes::from(format!("{{\"n\":{i}}}")),
+        }
+    }
+
+    #[test]
+    fn records_round_trip_and_a_torn_tail_ends_the_readable_part() {
+        let written: Vec<Record> = (0..5).map(record).collect();
+        let mut bytes = Vec::new();
+        for record in &written {
+            record.encode(&mut bytes);
+        }
+        let whole = bytes.len();
+        let (read, torn) = records(&bytes);
+        assert!(!torn);
+        assert_eq!(
+            read.iter().map(|(r, _)| r.clone()).collect::<Vec<_>>(),
+            written
+        );
+        assert_eq!(read.last().map(|(_, end)| *end), Some(whole));
+        // A torn last append: the four before it are read, and it is not.
+        let (read, torn) = records(&bytes[..whole - 3]);
+        assert!(torn);
+        assert_eq!(read.len(), 4);
+        // A flipped byte inside the third record stops reading there.
+        let third = read[1].1 + HEADER + 3;
+        bytes[third] ^= 0xff;
+        let (read, torn) = records(&bytes);
+        assert!(torn);
+        assert_eq!(read.len(), 2);
+    }
+
+    #[test]
+    fn progress_survives_and_logs_are_listed_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        for seq in [3, 1, 2] {
+            let mut active = Active::create(dir.path(), seq).unwrap();
+            active.write(b"x").unwrap();
+            active.sync().unwrap();
+        }
+        assert_eq!(logs(dir.path()).unwrap(), [1, 2, 3]);
+        assert_eq!(drained(dir.path(), 2).unwrap(), 0);
+        set_drained(dir.path(), 2, 77).unwrap();
+        assert_eq!(drained(dir.path(), 2).unwrap(), 77);
+        remove_log(dir.path(), 2).unwrap();
+        assert_eq!(logs(dir.path()).unwrap(), [1, 3]);
+        assert_eq!(drained(dir.path(), 2).unwrap(), 0);
+        append_failed(dir.path(), 1, b"abc").unwrap();
+        assert_eq!(failed_files(dir.path()), (1, 3));
+    }
+}

@@ -1,0 +1,568 @@
+//! The push spool (decisions.md §9, wire-api.md §2.2 and §4): a local,
+//! append-only, fsync'd log of pushes the database did not take, drained to
+//! PostgreSQL in order and idempotently.
+//!
+//! A push is spooled, and answered `buffered` once its records are on disk,
+//! while the spool is *spooling*:
+//! - push maintenance mode is on (the cluster-wide flag, `maintenance.rs`);
+//! - the database is unreachable: a push failed with a transient error or
+//!   did not commit within the bound (`QUEEN_SPOOL_PUSH_TIMEOUT_MS`); that
+//!   push is spooled whole and every later one until the drainer reaches the
+//!   database again;
+//! - records are still waiting to be drained: new pushes queue behind them,
+//!   so a partition's messages reach the log in the order they were answered.
+//!
+//! Records carry their transaction id (the broker fixes one before the
+//! first attempt when the client sent none), so a replay is idempotent: the
+//! drainer pushes through fusion with the duplicate probe on, and the
+//! drained offset of each log is recorded after every chunk, so after a
+//! crash only the chunk in flight is pushed again (and found duplicate).
+//!
+//! The drainer runs while push maintenance is off and the database answers:
+//! it closes the active log, pushes the closed logs oldest first in chunks,
+//! and removes each log once pushed. Records it cannot push for a reason a
+//! retry cannot fix (a queue that needs an encryption key this broker lacks)
+//! go to a `failed-*.log` file and are counted as failed.
+//!
+//! The spool is bounded by `QUEEN_SPOOL_MAX_MB` of undrained records: past
+//! it a push answers 503 (`EngineError::SpoolFull`) and nothing of it is
+//! written. File layout and record format: `file.rs`.
+
+mod file;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, oneshot, watch, Notify};
+
+use crate::push::{Fusion, PushItem};
+use crate::EngineError;
+use file::{Active, Record};
+
+/// How the spool is set up (`FILE_BUFFER_DIR`, `QUEEN_SPOOL_MAX_MB`,
+/// `QUEEN_SPOOL_PUSH_TIMEOUT_MS`).
+#[derive(Debug, Clone)]
+pub struct SpoolConfig {
+    /// The directory of the spool files; created if missing. One broker
+    /// process per directory.
+    pub dir: PathBuf,
+    /// The most bytes of undrained records the spool holds.
+    pub max_bytes: u64,
+    /// How long a push may take to commit before it is spooled instead.
+    pub push_timeout: Duration,
+}
+
+/// A pushed item that was spooled, not yet stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Buffered {
+    /// Queue name.
+    pub queue: String,
+    /// Partition name.
+    pub partition: String,
+    /// The transaction id it will be stored under.
+    pub transaction_id: String,
+}
+
+/// What the spool holds and how it fares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SpoolStats {
+    /// Records waiting to be drained.
+    pub pending: u64,
+    /// Their bytes.
+    pub pending_bytes: u64,
+    /// Records the drainer could not push (kept in `failed-*.log`).
+    pub failed: u64,
+    /// Files of failed records, and their bytes.
+    pub failed_files: u64,
+    /// Bytes of the failed-record files.
+    pub failed_bytes: u64,
+    /// Records spooled because the database was unreachable (since start).
+    pub failover: u64,
+    /// Records drained into the database (since start).
+    pub drained: u64,
+    /// False while the database is considered unreachable.
+    pub db_healthy: bool,
+    /// False after the last spool write failed.
+    pub healthy: bool,
+    /// True while pushes are spooled.
+    pub spooling: bool,
+}
+
+/// Why a push is spooled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reason {
+    /// The spool was already spooling.
+    Spooling,
+    /// The push could not reach the database.
+    Outage,
+}
+
+/// Records drained per fusion push.
+const CHUNK_RECORDS: usize = 1000;
+/// Payload bytes drained per fusion push, at most (one record more).
+const CHUNK_BYTES: usize = 4 * 1024 * 1024;
+/// The drainer's idle tick: how soon it notices the database is back.
+const TICK: Duration = Duration::from_millis(250);
+/// How long a database check may take.
+const PING_BOUND: Duration = Duration::from_secs(2);
+
+struct State {
+    /// False until the maintenance flags were read once: a spool left by an
+    /// earlier run must not drain into a database in maintenance mode.
+    flags_known: bool,
+    maintenance: bool,
+    outage: bool,
+    pending: u64,
+    pending_bytes: u64,
+    failed: u64,
+    failover: u64,
+    drained: u64,
+    healthy: bool,
+}
+
+impl State {
+    fn spooling(&self) -> bool {
+        self.maintenance || self.outage || self.pending > 0
+    }
+}
+
+enum Command {
+    Append {
+        bytes: Vec<u8>,
+        reply: oneshot::Sender<std::io::Result<()>>,
+    },
+    /// Close the active log; answers the first sequence number not closed.
+    Rotate { reply: oneshot::Sender<u64> },
+}
+
+/// The spool component.
+pub(crate) struct Spool {
+    dir: PathBuf,
+    max_bytes: u64,
+    push_timeout: Duration,
+    state: Mutex<State>,
+    writer: mpsc::UnboundedSender<Command>,
+    wake: Notify,
+    stop: watch::Sender<bool>,
+    drainer: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Spool {
+    /// Open the spool in `config.dir` (counting what earlier runs left
+    /// undrained), start its writer thread and its drainer.
+    pub(crate) fn open(
+        config: &SpoolConfig,
+        fusion: Arc<Fusion>,
+        pool: deadpool_postgres::Pool,
+    ) -> std::io::Result<Arc<Spool>> {
+        std::fs::create_dir_all(&config.dir)?;
+        let seqs = file::logs(&config.dir)?;
+        let (mut pending, mut pending_bytes) = (0u64, 0u64);
+        for &seq in &seqs {
+            let bytes = std::fs::read(file::log_path(&config.dir, seq))?;
+            let from = usize::try_from(file::drained(&config.dir, seq)?).unwrap_or(usize::MAX);
+            let (records, _) = file::records(bytes.get(from..).unwrap_or_default());
+            pending += records.len() as u64;
+            pending_bytes += records.last().map_or(0, |(_, end)| *end as u64);
+        }
+        if pending > 0 {
+            tracing::info!(
+                records = pending,
+                "the spool holds pushes from an earlier run; draining them"
+            );
+        }
+        let next_seq = seqs.last().map_or(1, |last| last + 1);
+        let (writer, commands) = mpsc::unbounded_channel();
+        let dir = config.dir.clone();
+        std::thread::Builder::new()
+            .name("queen-spool".to_owned())
+            .spawn(move || run_writer(&dir, next_seq, commands))?;
+        let (stop, stopped) = watch::channel(false);
+        let spool = Arc::new(Spool {
+            dir: config.dir.clone(),
+            max_bytes: config.max_bytes,
+            push_timeout: config.push_timeout,
+            state: Mutex::new(State {
+                flags_known: false,
+                maintenance: false,
+                outage: false,
+                pending,
+                pending_bytes,
+                failed: 0,
+                failover: 0,
+                drained: 0,
+                healthy: true,
+            }),
+            writer,
+            wake: Notify::new(),
+            stop,
+            drainer: Mutex::new(None),
+        });
+        let handle = tokio::spawn(run_drainer(Arc::clone(&spool), fusion, pool, stopped));
+        *spool.drainer.lock() = Some(handle);
+        Ok(spool)
+    }
+
+    /// How long a direct push may take before it is spooled.
+    pub(crate) fn push_timeout(&self) -> Duration {
+        self.push_timeout
+    }
+
+    /// True while pushes go to the spool.
+    pub(crate) fn spooling(&self) -> bool {
+        self.state.lock().spooling()
+    }
+
+    /// Push maintenance mode on or off (off lets the drainer run).
+    pub(crate) fn set_maintenance(&self, enabled: bool) {
+        {
+            let mut state = self.state.lock();
+            state.maintenance = enabled;
+            state.flags_known = true;
+        }
+        self.wake.notify_one();
+    }
+
+    /// Whether push maintenance mode is on.
+    pub(crate) fn maintenance(&self) -> bool {
+        self.state.lock().maintenance
+    }
+
+    /// Spool `items` (every one with its transaction id fixed); answers
+    /// once they are on disk.
+    pub(crate) async fn append(
+        &self,
+        items: &[PushItem],
+        reason: Reason,
+    ) -> Result<Vec<Buffered>, EngineError> {
+        let mut bytes = Vec::with_capacity(items.iter().map(|i| i.payload.len() + 96).sum());
+        let mut buffered = Vec::with_capacity(items.len());
+        for item in items {
+            let transaction_id = item.transaction_id.clone().ok_or(EngineError::Internal(
+                "a spooled item has no transaction id",
+            ))?;
+            Record {
+                queue: item.queue.clone(),
+                partition: item.partition.clone(),
+                transaction_id: transaction_id.clone(),
+                trace_id: item.trace_id,
+                producer_sub: item.producer_sub.clone(),
+                payload: item.payload.clone(),
+            }
+            .encode(&mut bytes);
+            buffered.push(Buffered {
+                queue: item.queue.clone(),
+                partition: item.partition.clone(),
+                transaction_id,
+            });
+        }
+        let (n, len) = (items.len() as u64, bytes.len() as u64);
+        let (reply, answer) = oneshot::channel();
+        {
+            // Counted and queued under the lock: the drainer declares the
+            // spool empty only under it, so no record is ever left behind.
+            let mut state = self.state.lock();
+            if state.pending_bytes + len > self.max_bytes {
+                return Err(EngineError::SpoolFull);
+            }
+            if reason == Reason::Outage {
+                if !state.outage {
+                    tracing::warn!("the database is unreachable; pushes go to the spool");
+                }
+                state.outage = true;
+                state.failover += n;
+            }
+            state.pending += n;
+            state.pending_bytes += len;
+            if self.writer.send(Command::Append { bytes, reply }).is_err() {
+                state.pending -= n;
+                state.pending_bytes -= len;
+                return Err(EngineError::ShuttingDown);
+            }
+        }
+        let written = answer
+            .await
+            .unwrap_or_else(|_| Err(std::io::Error::other("the spool writer stopped")));
+        let mut state = self.state.lock();
+        match written {
+            Ok(()) => {
+                state.healthy = true;
+                Ok(buffered)
+            }
+            Err(error) => {
+                tracing::error!(%error, dir = %self.dir.display(), "cannot write the spool");
+                state.healthy = false;
+                state.pending = state.pending.saturating_sub(n);
+                state.pending_bytes = state.pending_bytes.saturating_sub(len);
+                Err(EngineError::SpoolWrite(error))
+            }
+        }
+    }
+
+    /// What the spool holds now.
+    pub(crate) fn stats(&self) -> SpoolStats {
+        let (failed_files, failed_bytes) = file::failed_files(&self.dir);
+        let state = self.state.lock();
+        SpoolStats {
+            pending: state.pending,
+            pending_bytes: state.pending_bytes,
+            failed: state.failed,
+            failed_files,
+            failed_bytes,
+            failover: state.failover,
+            drained: state.drained,
+            db_healthy: !state.outage,
+            healthy: state.healthy,
+            spooling: state.spooling(),
+        }
+    }
+
+    /// Stop the drainer (what it holds stays on disk for the next start).
+    pub(crate) async fn shutdown(&self) {
+        let _ = self.stop.send(true);
+        let handle = self.drainer.lock().take();
+        if let Some(handle) = handle {
+            let _ = handle.await;
+        }
+    }
+
+    /// Ask the writer to close the active log.
+    async fn rotate(&self) -> Option<u64> {
+        let (reply, answer) = oneshot::channel();
+        self.writer.send(Command::Rotate { reply }).ok()?;
+        answer.await.ok()
+    }
+}
+
+/// The writer thread: appends in arrival order, one fsync for everything
+/// that arrived together, then answers each append.
+fn run_writer(dir: &Path, mut next_seq: u64, mut commands: mpsc::UnboundedReceiver<Command>) {
+    let mut active: Option<Active> = None;
+    let mut waiting: Vec<oneshot::Sender<std::io::Result<()>>> = Vec::new();
+    while let Some(first) = commands.blocking_recv() {
+        let mut command = Some(first);
+        while let Some(next) = command.take() {
+            match next {
+                Command::Append { bytes, reply } => {
+                    if active.as_ref().is_some_and(|a| a.len >= file::ROTATE_BYTES) {
+                        sync_and_answer(active.as_mut(), &mut waiting);
+                        active = None;
+                    }
+                    let written = match active.as_mut() {
+                        Some(log) => log.write(&bytes),
+                        None => Active::create(dir, next_seq).and_then(|mut log| {
+                            next_seq += 1;
+                            let written = log.write(&bytes);
+                            active = Some(log);
+                            written
+                        }),
+                    };
+                    match written {
+                        Ok(()) => waiting.push(reply),
+                        Err(error) => {
+                            let _ = reply.send(Err(error));
+                        }
+                    }
+                }
+                Command::Rotate { reply } => {
+                    sync_and_answer(active.as_mut(), &mut waiting);
+                    active = None;
+                    let _ = reply.send(next_seq);
+                }
+            }
+            command = commands.try_recv().ok();
+        }
+        sync_and_answer(active.as_mut(), &mut waiting);
+    }
+}
+
+fn sync_and_answer(
+    active: Option<&mut Active>,
+    waiting: &mut Vec<oneshot::Sender<std::io::Result<()>>>,
+) {
+    if waiting.is_empty() {
+        return;
+    }
+    let synced = match active {
+        Some(log) => log.sync(),
+        None => Err(std::io::Error::other("no spool file is open")),
+    };
+    for reply in waiting.drain(..) {
+        let answer = match &synced {
+            Ok(()) => Ok(()),
+            Err(error) => Err(std::io::Error::new(error.kind(), error.to_string())),
+        };
+        let _ = reply.send(answer);
+    }
+}
+
+/// The drainer task.
+async fn run_drainer(
+    spool: Arc<Spool>,
+    fusion: Arc<Fusion>,
+    pool: deadpool_postgres::Pool,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = spool.wake.notified() => {}
+            _ = tokio::time::sleep(TICK) => {}
+            _ = stop.changed() => return,
+        }
+        let (maintenance, outage, pending) = {
+            let state = spool.state.lock();
+            (
+                state.maintenance || !state.flags_known,
+                state.outage,
+                state.pending,
+            )
+        };
+        if maintenance {
+            continue;
+        }
+        if outage {
+            if !reachable(&pool).await {
+                continue;
+            }
+            tracing::info!("the database answers again; draining the spool");
+            spool.state.lock().outage = false;
+        }
+        if pending == 0 {
+            continue;
+        }
+        if let Err(error) = drain(&spool, &fusion).await {
+            if error.is_unreachable() {
+                spool.state.lock().outage = true;
+            } else {
+                tracing::error!(error = %crate::error_chain(&error), "the spool drain failed");
+            }
+        }
+    }
+}
+
+async fn reachable(pool: &deadpool_postgres::Pool) -> bool {
+    tokio::time::timeout(PING_BOUND, async {
+        let client = pool.get().await.ok()?;
+        queen_sql::connect::ping(&**client).await.ok()
+    })
+    .await
+    .ok()
+    .flatten()
+    .is_some()
+}
+
+/// Drain every closed log, oldest first; stops early when maintenance is
+/// turned on again.
+async fn drain(spool: &Spool, fusion: &Fusion) -> Result<(), EngineError> {
+    let Some(boundary) = spool.rotate().await else {
+        return Ok(());
+    };
+    let dir = spool.dir.clone();
+    let seqs = blocking(move || file::logs(&dir)).await?;
+    for seq in seqs.into_iter().filter(|&seq| seq < boundary) {
+        if spool.maintenance() {
+            return Ok(());
+        }
+        drain_log(spool, fusion, seq).await?;
+    }
+    Ok(())
+}
+
+/// Push log `seq` from its drained offset, chunk by chunk, then remove it.
+async fn drain_log(spool: &Spool, fusion: &Fusion, seq: u64) -> Result<(), EngineError> {
+    let dir = spool.dir.clone();
+    let (bytes, from) = blocking(move || {
+        let bytes = std::fs::read(file::log_path(&dir, seq))?;
+        let from = file::drained(&dir, seq)?;
+        Ok((bytes, from))
+    })
+    .await?;
+    let from = usize::try_from(from).unwrap_or(usize::MAX).min(bytes.len());
+    let (records, torn) = file::records(bytes.get(from..).unwrap_or_default());
+    if torn {
+        tracing::warn!(
+            seq,
+            "a spool log ends in a torn record (an append that was never answered); it is skipped"
+        );
+    }
+    let mut start = 0usize;
+    let mut done = 0usize;
+    while done < records.len() {
+        if spool.maintenance() {
+            return Ok(());
+        }
+        let mut end = done;
+        let mut payload = 0usize;
+        while end < records.len() && end - done < CHUNK_RECORDS && payload < CHUNK_BYTES {
+            payload += records[end].0.payload.len();
+            end += 1;
+        }
+        let chunk = &records[done..end];
+        let stop_at = chunk.last().map_or(start, |(_, at)| *at);
+        let items: Vec<PushItem> = chunk
+            .iter()
+            .map(|(record, _)| PushItem {
+                queue: record.queue.clone(),
+                partition: record.partition.clone(),
+                transaction_id: Some(record.transaction_id.clone()),
+                trace_id: record.trace_id,
+                producer_sub: record.producer_sub.clone(),
+                payload: record.payload.clone(),
+            })
+            .collect();
+        let n = chunk.len() as u64;
+        let failed = match fusion.push(items, &[]).await {
+            Ok(_) => false,
+            // The database went away (or the broker is stopping): the chunk
+            // stays undrained and is pushed again later.
+            Err(error) if error.is_transient() => return Err(error),
+            Err(error) => {
+                tracing::error!(
+                    error = %crate::error_chain(&error),
+                    records = n,
+                    "spooled pushes cannot be stored; they are kept in a failed-*.log file"
+                );
+                true
+            }
+        };
+        let dir = spool.dir.clone();
+        let raw = bytes
+            .get(from + start..from + stop_at)
+            .unwrap_or_default()
+            .to_vec();
+        let offset = (from + stop_at) as u64;
+        blocking(move || {
+            if failed {
+                file::append_failed(&dir, seq, &raw)?;
+            }
+            file::set_drained(&dir, seq, offset)
+        })
+        .await?;
+        {
+            let mut state = spool.state.lock();
+            state.pending = state.pending.saturating_sub(n);
+            state.pending_bytes = state.pending_bytes.saturating_sub((stop_at - start) as u64);
+            if failed {
+                state.failed += n;
+            } else {
+                state.drained += n;
+            }
+        }
+        start = stop_at;
+        done = end;
+    }
+    let dir = spool.dir.clone();
+    blocking(move || file::remove_log(&dir, seq)).await
+}
+
+/// Run file I/O off the async workers.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> Result<T, EngineError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|_| EngineError::Internal("a spool file task panicked"))?
+        .map_err(EngineError::SpoolWrite)
+}

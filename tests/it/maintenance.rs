@@ -1,0 +1,311 @@
+//! Issue 15, items 6 and 7: maintenance mode and the push spool, in process
+//! (the outage half, with PostgreSQL really stopped and the broker
+//! SIGKILLed, is `crates/queen-server/tests/it/faults.rs`).
+//!
+//! While push maintenance is on, pushes are answered `buffered` from a local
+//! fsync'd spool and consumers see nothing new; turned off, the spool drains
+//! to PostgreSQL in order and idempotently. The flags are persisted, so
+//! every broker on the database follows them.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use queen_engine::{EngineConfig, SpoolConfig};
+use queen_testkit::TestDb;
+use queen_tests::TestBroker;
+use serde_json::{json, Value};
+
+use crate::support::{ack_all, data, expect_status, pop, push, push_items, select_i64};
+
+/// Settings of a broker with a spool in `dir` that follows the flags every
+/// 100 ms.
+fn spooled(dir: &Path, max_bytes: u64) -> EngineConfig {
+    EngineConfig {
+        spool: Some(SpoolConfig {
+            dir: dir.to_owned(),
+            max_bytes,
+            push_timeout: Duration::from_secs(5),
+        }),
+        maintenance_refresh: Duration::from_millis(100),
+        ..EngineConfig::default()
+    }
+}
+
+async fn set_maintenance(broker: &TestBroker, path: &str, enabled: bool) -> Value {
+    let reply = broker
+        .client
+        .post_json(path, &json!({ "enabled": enabled }))
+        .await;
+    expect_status(&reply, 200);
+    reply.json()
+}
+
+/// Poll `GET /api/v1/system/maintenance` until `bufferedMessages` is 0, as
+/// the reference client's test does; panics after `limit`.
+async fn until_drained(broker: &TestBroker, limit: Duration) -> Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let state = broker.client.get("/api/v1/system/maintenance").await.json();
+        if state["bufferedMessages"] == 0 {
+            return state;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the spool did not drain: {state}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Messages stored in the queue's segments.
+async fn stored(broker: &TestBroker, queue: &str) -> i64 {
+    select_i64(
+        &broker.sql().await,
+        &format!(
+            "SELECT coalesce(sum(s.msg_count), 0)::bigint FROM queen.log_segments s \
+               JOIN queen.log_partitions p ON p.id = s.partition_id \
+               JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = '{queue}'"
+        ),
+    )
+    .await
+}
+
+/// Pop and ack everything of `queue` (queue mode); payloads in order.
+async fn drain_queue(broker: &TestBroker, queue: &str) -> Vec<Value> {
+    let mut seen = Vec::new();
+    while let Some(popped) = pop(
+        broker,
+        &format!("/api/v1/pop/queue/{queue}?batch=100&wait=false"),
+    )
+    .await
+    {
+        seen.extend(data(&popped));
+        ack_all(broker, &popped, "completed", None).await;
+    }
+    seen
+}
+
+fn items(queue: &str, from: usize, to: usize, with_ids: bool) -> Vec<Value> {
+    (from..to)
+        .map(|i| {
+            let mut item = json!({"queue": queue, "partition": "p", "payload": {"n": i}});
+            if with_ids {
+                item["transactionId"] = json!(format!("t-{i}"));
+            }
+            item
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maintenance_buffers_pushes_and_drains_them_in_order_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start_with(spooled(dir.path(), 1 << 30)).await;
+    push_items(&broker, items("m", 0, 5, true)).await;
+
+    let on = set_maintenance(&broker, "/api/v1/system/maintenance", true).await;
+    assert_eq!(on["maintenanceMode"], true);
+    // Client transaction ids and broker-generated ones, in three requests.
+    let mut answered = Vec::new();
+    for (from, to, ids) in [(5, 15, true), (15, 25, false), (25, 35, true)] {
+        let results = push_items(&broker, items("m", from, to, ids)).await;
+        for (offset, result) in results.iter().enumerate() {
+            assert_eq!(result["status"], "buffered", "{result}");
+            assert_eq!(result["queue"], "m");
+            assert_eq!(result["partition"], "p");
+            assert_eq!(result["index"], offset);
+            assert!(result["transactionId"]
+                .as_str()
+                .is_some_and(|t| !t.is_empty()));
+        }
+        answered.extend(results);
+    }
+    let state = broker.client.get("/api/v1/system/maintenance").await.json();
+    assert_eq!(state["maintenanceMode"], true);
+    assert_eq!(state["bufferedMessages"], 30);
+    assert_eq!(state["bufferHealthy"], true);
+    assert_eq!(state["bufferStats"]["pendingCount"], 30);
+    assert_eq!(state["bufferStats"]["dbHealthy"], true);
+    // Consumers see nothing new, and nothing new is in the database.
+    assert_eq!(stored(&broker, "m").await, 5);
+    let before: Vec<Value> = (0..5).map(|n| json!({ "n": n })).collect();
+    assert_eq!(drain_queue(&broker, "m").await, before);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(stored(&broker, "m").await, 5, "drained during maintenance");
+
+    let off = set_maintenance(&broker, "/api/v1/system/maintenance", false).await;
+    assert_eq!(off["maintenanceMode"], false);
+    let state = until_drained(&broker, Duration::from_secs(12)).await;
+    assert_eq!(state["bufferStats"]["failedCount"], 0);
+    let after: Vec<Value> = (5..35).map(|n| json!({ "n": n })).collect();
+    assert_eq!(drain_queue(&broker, "m").await, after);
+    assert_eq!(stored(&broker, "m").await, 35);
+    // Stored under the transaction ids the buffered answers named.
+    let sql = broker.sql().await;
+    let spooled_ids = select_i64(
+        &sql,
+        "SELECT count(*) FROM queen.log_txns t JOIN queen.log_partitions p \
+           ON p.id = t.partition_id JOIN queen.queues q ON q.id = p.queue_id \
+          WHERE q.name = 'm'",
+    )
+    .await;
+    assert!(spooled_ids >= 2, "sidecar rows: {spooled_ids}");
+    let again = push_items(
+        &broker,
+        answered
+            .iter()
+            .map(|r| json!({"queue": "m", "partition": "p", "transactionId": r["transactionId"], "payload": 0}))
+            .collect(),
+    )
+    .await;
+    assert!(
+        again.iter().all(|r| r["status"] == "duplicate"),
+        "{again:?}"
+    );
+
+    // Pushes go straight to the database again.
+    let direct = push(&broker, "m", "p", &[json!("direct")]).await;
+    assert_eq!(direct[0]["status"], "queued");
+    for bad in [json!({}), json!({"enabled": "yes"}), json!({"enabled": 1})] {
+        let reply = broker
+            .client
+            .post_json("/api/v1/system/maintenance", &bad)
+            .await;
+        assert_eq!(reply.status, 400, "{bad}");
+        assert_eq!(reply.json()["error"], "enabled (boolean) is required");
+    }
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_flags_are_persisted_and_every_broker_follows_them() {
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = TestBroker::start_with(spooled(a_dir.path(), 1 << 30)).await;
+    let b = TestBroker::serve(a.db.clone(), spooled(b_dir.path(), 1 << 30)).await;
+    push(&a, "shared", "p", &[json!("seen")]).await;
+
+    set_maintenance(&a, "/api/v1/system/maintenance", true).await;
+    set_maintenance(&a, "/api/v1/system/maintenance/pop", true).await;
+    let sql = a.sql().await;
+    let rows = select_i64(
+        &sql,
+        "SELECT count(*) FROM queen.system_state WHERE (value->>'enabled')::boolean",
+    )
+    .await;
+    assert_eq!(rows, 2);
+    // B follows within its refresh period.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let state = b.client.get("/api/v1/system/maintenance").await.json();
+        if state["maintenanceMode"] == true && state["popMaintenanceMode"] == true {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "broker B did not follow: {state}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let on_b = push(&b, "shared", "p", &[json!("via b")]).await;
+    assert_eq!(on_b[0]["status"], "buffered");
+    let popped = b
+        .client
+        .get("/api/v1/pop/queue/shared?wait=true&timeout=2000")
+        .await;
+    assert_eq!(popped.status, 204, "pop maintenance answers at once");
+    let pop_state = b.client.get("/api/v1/system/maintenance/pop").await.json();
+    assert_eq!(pop_state["popMaintenanceMode"], true);
+
+    set_maintenance(&a, "/api/v1/system/maintenance/pop", false).await;
+    set_maintenance(&a, "/api/v1/system/maintenance", false).await;
+    until_drained(&b, Duration::from_secs(12)).await;
+    assert_eq!(
+        drain_queue(&a, "shared").await,
+        [json!("seen"), json!("via b")]
+    );
+    b.stop().await;
+    a.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_spool_refuses_with_503_and_loses_nothing_it_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    // Room for about one 20-item request.
+    let broker = TestBroker::start_with(spooled(dir.path(), 1500)).await;
+    set_maintenance(&broker, "/api/v1/system/maintenance", true).await;
+    let first = push_items(&broker, items("full", 0, 20, true)).await;
+    assert!(first.iter().all(|r| r["status"] == "buffered"));
+    let refused = broker
+        .client
+        .post_json(
+            "/api/v1/push",
+            &json!({ "items": items("full", 20, 40, true) }),
+        )
+        .await;
+    assert_eq!(refused.status, 503);
+    assert_eq!(
+        refused.json()["error"],
+        "the push spool is full (QUEEN_SPOOL_MAX_MB); retry later"
+    );
+    assert_eq!(
+        refused.headers.get("retry-after").map(|v| v.as_bytes()),
+        Some(&b"1"[..])
+    );
+    set_maintenance(&broker, "/api/v1/system/maintenance", false).await;
+    until_drained(&broker, Duration::from_secs(12)).await;
+    let expected: Vec<Value> = (0..20).map(|n| json!({ "n": n })).collect();
+    assert_eq!(drain_queue(&broker, "full").await, expected);
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_broker_replays_its_spool_without_duplicating_what_was_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::new().await;
+    let first = TestBroker::serve(db.clone(), spooled(dir.path(), 1 << 30)).await;
+    set_maintenance(&first, "/api/v1/system/maintenance", true).await;
+    let results = push_items(&first, items("replay", 0, 10, true)).await;
+    assert!(results.iter().all(|r| r["status"] == "buffered"));
+    first.engine.shutdown().await;
+    first.stop().await;
+
+    // Half of them reach the database another way before the replay (as a
+    // drain that pushed a chunk and crashed before recording it would).
+    let other = TestBroker::serve(db.clone(), EngineConfig::default()).await;
+    set_maintenance(&other, "/api/v1/system/maintenance", false).await;
+    push_items(&other, items("replay", 0, 5, true)).await;
+    other.stop().await;
+
+    let restarted = TestBroker::serve(db.clone(), spooled(dir.path(), 1 << 30)).await;
+    let state = until_drained(&restarted, Duration::from_secs(12)).await;
+    assert_eq!(state["bufferStats"]["failedCount"], 0);
+    assert_eq!(stored(&restarted, "replay").await, 10);
+    let expected: Vec<Value> = (0..10).map(|n| json!({ "n": n })).collect();
+    assert_eq!(drain_queue(&restarted, "replay").await, expected);
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "drained logs are removed: {left:?}");
+    restarted.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_spool_maintenance_refuses_pushes_instead_of_storing_them() {
+    let broker = TestBroker::start().await;
+    set_maintenance(&broker, "/api/v1/system/maintenance", true).await;
+    let refused = broker
+        .client
+        .post_json(
+            "/api/v1/push",
+            &json!({ "items": items("none", 0, 1, true) }),
+        )
+        .await;
+    assert_eq!(refused.status, 503);
+    assert_eq!(stored(&broker, "none").await, 0);
+    let state = broker.client.get("/api/v1/system/maintenance").await.json();
+    assert_eq!(state["bufferHealthy"], false);
+    set_maintenance(&broker, "/api/v1/system/maintenance", false).await;
+    broker.stop().await;
+}
