@@ -146,12 +146,13 @@ pub(crate) struct Config {
     /// Directory of the push spool: pushes taken while maintenance mode is on
     /// or PostgreSQL is unreachable wait here (fsync'd) until they are
     /// written to the database; created if missing; one broker per directory.
-    /// Empty: no spool (such pushes fail instead).
     #[arg(long, env = "FILE_BUFFER_DIR", default_value = "./queen-buffers")]
     pub(crate) file_buffer_dir: PathBuf,
 
     /// MiB of undrained pushes the spool holds; past it pushes answer 503
-    /// with Retry-After (nothing is lost: the client retries).
+    /// with Retry-After (nothing is lost: the client retries). 0: no spool
+    /// (pushes fail while PostgreSQL is unreachable, and answer 503 during
+    /// maintenance mode).
     #[arg(long, env = "QUEEN_SPOOL_MAX_MB", default_value_t = 1024)]
     pub(crate) spool_max_mb: u64,
 

@@ -204,22 +204,18 @@ fn engine_config(config: &Config) -> Result<queen_engine::EngineConfig, ServerEr
             .then(|| Duration::from_millis(config.eviction_interval)),
         partition_idle: (config.partition_idle_seconds > 0)
             .then(|| Duration::from_secs(config.partition_idle_seconds)),
-        spool: spool_config(config)?,
+        spool: spool_config(config),
         maintenance_refresh: Duration::from_millis(config.maintenance_refresh_ms.max(1)),
     })
 }
 
 /// The spool's settings (`serve` creates its directory).
-fn spool_config(config: &Config) -> Result<Option<queen_engine::SpoolConfig>, ServerError> {
-    let dir = config.file_buffer_dir.clone();
-    if dir.as_os_str().is_empty() {
-        return Ok(None);
-    }
-    Ok(Some(queen_engine::SpoolConfig {
-        dir,
+fn spool_config(config: &Config) -> Option<queen_engine::SpoolConfig> {
+    (config.spool_max_mb > 0).then(|| queen_engine::SpoolConfig {
+        dir: config.file_buffer_dir.clone(),
         max_bytes: config.spool_max_mb.saturating_mul(1 << 20),
         push_timeout: Duration::from_millis(config.spool_push_timeout_ms),
-    }))
+    })
 }
 
 /// Apply the schema, retrying while the database is unreachable (it may still be

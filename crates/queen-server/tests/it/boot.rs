@@ -261,6 +261,27 @@ async fn a_malformed_encryption_key_is_refused_at_boot() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spool_directory_that_cannot_be_created_stops_the_boot() {
+    let db = TestDb::empty().await;
+    let url = db.url();
+    let output = command(&[
+        ("QUEEN_DATABASE_URL", &url),
+        ("FILE_BUFFER_DIR", "/proc/queen-cannot-create-this"),
+        ("PORT", "0"),
+    ])
+    .output()
+    .expect("run queen-server");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "cannot create the spool directory /proc/queen-cannot-create-this (FILE_BUFFER_DIR)"
+        ),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_answers_parked_pops_at_once_and_exits_cleanly() {
     let scratch = scratch();
     let db = TestDb::empty().await;
