@@ -104,6 +104,7 @@ async fn apply_twice_on_an_empty_database_builds_the_whole_schema() {
             "log_txns",
             "message_traces",
             "queues",
+            "system_state",
         ]
     );
     check_columns(&client).await;
@@ -679,7 +680,8 @@ async fn reapply_takes_no_lock_on_queen_tables() {
         .batch_execute(
             "BEGIN;
              LOCK TABLE queen.queues, queen.consumer_groups_metadata, queen.log_partitions,
-                        queen.log_segments, queen.log_txns, queen.log_consumers, queen.log_dlq
+                        queen.log_segments, queen.log_txns, queen.log_consumers, queen.log_dlq,
+                        queen.message_traces, queen.system_state
                  IN ACCESS EXCLUSIVE MODE;",
         )
         .await
