@@ -93,6 +93,8 @@ DECLARE
     v_queue       text;
     v_partition   text;
     v_retry_limit integer;
+    v_retry_delay integer;
+    v_hold        boolean := false;
     v_last_off    bigint;
     v_c           record;
     v_start       bigint;
@@ -104,8 +106,9 @@ DECLARE
     v_changed     boolean := false;
     v_n           integer := coalesce(array_length(p_statuses, 1), 0);
 BEGIN
-    SELECT q.name, p.name, q.retry_limit, p.last_offset
-      INTO v_queue, v_partition, v_retry_limit, v_last_off
+    SELECT q.name, p.name, q.retry_limit, p.last_offset,
+           CASE WHEN q.retry_delay_applied THEN q.retry_delay ELSE 0 END
+      INTO v_queue, v_partition, v_retry_limit, v_last_off, v_retry_delay
       FROM queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id
      WHERE p.id = p_pid;
     o_queue := v_queue; o_partition := v_partition;
@@ -207,8 +210,14 @@ BEGIN
             v_changed := true; v_released := true;
             o_result := 'ok';
         ELSIF v_status = 'failed' AND v_c.batch_retry_count < v_retry_limit THEN
-            -- Spend one retry: the whole batch comes back from the cursor.
-            v_c.worker_id := NULL; v_c.batch_end := NULL;
+            -- Spend one retry: the whole batch comes back from the cursor,
+            -- after the queue's retryDelay when one is configured: the
+            -- cursor is then held by the nil lease until then (no pop claims
+            -- it; a pop that meets it answers 'leased' with that revisit
+            -- time, so parked consumers are woken when it ends).
+            v_hold := v_retry_delay > 0;
+            v_c.worker_id := CASE WHEN v_hold THEN '00000000-0000-0000-0000-000000000000'::uuid END;
+            v_c.batch_end := NULL;
             v_c.batch_retry_count := v_c.batch_retry_count + 1;
             v_changed := true; v_released := true;
             o_result := 'ok';
@@ -239,8 +248,12 @@ BEGIN
                last_consumed_at = CASE WHEN v_c.committed > v_start THEN v_now ELSE c.last_consumed_at END,
                worker_id = v_c.worker_id,
                batch_end = v_c.batch_end,
-               lease_expires_at = CASE WHEN v_c.worker_id IS NULL THEN NULL ELSE c.lease_expires_at END,
-               lease_acquired_at = CASE WHEN v_c.worker_id IS NULL THEN NULL ELSE c.lease_acquired_at END,
+               lease_expires_at = CASE WHEN v_c.worker_id IS NULL THEN NULL
+                                       WHEN v_hold THEN v_now + make_interval(secs => v_retry_delay / 1000.0)
+                                       ELSE c.lease_expires_at END,
+               lease_acquired_at = CASE WHEN v_c.worker_id IS NULL THEN NULL
+                                        WHEN v_hold THEN v_now
+                                        ELSE c.lease_acquired_at END,
                batch_retry_count = v_c.batch_retry_count,
                attempt_count = CASE WHEN v_c.worker_id IS NULL AND v_c.committed > v_start THEN 0
                                     ELSE c.attempt_count END

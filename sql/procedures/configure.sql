@@ -4,7 +4,7 @@
 -- every name qualified with queen., and nothing here touches a table at apply
 -- time (a PL/pgSQL body is not planned until its first call).
 
--- queen.configure_queue_v1: create the queue (tenant, name) or fully replace
+-- queen.configure_queue_v2: create the queue (tenant, name) or fully replace
 -- its configuration, and make sure its partition 'Default' exists. Returns the
 -- queue's id and the Default partition's id.
 --
@@ -19,6 +19,10 @@
 -- row has to be created; an existing queue keeps its id and its Default
 -- partition keeps its id.
 --
+-- p_retry_delay_applied says the request named retryDelay: only then is the
+-- delay applied to failed batches (procedures/ack.sql); left out, retry_delay
+-- holds the reference's 1000 and is echoed, as the reference never applied it.
+--
 -- Concurrency: the upsert locks the queue row, so two configures of one queue
 -- serialise on it. The partition insert uses ON CONFLICT DO NOTHING and, when
 -- another transaction's row won, reads that row in a fresh statement (a fresh
@@ -26,6 +30,103 @@
 -- visible). The loop covers the one remaining window: the Default partition
 -- deleted by partition cleanup between the conflict and the read, in which case
 -- the insert is tried again.
+CREATE OR REPLACE FUNCTION queen.configure_queue_v2(
+    p_tenant                      text,
+    p_name                        text,
+    p_namespace                   text,
+    p_task                        text,
+    p_lease_time                  integer,
+    p_retry_limit                 integer,
+    p_retry_delay                 integer,
+    p_max_queue_size              integer,
+    p_ttl                         integer,
+    p_priority                    integer,
+    p_delayed_processing          integer,
+    p_window_buffer               integer,
+    p_retention_enabled           boolean,
+    p_retention_seconds           integer,
+    p_completed_retention_seconds integer,
+    p_max_wait_time_seconds       integer,
+    p_dead_letter_queue           boolean,
+    p_dlq_after_max_retries       boolean,
+    p_dlq_enabled                 boolean,
+    p_encryption_enabled          boolean,
+    p_min_pop_wait_time           integer,
+    p_dedup_window_seconds        integer,
+    p_retry_delay_applied         boolean,
+    p_new_queue_id                uuid,
+    p_default_partition_id        uuid
+)
+RETURNS TABLE (queue_id uuid, partition_id uuid)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+-- (The output columns are named like log_partitions.queue_id; inside the body
+-- a bare name means the column.)
+DECLARE
+    v_queue_id     uuid;
+    v_partition_id uuid;
+BEGIN
+    INSERT INTO queen.queues AS q (
+        id, tenant_id, name, namespace, task,
+        lease_time, retry_limit, retry_delay, max_queue_size, ttl, priority,
+        delayed_processing, window_buffer, retention_enabled, retention_seconds,
+        completed_retention_seconds, max_wait_time_seconds, dead_letter_queue,
+        dlq_after_max_retries, dlq_enabled, encryption_enabled, min_pop_wait_time,
+        dedup_window_seconds, retry_delay_applied
+    ) VALUES (
+        p_new_queue_id, p_tenant, p_name, p_namespace, p_task,
+        p_lease_time, p_retry_limit, p_retry_delay, p_max_queue_size, p_ttl, p_priority,
+        p_delayed_processing, p_window_buffer, p_retention_enabled, p_retention_seconds,
+        p_completed_retention_seconds, p_max_wait_time_seconds, p_dead_letter_queue,
+        p_dlq_after_max_retries, p_dlq_enabled, p_encryption_enabled, p_min_pop_wait_time,
+        p_dedup_window_seconds, p_retry_delay_applied
+    )
+    ON CONFLICT (tenant_id, name) DO UPDATE SET
+        namespace                   = EXCLUDED.namespace,
+        task                        = EXCLUDED.task,
+        lease_time                  = EXCLUDED.lease_time,
+        retry_limit                 = EXCLUDED.retry_limit,
+        retry_delay                 = EXCLUDED.retry_delay,
+        max_queue_size              = EXCLUDED.max_queue_size,
+        ttl                         = EXCLUDED.ttl,
+        priority                    = EXCLUDED.priority,
+        delayed_processing          = EXCLUDED.delayed_processing,
+        window_buffer               = EXCLUDED.window_buffer,
+        retention_enabled           = EXCLUDED.retention_enabled,
+        retention_seconds           = EXCLUDED.retention_seconds,
+        completed_retention_seconds = EXCLUDED.completed_retention_seconds,
+        max_wait_time_seconds       = EXCLUDED.max_wait_time_seconds,
+        dead_letter_queue           = EXCLUDED.dead_letter_queue,
+        dlq_after_max_retries       = EXCLUDED.dlq_after_max_retries,
+        dlq_enabled                 = EXCLUDED.dlq_enabled,
+        encryption_enabled          = EXCLUDED.encryption_enabled,
+        min_pop_wait_time           = EXCLUDED.min_pop_wait_time,
+        dedup_window_seconds        = EXCLUDED.dedup_window_seconds,
+        retry_delay_applied         = EXCLUDED.retry_delay_applied,
+        updated_at                  = now()
+    RETURNING q.id INTO v_queue_id;
+
+    LOOP
+        INSERT INTO queen.log_partitions (id, queue_id, name)
+        VALUES (p_default_partition_id, v_queue_id, 'Default')
+        ON CONFLICT (queue_id, name) DO NOTHING
+        RETURNING id INTO v_partition_id;
+        EXIT WHEN v_partition_id IS NOT NULL;
+
+        SELECT lp.id INTO v_partition_id
+          FROM queen.log_partitions lp
+         WHERE lp.queue_id = v_queue_id AND lp.name = 'Default';
+        EXIT WHEN v_partition_id IS NOT NULL;
+    END LOOP;
+
+    RETURN QUERY SELECT v_queue_id, v_partition_id;
+END
+$$;
+
+-- queen.configure_queue_v1: the previous signature, for a broker of the
+-- previous version still serving during an upgrade: configure_queue_v2 with
+-- retryDelay not applied.
 CREATE OR REPLACE FUNCTION queen.configure_queue_v1(
     p_tenant                      text,
     p_name                        text,
@@ -55,65 +156,13 @@ CREATE OR REPLACE FUNCTION queen.configure_queue_v1(
 RETURNS TABLE (queue_id uuid, partition_id uuid)
 LANGUAGE plpgsql
 AS $$
-#variable_conflict use_column
--- (The output columns are named like log_partitions.queue_id; inside the body
--- a bare name means the column.)
-DECLARE
-    v_queue_id     uuid;
-    v_partition_id uuid;
 BEGIN
-    INSERT INTO queen.queues AS q (
-        id, tenant_id, name, namespace, task,
-        lease_time, retry_limit, retry_delay, max_queue_size, ttl, priority,
-        delayed_processing, window_buffer, retention_enabled, retention_seconds,
-        completed_retention_seconds, max_wait_time_seconds, dead_letter_queue,
-        dlq_after_max_retries, dlq_enabled, encryption_enabled, min_pop_wait_time,
-        dedup_window_seconds
-    ) VALUES (
-        p_new_queue_id, p_tenant, p_name, p_namespace, p_task,
-        p_lease_time, p_retry_limit, p_retry_delay, p_max_queue_size, p_ttl, p_priority,
-        p_delayed_processing, p_window_buffer, p_retention_enabled, p_retention_seconds,
-        p_completed_retention_seconds, p_max_wait_time_seconds, p_dead_letter_queue,
-        p_dlq_after_max_retries, p_dlq_enabled, p_encryption_enabled, p_min_pop_wait_time,
-        p_dedup_window_seconds
-    )
-    ON CONFLICT (tenant_id, name) DO UPDATE SET
-        namespace                   = EXCLUDED.namespace,
-        task                        = EXCLUDED.task,
-        lease_time                  = EXCLUDED.lease_time,
-        retry_limit                 = EXCLUDED.retry_limit,
-        retry_delay                 = EXCLUDED.retry_delay,
-        max_queue_size              = EXCLUDED.max_queue_size,
-        ttl                         = EXCLUDED.ttl,
-        priority                    = EXCLUDED.priority,
-        delayed_processing          = EXCLUDED.delayed_processing,
-        window_buffer               = EXCLUDED.window_buffer,
-        retention_enabled           = EXCLUDED.retention_enabled,
-        retention_seconds           = EXCLUDED.retention_seconds,
-        completed_retention_seconds = EXCLUDED.completed_retention_seconds,
-        max_wait_time_seconds       = EXCLUDED.max_wait_time_seconds,
-        dead_letter_queue           = EXCLUDED.dead_letter_queue,
-        dlq_after_max_retries       = EXCLUDED.dlq_after_max_retries,
-        dlq_enabled                 = EXCLUDED.dlq_enabled,
-        encryption_enabled          = EXCLUDED.encryption_enabled,
-        min_pop_wait_time           = EXCLUDED.min_pop_wait_time,
-        dedup_window_seconds        = EXCLUDED.dedup_window_seconds,
-        updated_at                  = now()
-    RETURNING q.id INTO v_queue_id;
-
-    LOOP
-        INSERT INTO queen.log_partitions (id, queue_id, name)
-        VALUES (p_default_partition_id, v_queue_id, 'Default')
-        ON CONFLICT (queue_id, name) DO NOTHING
-        RETURNING id INTO v_partition_id;
-        EXIT WHEN v_partition_id IS NOT NULL;
-
-        SELECT lp.id INTO v_partition_id
-          FROM queen.log_partitions lp
-         WHERE lp.queue_id = v_queue_id AND lp.name = 'Default';
-        EXIT WHEN v_partition_id IS NOT NULL;
-    END LOOP;
-
-    RETURN QUERY SELECT v_queue_id, v_partition_id;
+    RETURN QUERY SELECT * FROM queen.configure_queue_v2(
+        p_tenant, p_name, p_namespace, p_task, p_lease_time, p_retry_limit, p_retry_delay,
+        p_max_queue_size, p_ttl, p_priority, p_delayed_processing, p_window_buffer,
+        p_retention_enabled, p_retention_seconds, p_completed_retention_seconds,
+        p_max_wait_time_seconds, p_dead_letter_queue, p_dlq_after_max_retries, p_dlq_enabled,
+        p_encryption_enabled, p_min_pop_wait_time, p_dedup_window_seconds, false,
+        p_new_queue_id, p_default_partition_id);
 END
 $$;

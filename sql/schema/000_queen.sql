@@ -65,7 +65,8 @@ $$;
 -- into this same column, so the effective default depends on how the queue came
 -- into existence, and what the configuration shows is the lease actually granted.
 --
--- Wire options (wire-api §2.1) with their stored defaults: retry_delay, ttl and
+-- Wire options (wire-api §2.1) with their stored defaults: retry_delay is
+-- applied only when configured (retry_delay_applied, below); ttl and
 -- priority are stored and echoed only; max_queue_size is the wire's maxSize,
 -- stored and not enforced; dead_letter_queue and dlq_after_max_retries are
 -- stored and echoed wire flags. The last three columns are engine-side:
@@ -105,6 +106,22 @@ CREATE TABLE IF NOT EXISTS queen.queues (
     created_at                  timestamptz NOT NULL DEFAULT now(),
     updated_at                  timestamptz NOT NULL DEFAULT now()
 );
+
+-- retry_delay_applied: the last configure named retryDelay, so a failed batch
+-- stays invisible to its group for retry_delay ms (procedures/ack.sql). Left
+-- out, retry_delay holds the reference's 1000, echoed and not applied, as the
+-- reference never applied it (clients that nack and pop again at once rely on
+-- that). Added after the table's first release: guarded (sql/README.md, rule 2).
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                    WHERE attrelid = 'queen.queues'::regclass
+                      AND attname = 'retry_delay_applied' AND NOT attisdropped) THEN
+        ALTER TABLE queen.queues
+            ADD COLUMN retry_delay_applied boolean NOT NULL DEFAULT false;
+    END IF;
+END
+$$;
 
 -- Guarded: CREATE INDEX IF NOT EXISTS takes a SHARE lock on the table before it
 -- notices the index exists, which would block queue provisioning at every boot.

@@ -16,6 +16,7 @@ mod pop;
 mod pop_early;
 mod pop_mechanics;
 mod push;
+mod queue_options;
 mod retention;
 mod txn;
 mod upgrade;

@@ -24,7 +24,8 @@ pub struct QueueSettings {
     pub lease_time: i32,
     /// `retry_limit`: failed-ack retries per batch before the head goes to the DLQ.
     pub retry_limit: i32,
-    /// `retry_delay`: milliseconds; stored and echoed only.
+    /// `retry_delay`: milliseconds a failed batch stays invisible to its
+    /// group, when `retry_delay_applied`; otherwise stored and echoed only.
     pub retry_delay: i32,
     /// `max_queue_size` (the wire's `maxSize`): stored, not enforced.
     pub max_queue_size: i32,
@@ -59,6 +60,10 @@ pub struct QueueSettings {
     pub min_pop_wait_time: i32,
     /// `dedup_window_seconds`: how far back the push duplicate probe looks.
     pub dedup_window_seconds: i32,
+    /// `retry_delay_applied`: the configure request named `retryDelay`, so
+    /// it is applied (left out, the reference's 1000 is stored, echoed and
+    /// not applied, as the reference never applied it).
+    pub retry_delay_applied: bool,
 }
 
 impl QueueSettings {
@@ -92,6 +97,7 @@ impl QueueSettings {
         encryption_enabled: false,
         min_pop_wait_time: 0,
         dedup_window_seconds: 300,
+        retry_delay_applied: false,
     };
 }
 
@@ -149,6 +155,7 @@ pub async fn configure_queue(
                 (&settings.encryption_enabled, Type::BOOL),
                 (&settings.min_pop_wait_time, Type::INT4),
                 (&settings.dedup_window_seconds, Type::INT4),
+                (&settings.retry_delay_applied, Type::BOOL),
                 (&new_queue_id, Type::UUID),
                 (&new_partition_id, Type::UUID),
             ],
@@ -160,8 +167,9 @@ pub async fn configure_queue(
     })
 }
 
-/// The parameters are in the order of `queen.configure_queue_v1`'s signature.
+/// The parameters are in the order of `queen.configure_queue_v2`'s signature.
 const CONFIGURE_QUEUE_SQL: &str = "\
 SELECT queue_id, partition_id
-  FROM queen.configure_queue_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,
-                                $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)";
+  FROM queen.configure_queue_v2($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,
+                                $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24,
+                                $25)";

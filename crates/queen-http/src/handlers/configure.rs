@@ -94,6 +94,9 @@ impl Command {
             };
             echo.insert(key.to_owned(), shown);
         }
+        // retryDelay is applied only when the request names it: left out, it
+        // is the reference's 1000, stored and echoed but never applied there.
+        settings.retry_delay_applied = options.get("retryDelay").is_some_and(|v| !v.is_null());
         Ok(Command {
             request: ConfigureQueue {
                 tenant: TENANT.to_owned(),

@@ -1,4 +1,4 @@
-//! `queen_sql::queues::configure_queue` and `queen.configure_queue_v1`.
+//! `queen_sql::queues::configure_queue` and `queen.configure_queue_v2`.
 
 use queen_sql::queues::{configure_queue, Configured, QueueSettings};
 use queen_testkit::TestDb;
@@ -10,7 +10,7 @@ SELECT lease_time, retry_limit, retry_delay, max_queue_size, ttl, priority,
        delayed_processing, window_buffer, retention_enabled, retention_seconds,
        completed_retention_seconds, max_wait_time_seconds, dead_letter_queue,
        dlq_after_max_retries, dlq_enabled, encryption_enabled, min_pop_wait_time,
-       dedup_window_seconds
+       dedup_window_seconds, retry_delay_applied
   FROM queen.queues WHERE id = $1";
 
 async fn stored_settings(client: &tokio_postgres::Client, queue_id: Uuid) -> QueueSettings {
@@ -34,6 +34,7 @@ async fn stored_settings(client: &tokio_postgres::Client, queue_id: Uuid) -> Que
         encryption_enabled: row.get("encryption_enabled"),
         min_pop_wait_time: row.get("min_pop_wait_time"),
         dedup_window_seconds: row.get("dedup_window_seconds"),
+        retry_delay_applied: row.get("retry_delay_applied"),
     }
 }
 
@@ -58,6 +59,7 @@ fn distinct_settings() -> QueueSettings {
         encryption_enabled: true,
         min_pop_wait_time: 22,
         dedup_window_seconds: 23,
+        retry_delay_applied: true,
     }
 }
 

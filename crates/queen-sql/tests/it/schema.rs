@@ -142,6 +142,7 @@ async fn check_columns(client: &tokio_postgres::Client) {
             "dedup_window_seconds|integer|not null|300",
             "created_at|timestamp with time zone|not null|now()",
             "updated_at|timestamp with time zone|not null|now()",
+            "retry_delay_applied|boolean|not null|false",
         ]
     );
     assert_eq!(
