@@ -516,6 +516,12 @@ mod tests {
         assert_eq!(access(Method::GET, "/api/v1/consumer-groups/g"), ReadOnly);
         assert_eq!(access(Method::POST, "/api/v1/push"), ReadWrite);
         assert_eq!(access(Method::GET, "/api/v1/pop/queue/q"), ReadWrite);
+        assert_eq!(access(Method::GET, "/api/v1/status/buffers"), ReadOnly);
+        assert_eq!(
+            access(Method::POST, "/api/v1/dlq/requeue"),
+            ReadWrite,
+            "a replay writes, like the message delete"
+        );
         let admin: Vec<String> = ROUTES
             .iter()
             .filter(|route| route.access == Admin)
@@ -527,12 +533,14 @@ mod tests {
                 "DELETE /api/v1/resources/queues/:queue",
                 "DELETE /api/v1/consumer-groups/:group",
                 "DELETE /api/v1/consumer-groups/:group/queues/:queue",
+                "GET /api/v1/system/maintenance",
+                "POST /api/v1/system/maintenance",
                 "GET /api/v1/system/maintenance/pop",
                 "POST /api/v1/system/maintenance/pop",
             ]
         );
-        // Only health and the broker-wide maintenance switch are not tenant
-        // data.
+        // Only health, the cluster-wide maintenance switches and the
+        // broker's spool are not tenant data.
         let untenanted: Vec<Endpoint> = ROUTES
             .iter()
             .filter(|route| !route.tenant_scoped)
@@ -540,7 +548,14 @@ mod tests {
             .collect();
         assert_eq!(
             untenanted,
-            [E::Health, E::GetPopMaintenance, E::SetPopMaintenance]
+            [
+                E::Health,
+                E::GetMaintenance,
+                E::SetMaintenance,
+                E::Buffers,
+                E::GetPopMaintenance,
+                E::SetPopMaintenance
+            ]
         );
     }
 }
