@@ -21,6 +21,13 @@
 --      segment blob and frame index so the broker can answer with the winner's
 --      message id; nothing is written for the slot and the broker retries it
 --      without the duplicates;
+--   4b. refuse the slot when the queue has maxSize (max_queue_size > 0) and
+--      the slot would take its depth past it: status 'full', nothing
+--      written. The depth is counted under the queue row's lock, taken
+--      before the partition's (step 1, bounded queues only), so concurrent
+--      pushes to a bounded queue count one after another and it is never
+--      exceeded; the order queue row, then partitions by name, is the one
+--      every writer of both follows (configure, queue delete);
 --   5. stamp created_at after the lock (invariant 2: monotone per partition in
 --      commit order), allocate [base, end] with the allocator UPDATE
 --      (invariant 1), bump last_write_at only when over a second stale (the
@@ -29,6 +36,26 @@
 --      transition (COALESCE), and insert the segment and sidecar rows.
 --
 -- A rolled-back call rolls back every allocation with it: no holes.
+
+-- The depth of a queue: per partition, the messages some consumer group has
+-- not consumed (after the least advanced cursor; every live message when the
+-- partition has no cursor), summed. What maxSize bounds. Reads every
+-- partition of the queue and their cursors: a bounded queue pays that per
+-- push slot, an unbounded one never calls it.
+CREATE OR REPLACE FUNCTION queen.log_queue_depth_v1(p_qid uuid)
+RETURNS bigint
+LANGUAGE plpgsql
+STABLE
+AS $$
+BEGIN
+    RETURN (
+        SELECT coalesce(sum(p.last_offset - greatest(p.log_start - 1,
+                   coalesce((SELECT min(c.committed) FROM queen.log_consumers c
+                              WHERE c.partition_id = p.id), p.log_start - 1))), 0)::bigint
+          FROM queen.log_partitions p
+         WHERE p.queue_id = p_qid);
+END;
+$$;
 
 CREATE OR REPLACE FUNCTION queen.log_push_v1(
     p_tenant        text,
@@ -71,6 +98,7 @@ DECLARE
     v_qid     uuid;
     v_enc     boolean;
     v_window  integer;
+    v_max     integer;
     v_pid     uuid;
     v_now     timestamptz;
     v_last    bigint;
@@ -90,18 +118,22 @@ BEGIN
         o_known_base := NULL; o_known_end := NULL; o_known_hashes := NULL; o_window := NULL;
 
         -- 1. The queue row, created implicitly on first push.
-        SELECT q.id, q.encryption_enabled, q.dedup_window_seconds
-          INTO v_qid, v_enc, v_window
+        SELECT q.id, q.encryption_enabled, q.dedup_window_seconds, q.max_queue_size
+          INTO v_qid, v_enc, v_window, v_max
           FROM queen.queues q
          WHERE q.tenant_id = p_tenant AND q.name = p_queues[v_i];
         IF NOT FOUND THEN
             INSERT INTO queen.queues (id, tenant_id, name, namespace, task)
             VALUES (p_queue_ids[v_i], p_tenant, p_queues[v_i], p_namespaces[v_i], p_tasks[v_i])
             ON CONFLICT (tenant_id, name) DO NOTHING;
-            SELECT q.id, q.encryption_enabled, q.dedup_window_seconds
-              INTO STRICT v_qid, v_enc, v_window
+            SELECT q.id, q.encryption_enabled, q.dedup_window_seconds, q.max_queue_size
+              INTO STRICT v_qid, v_enc, v_window, v_max
               FROM queen.queues q
              WHERE q.tenant_id = p_tenant AND q.name = p_queues[v_i];
+        END IF;
+        IF v_max > 0 THEN
+            -- A bounded queue: its pushes count its depth one at a time.
+            PERFORM 1 FROM queen.queues q WHERE q.id = v_qid FOR UPDATE;
         END IF;
         o_queue_id := v_qid;
         o_encryption_enabled := v_enc;
@@ -220,6 +252,13 @@ BEGIN
             END IF;
         END IF;
         IF v_has_dup THEN
+            CONTINUE;
+        END IF;
+
+        -- 4b. maxSize.
+        IF v_max > 0 AND queen.log_queue_depth_v1(v_qid) + p_counts[v_i] > v_max THEN
+            o_status := 'full';
+            RETURN NEXT;
             CONTINUE;
         END IF;
 

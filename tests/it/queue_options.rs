@@ -71,3 +71,132 @@ async fn a_failed_batch_comes_back_after_the_retry_delay(config: EngineConfig) {
     assert_eq!(again.map(|p| data(&p)), Some(vec![json!("x")]));
     broker.stop().await;
 }
+
+/// Messages stored in `queue`.
+async fn stored(broker: &TestBroker, queue: &str) -> i64 {
+    crate::support::select_i64(
+        &broker.sql().await,
+        &format!(
+            "SELECT coalesce(sum(s.msg_count), 0)::bigint FROM queen.log_segments s \
+               JOIN queen.log_partitions p ON p.id = s.partition_id \
+               JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = '{queue}'"
+        ),
+    )
+    .await
+}
+
+async fn push_status(broker: &TestBroker, items: serde_json::Value) -> (u16, serde_json::Value) {
+    let reply = broker
+        .client
+        .post_json("/api/v1/push", &json!({ "items": items }))
+        .await;
+    (reply.status.as_u16(), reply.json())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_size_refuses_a_push_past_it_whole_and_counts_what_is_consumed() {
+    let broker = TestBroker::start().await;
+    configure(&broker, "bounded", json!({"maxSize": 5})).await;
+    let item =
+        |partition: &str, n: i32| json!({"queue": "bounded", "partition": partition, "payload": n});
+    let (status, _) = push_status(&broker, json!([item("a", 1), item("a", 2), item("b", 3)])).await;
+    assert_eq!(status, 201);
+    // Past the limit: refused, named, with Retry-After, and nothing of the
+    // request is written, in any of its partitions.
+    let reply = broker
+        .client
+        .post_json(
+            "/api/v1/push",
+            &json!({"items": [item("c", 4), item("a", 5), item("b", 6)]}),
+        )
+        .await;
+    assert_eq!(reply.status, 429);
+    assert_eq!(
+        reply.json()["error"],
+        "queue bounded is full: this push would take its depth past its maxSize"
+    );
+    assert_eq!(
+        reply.headers.get("retry-after").map(|v| v.as_bytes()),
+        Some(&b"1"[..])
+    );
+    assert_eq!(stored(&broker, "bounded").await, 3);
+    let partitions = crate::support::select_i64(
+        &broker.sql().await,
+        "SELECT count(*) FROM queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id \
+          WHERE q.name = 'bounded' AND p.name = 'c'",
+    )
+    .await;
+    assert_eq!(partitions, 0, "the refused request created a partition");
+    // Up to the limit is fine; a duplicate takes no room.
+    let (status, results) = push_status(
+        &broker,
+        json!([item("c", 4), {"queue": "bounded", "partition": "c", "transactionId": "t", "payload": 5}]),
+    )
+    .await;
+    assert_eq!(status, 201, "{results}");
+    let (status, results) = push_status(
+        &broker,
+        json!([{"queue": "bounded", "partition": "c", "transactionId": "t", "payload": 5}]),
+    )
+    .await;
+    assert_eq!(
+        (status, results[0]["status"].clone()),
+        (201, json!("duplicate"))
+    );
+    assert_eq!(push_status(&broker, json!([item("a", 6)])).await.0, 429);
+    // Consumed messages leave the depth.
+    let popped = pop(&broker, "/api/v1/pop/queue/bounded/partition/a?batch=10")
+        .await
+        .expect("partition a");
+    ack_all(&broker, &popped, "completed", None).await;
+    let (status, results) = push_status(&broker, json!([item("a", 7), item("b", 8)])).await;
+    assert_eq!(status, 201, "{results}");
+    assert_eq!(stored(&broker, "bounded").await, 7);
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_pushes_never_take_a_bounded_queue_past_max_size() {
+    let broker = TestBroker::start().await;
+    configure(&broker, "race-bounded", json!({"maxSize": 10})).await;
+    let pushes = (0..24).map(|i| {
+        let client = broker.client.clone();
+        async move {
+            client
+                .post_json(
+                    "/api/v1/push",
+                    &json!({"items": [{"queue": "race-bounded", "partition": format!("p{}", i % 3), "payload": i}]}),
+                )
+                .await
+                .status
+                .as_u16()
+        }
+    });
+    let statuses = futures_join_all(pushes).await;
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 201).count(),
+        10,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 429).count(),
+        14,
+        "{statuses:?}"
+    );
+    assert_eq!(stored(&broker, "race-bounded").await, 10);
+    broker.stop().await;
+}
+
+/// Run `futures` concurrently on the runtime; their outputs in order.
+async fn futures_join_all<F>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.map(tokio::spawn).collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for handle in handles {
+        out.push(handle.await.unwrap());
+    }
+    out
+}

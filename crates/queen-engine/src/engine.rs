@@ -15,13 +15,14 @@
 //! | retention (`retention::Retention`) | its loop task, counters | nothing |
 //! | spool (`spool::Spool`) | its files, writer thread, drainer task | push fusion (the drainer pushes through it) |
 //! | maintenance (`maintenance::Maintenance`) | the two persisted flags | nothing |
+//! | bounded queues (`bounded::Bounded`) | the names of the queues with `maxSize` | nothing |
 //!
 //! Every component holds its own handle on the one connection pool.
 //!
-//! The facade also runs the maintenance refresh: every
-//! `maintenance_refresh` it reads the persisted flags and applies them to
-//! the spool and the pop path (a task holding a weak reference, so it ends
-//! with the engine).
+//! The facade also runs the cluster-state refresh: every
+//! `maintenance_refresh` it reads the persisted maintenance flags and
+//! applies them to the spool and the pop path, and reads which queues have
+//! `maxSize` (a task holding a weak reference, so it ends with the engine).
 
 use std::sync::{Arc, Weak};
 use std::time::{Instant, SystemTime};
@@ -30,6 +31,7 @@ use queen_sql::dlq::{DlqFilter, DlqTake};
 use uuid::Uuid;
 
 use crate::ack::Acks;
+use crate::bounded::Bounded;
 use crate::crypto::AtRest;
 use crate::health::HealthProbe;
 use crate::lifecycle::Lifecycle;
@@ -56,6 +58,7 @@ pub struct Engine {
     push: Arc<Fusion>,
     spool: Option<Arc<Spool>>,
     maintenance: Maintenance,
+    bounded: Bounded,
     serving: Serving,
     acks: Arc<Acks>,
     txns: Transactions,
@@ -161,6 +164,7 @@ impl Engine {
                 .ok()
         });
         let maintenance = Maintenance::new(pool.clone());
+        let bounded = Bounded::new(pool.clone());
         let acks = Arc::new(Acks::new(pool.clone(), registry, ready.clone()));
         let txns = Transactions::new(
             pool.clone(),
@@ -185,6 +189,7 @@ impl Engine {
             push,
             spool,
             maintenance,
+            bounded,
             serving,
             acks,
             txns,
@@ -223,11 +228,14 @@ impl Engine {
     /// so an item whose attempt committed after all is found duplicate when
     /// the spool drains.
     pub async fn push(&self, mut items: Vec<PushItem>) -> Result<Pushed, EngineError> {
+        let atomic = self
+            .bounded
+            .any(items.iter().map(|item| item.queue.as_str()));
         let Some(spool) = &self.spool else {
             if self.maintenance.push() {
                 return Err(EngineError::NoSpool);
             }
-            return self.push.push(items, &[]).await.map(Pushed::Stored);
+            return self.store(items, &[], atomic).await.map(Pushed::Stored);
         };
         let generated: Vec<bool> = items
             .iter_mut()
@@ -247,7 +255,7 @@ impl Engine {
         }
         let attempt = tokio::time::timeout(
             spool.push_timeout(),
-            self.push.push(items.clone(), &generated),
+            self.store(items.clone(), &generated, atomic),
         )
         .await;
         match attempt {
@@ -264,6 +272,21 @@ impl Engine {
                 .append(&items, Reason::Outage)
                 .await
                 .map(Pushed::Buffered),
+        }
+    }
+
+    /// Store `items` through fusion, or in one transaction when `atomic` (a
+    /// request naming a queue with `maxSize`: refused, it writes nothing).
+    async fn store(
+        &self,
+        items: Vec<PushItem>,
+        generated: &[bool],
+        atomic: bool,
+    ) -> Result<Vec<PushOutcome>, EngineError> {
+        if atomic {
+            self.txns.push_atomic(items, generated).await
+        } else {
+            self.push.push(items, generated).await
         }
     }
 
@@ -307,6 +330,8 @@ impl Engine {
     pub async fn configure(&self, request: ConfigureQueue) -> Result<Configured, EngineError> {
         let queue = request.queue.clone();
         let configured = self.lifecycle.configure(request).await?;
+        self.bounded
+            .set(&queue, configured.settings.max_queue_size > 0);
         self.queue_configured(&queue);
         Ok(configured)
     }
@@ -507,10 +532,11 @@ impl Engine {
         self.maintenance.push()
     }
 
-    /// Read the persisted maintenance flags now and apply them (the engine
-    /// does this every `maintenance_refresh`; a server calls it once before
-    /// it serves).
+    /// Read the cluster-wide state now (the maintenance flags, applied here;
+    /// which queues have `maxSize`). The engine does this every
+    /// `maintenance_refresh`; a server calls it once before it serves.
     pub async fn refresh_maintenance(&self) -> Result<(), EngineError> {
+        self.bounded.refresh().await?;
         let (push, pop) = self.maintenance.refresh().await?;
         if let Some(spool) = &self.spool {
             spool.set_maintenance(push);

@@ -48,6 +48,11 @@ pub enum EngineError {
     #[error("maintenance mode is on and this broker has no spool (FILE_BUFFER_DIR)")]
     NoSpool,
 
+    /// The queue has `maxSize` and this push would take its depth past it:
+    /// nothing of the push was written.
+    #[error("queue {queue} is full: this push would take its depth past its maxSize")]
+    QueueFull { queue: String },
+
     /// A segment could not be encoded or decoded.
     #[error("segment encoding error")]
     Frame(#[from] queen_frame::FrameError),
@@ -104,7 +109,8 @@ impl EngineError {
             EngineError::ShuttingDown
             | EngineError::PushUnresolved
             | EngineError::SpoolFull
-            | EngineError::NoSpool => true,
+            | EngineError::NoSpool
+            | EngineError::QueueFull { .. } => true,
             EngineError::EncryptionKeyMissing { .. }
             | EngineError::InvalidKey
             | EngineError::Seal

@@ -15,6 +15,7 @@ mod ack;
 #[cfg(feature = "bench")]
 #[doc(hidden)]
 pub mod benches;
+mod bounded;
 mod configure;
 pub mod crypto;
 mod dlq;

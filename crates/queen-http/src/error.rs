@@ -73,7 +73,9 @@ impl HttpError {
                     );
                 }
                 let mut res = response::error(status, &message);
-                if status == StatusCode::SERVICE_UNAVAILABLE {
+                if status == StatusCode::SERVICE_UNAVAILABLE
+                    || status == StatusCode::TOO_MANY_REQUESTS
+                {
                     res.headers_mut().insert(
                         hyper::header::RETRY_AFTER,
                         hyper::header::HeaderValue::from_static(RETRY_AFTER_SECONDS),
@@ -119,7 +121,7 @@ impl HttpError {
 /// Status and client-facing message for engine failures.
 ///
 /// Transient trouble (database unreachable, shutting down) is 503 with
-/// `Retry-After`: clients retry it, and every write is idempotent by
+/// `Retry-After` (a full bounded queue is 429 with it): clients retry it, and every write is idempotent by
 /// transaction id. Storage internals are never shown to the client; they are
 /// logged with their whole chain. Operator-fixable faults (a missing
 /// encryption key) say what to fix.
@@ -147,6 +149,10 @@ fn engine_reply(error: &EngineError) -> (StatusCode, Cow<'static, str>) {
         | EngineError::BatchTooLarge
         | EngineError::TransactionFailed { .. } => {
             (StatusCode::BAD_REQUEST, Cow::Owned(error.to_string()))
+        }
+        // Backpressure: consumers make room, the client retries later.
+        EngineError::QueueFull { .. } => {
+            (StatusCode::TOO_MANY_REQUESTS, Cow::Owned(error.to_string()))
         }
         EngineError::SpoolWrite(_) => (
             StatusCode::INTERNAL_SERVER_ERROR,

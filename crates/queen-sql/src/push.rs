@@ -91,6 +91,14 @@ pub enum SlotOutcome {
         /// The queue's actual setting.
         encryption_enabled: bool,
     },
+    /// Nothing written: the queue has `maxSize` and this slot would take its
+    /// depth past it.
+    Full {
+        /// The queue's id.
+        queue_id: Uuid,
+        /// The partition's id.
+        partition_id: Uuid,
+    },
     /// Nothing written: some frames repeat transaction ids already stored
     /// inside the queue's dedup window.
     Duplicates {
@@ -222,6 +230,12 @@ pub async fn push_segments(
                     encryption_enabled: row.try_get("o_encryption_enabled")?,
                 });
             }
+            "full" => {
+                *entry = Some(SlotOutcome::Full {
+                    queue_id: row.try_get("o_queue_id")?,
+                    partition_id: row.try_get("o_partition_id")?,
+                });
+            }
             "duplicate" => {
                 let item: i32 = row.try_get("o_dup_item")?;
                 let frame: i32 = row.try_get("o_dup_frame")?;
@@ -260,7 +274,7 @@ pub async fn push_segments(
                 SlotOutcome::Queued { known, .. } | SlotOutcome::Duplicates { known, .. } => {
                     *known = rows;
                 }
-                SlotOutcome::EncryptionMismatch { .. } => {}
+                SlotOutcome::EncryptionMismatch { .. } | SlotOutcome::Full { .. } => {}
             }
             Ok(outcome)
         })

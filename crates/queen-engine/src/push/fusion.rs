@@ -477,7 +477,9 @@ async fn flush(shared: &Shared, builder: &mut SegmentBuilder, work: &mut [LaneWo
             }
         };
         for ((&i, segment), outcome) in slots.iter().zip(&built).zip(outcomes) {
-            apply_outcome(shared, &mut work[i], segment, outcome);
+            if let Err(error) = apply_outcome(shared, &mut work[i], segment, outcome) {
+                failed[i] = Some(error);
+            }
         }
     }
     for (lane_work, failure) in work.iter_mut().zip(failed) {
@@ -642,12 +644,14 @@ async fn write(
     }
 }
 
+/// Record what the flush did to one lane; an error fails the lane's
+/// submissions (a full bounded queue).
 fn apply_outcome(
     shared: &Shared,
     lane: &mut LaneWork,
     segment: &BuiltSegment,
     outcome: SlotOutcome,
-) {
+) -> Result<(), EngineError> {
     match outcome {
         SlotOutcome::Queued {
             partition_id,
@@ -682,6 +686,11 @@ fn apply_outcome(
                 .at_rest
                 .set_flag(Arc::clone(&lane.key.queue), encryption_enabled);
         }
+        SlotOutcome::Full { .. } => {
+            return Err(EngineError::QueueFull {
+                queue: lane.key.queue.to_string(),
+            });
+        }
         SlotOutcome::Duplicates {
             partition_id,
             duplicates,
@@ -714,11 +723,12 @@ fn apply_outcome(
             // The rest are written on the next round, without the duplicates.
         }
     }
+    Ok(())
 }
 
 /// The message ids of a stored segment, in frame order (as far as it
 /// decodes; a duplicate whose winner cannot be read answers without one).
-fn message_ids(blob: &[u8]) -> Vec<Uuid> {
+pub(crate) fn message_ids(blob: &[u8]) -> Vec<Uuid> {
     let Ok(segment) = queen_frame::decompress(blob) else {
         return Vec::new();
     };

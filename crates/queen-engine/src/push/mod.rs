@@ -17,7 +17,9 @@ use uuid::Uuid;
 
 pub use dedup::DEFAULT_DEDUP_CACHE_BYTES;
 pub use fusion::PushStats;
-pub(crate) use fusion::{encode_entries, Fusion, FusionConfig, MAX_SEGMENT_PAYLOAD_BYTES};
+pub(crate) use fusion::{
+    encode_entries, message_ids, Fusion, FusionConfig, MAX_SEGMENT_PAYLOAD_BYTES,
+};
 
 use crate::EngineError;
 
@@ -170,6 +172,97 @@ fn split_by_payload(entries: Vec<Entry>, max: usize) -> Vec<Vec<Entry>> {
     runs
 }
 
+/// What a push must remember to answer each item once its partitions'
+/// entries are resolved: per item, its group and position, its
+/// transaction id, trace id and message id; per group, its queue.
+pub(crate) struct Answering {
+    places: Vec<(usize, usize)>,
+    answers: Vec<(String, Option<Uuid>, Uuid)>,
+    queues: Vec<Arc<str>>,
+}
+
+/// Group `items` by partition (see [`group_by_partition`]) and keep what
+/// answering them needs.
+pub(crate) fn prepare(
+    items: Vec<PushItem>,
+    generated: &[bool],
+) -> Result<(Vec<Group>, Answering), EngineError> {
+    let (groups, places) = group_by_partition(items, generated);
+    // Per item, before the entries move on: transaction id, trace id,
+    // message id.
+    let answers = places
+        .iter()
+        .map(|&(group, position)| {
+            let entry = groups
+                .get(group)
+                .and_then(|(_, _, entries)| entries.get(position))
+                .ok_or(EngineError::Internal("a pushed item lost its group"))?;
+            Ok((
+                entry.transaction_id.clone(),
+                entry.trace_id,
+                entry.message_id,
+            ))
+        })
+        .collect::<Result<Vec<_>, EngineError>>()?;
+    let queues = groups
+        .iter()
+        .map(|(queue, ..)| Arc::from(queue.as_str()))
+        .collect();
+    Ok((
+        groups,
+        Answering {
+            places,
+            answers,
+            queues,
+        },
+    ))
+}
+
+impl Answering {
+    /// One outcome per item, in input order, from each group's entry results.
+    pub(crate) fn outcomes(
+        self,
+        results: &[Vec<EntryResult>],
+    ) -> Result<Vec<PushOutcome>, EngineError> {
+        let Answering {
+            places,
+            answers,
+            queues,
+        } = self;
+        places
+            .into_iter()
+            .zip(answers)
+            .map(
+                |((group, position), (transaction_id, trace_id, message_id))| {
+                    let result = results.get(group).and_then(|r| r.get(position));
+                    let (status, message_id, partition_id) = match result {
+                        Some(&EntryResult::Queued { partition_id }) => {
+                            (PushStatus::Queued, Some(message_id), partition_id)
+                        }
+                        Some(&EntryResult::Duplicate {
+                            partition_id,
+                            winner,
+                        }) => (PushStatus::Duplicate, winner, partition_id),
+                        None => return Err(EngineError::Internal("a pushed item got no answer")),
+                    };
+                    let queue = queues
+                        .get(group)
+                        .cloned()
+                        .ok_or(EngineError::Internal("a pushed item lost its queue"))?;
+                    Ok(PushOutcome {
+                        status,
+                        transaction_id,
+                        message_id,
+                        partition_id,
+                        trace_id,
+                        queue,
+                    })
+                },
+            )
+            .collect()
+    }
+}
+
 impl Fusion {
     /// Push `items`; answers one outcome per item, in input order, once every
     /// item is committed (or found to be a duplicate).
@@ -189,27 +282,7 @@ impl Fusion {
         items: Vec<PushItem>,
         generated: &[bool],
     ) -> Result<Vec<PushOutcome>, EngineError> {
-        let (groups, places) = group_by_partition(items, generated);
-        // Per item, before the entries move into fusion: transaction id,
-        // trace id, message id.
-        let answers = places
-            .iter()
-            .map(|&(group, position)| {
-                let entry = groups
-                    .get(group)
-                    .and_then(|(_, _, entries)| entries.get(position))
-                    .ok_or(EngineError::Internal("a pushed item lost its group"))?;
-                Ok((
-                    entry.transaction_id.clone(),
-                    entry.trace_id,
-                    entry.message_id,
-                ))
-            })
-            .collect::<Result<Vec<_>, EngineError>>()?;
-        let queues: Vec<Arc<str>> = groups
-            .iter()
-            .map(|(queue, ..)| Arc::from(queue.as_str()))
-            .collect();
+        let (groups, answering) = prepare(items, generated)?;
 
         // A partition's items go to fusion in submissions of at most
         // MAX_SEGMENT_PAYLOAD_BYTES of payload (one item is never split):
@@ -243,37 +316,6 @@ impl Fusion {
             }
             results.push(entry_results);
         }
-
-        places
-            .into_iter()
-            .zip(answers)
-            .map(
-                |((group, position), (transaction_id, trace_id, message_id))| {
-                    let result = results.get(group).and_then(|r| r.get(position));
-                    let (status, message_id, partition_id) = match result {
-                        Some(&EntryResult::Queued { partition_id }) => {
-                            (PushStatus::Queued, Some(message_id), partition_id)
-                        }
-                        Some(&EntryResult::Duplicate {
-                            partition_id,
-                            winner,
-                        }) => (PushStatus::Duplicate, winner, partition_id),
-                        None => return Err(EngineError::Internal("a pushed item got no answer")),
-                    };
-                    let queue = queues
-                        .get(group)
-                        .cloned()
-                        .ok_or(EngineError::Internal("a pushed item lost its queue"))?;
-                    Ok(PushOutcome {
-                        status,
-                        transaction_id,
-                        message_id,
-                        partition_id,
-                        trace_id,
-                        queue,
-                    })
-                },
-            )
-            .collect()
+        answering.outcomes(&results)
     }
 }

@@ -8,6 +8,7 @@
 //! Pushes here bypass fusion (they must share the transaction), and are
 //! announced to the hot-list and wake gates only after the commit.
 
+mod atomic;
 mod replay;
 
 use std::collections::HashSet;
@@ -301,6 +302,11 @@ impl Transactions {
                     } => self
                         .at_rest
                         .set_flag(Arc::from(queue.as_str()), encryption_enabled),
+                    SlotOutcome::Full { .. } => {
+                        return Err(EngineError::QueueFull {
+                            queue: queue.clone(),
+                        })
+                    }
                     SlotOutcome::Duplicates { duplicates, .. } => {
                         let first = duplicates
                             .first()

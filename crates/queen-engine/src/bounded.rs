@@ -1,0 +1,96 @@
+//! Which queues have `maxSize`, so `Engine::push` sends a request naming
+//! one through the one-transaction push (`txn/atomic.rs`), where a refused
+//! request writes nothing.
+//!
+//! The limit itself is enforced by `log_push_v1` under the queue row's lock,
+//! whichever way a push comes, so a stale answer here never lets a queue
+//! grow past its `maxSize`; it only decides atomicity. The set is read from
+//! the database at every cluster-state refresh (the engine's
+//! `maintenance_refresh` tick) and updated at once by a configure through
+//! this broker, so a queue bounded through another broker is known here
+//! within one refresh period. Until then a request spanning several of its
+//! partitions could keep the partitions that fit.
+//!
+//! Memory: the names of the queues with `maxSize`, at most [`MAX_BOUNDED`];
+//! past that every push takes the one-transaction path (correct, slower).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use crate::naming::DEFAULT_TENANT;
+use crate::EngineError;
+
+/// The most bounded queue names held.
+pub(crate) const MAX_BOUNDED: usize = 100_000;
+
+#[derive(Default)]
+struct Known {
+    names: HashSet<Arc<str>>,
+    /// More bounded queues than [`MAX_BOUNDED`]: treat every queue as bounded.
+    overflow: bool,
+}
+
+/// The set of bounded queues.
+pub(crate) struct Bounded {
+    pool: deadpool_postgres::Pool,
+    known: RwLock<Arc<Known>>,
+}
+
+impl Bounded {
+    pub(crate) fn new(pool: deadpool_postgres::Pool) -> Bounded {
+        Bounded {
+            pool,
+            known: RwLock::new(Arc::default()),
+        }
+    }
+
+    /// True when a push to any of `queues` must take the one-transaction path.
+    pub(crate) fn any<'a>(&self, mut queues: impl Iterator<Item = &'a str>) -> bool {
+        let known = Arc::clone(&self.known.read());
+        if known.overflow {
+            return true;
+        }
+        if known.names.is_empty() {
+            return false;
+        }
+        queues.any(|queue| known.names.contains(queue))
+    }
+
+    /// `queue` was configured through this broker with (or without) `maxSize`.
+    pub(crate) fn set(&self, queue: &str, bounded: bool) {
+        let mut known = self.known.write();
+        if known.names.contains(queue) == bounded {
+            return;
+        }
+        let mut next = Known {
+            names: known.names.clone(),
+            overflow: known.overflow,
+        };
+        if bounded {
+            if next.names.len() >= MAX_BOUNDED {
+                next.overflow = true;
+            } else {
+                next.names.insert(Arc::from(queue));
+            }
+        } else {
+            next.names.remove(queue);
+        }
+        *known = Arc::new(next);
+    }
+
+    /// Read the set from the database.
+    pub(crate) async fn refresh(&self) -> Result<(), EngineError> {
+        let client = self.pool.get().await.map_err(queen_sql::SqlError::from)?;
+        let limit = i64::try_from(MAX_BOUNDED).unwrap_or(i64::MAX) + 1;
+        let names = queen_sql::queues::bounded_queues(&**client, DEFAULT_TENANT, limit).await?;
+        let overflow = names.len() > MAX_BOUNDED;
+        let next = Known {
+            names: names.into_iter().map(Arc::from).collect(),
+            overflow,
+        };
+        *self.known.write() = Arc::new(next);
+        Ok(())
+    }
+}
