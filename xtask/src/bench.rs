@@ -2,9 +2,9 @@
 //! `queen-load` load generator in release mode, then run
 //! `queen-load <scenario> --broker <release queen-server> [options]`.
 //!
-//! Scenarios: `all` (the default: every one below on one cluster, plus push
-//! as a ratio to the ceiling and issue 6's targets), `push`, `pop`, `latency`,
-//! `ceiling` (see `benches/src/bin/queen-load/`). Options are passed to
+//! Scenarios: `all` (the default: every one below but `soak` on one cluster,
+//! plus push as a ratio to the ceiling and issue 6's targets), `push`, `pop`,
+//! `latency`, `ceiling`, `soak` (see `benches/src/bin/queen-load/`). Options are passed to
 //! `queen-load` unchanged; the usual ones are `--duration SECS`, `--quick` and
 //! `--json PATH` and `--pg-setting NAME=VALUE` (repeatable: a PostgreSQL
 //! server setting for the bench cluster; `docs/postgresql.md` compares them);
@@ -13,7 +13,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const SCENARIOS: &[&str] = &["all", "push", "pop", "latency", "ceiling"];
+const SCENARIOS: &[&str] = &["all", "push", "pop", "latency", "ceiling", "soak"];
 
 pub(crate) const USAGE: &str =
     "usage: cargo xtask bench [scenario] [--duration SECS] [--quick] [--json PATH] [...]
@@ -28,6 +28,8 @@ scenarios:
   pop      consume throughput, autoAck and pop + batch ack, 4/32 consumers,
            with an exactly-once check
   latency  single-message push-to-pop latency at 500 and 50 msg/s (auto, leased, early modes)
+  soak     (not in all) 5 minutes of pushes and consumes with retention every 5 s:
+           log_segments heap and TOAST sizes over time, and whether they plateau
 
 Builds queen-server and queen-load (release), then runs queen-load against a
 throwaway durable PostgreSQL. Options go to queen-load unchanged; see

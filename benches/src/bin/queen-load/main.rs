@@ -16,7 +16,9 @@
 //! - `pop` (`pop.rs`): consume throughput with `autoAck` and with batch acks,
 //!   and an exactly-once check of every message;
 //! - `latency` (`latency.rs`): single-message push-to-pop latency at a fixed
-//!   low rate.
+//!   low rate;
+//! - `soak` (`soak.rs`, not part of `all`): minutes of pushes and consumes
+//!   with retention sweeping every few seconds, sampling the storage sizes.
 //!
 //! Shared pieces: `env.rs` (cluster and broker lifecycle), `http.rs` (one
 //! keep-alive connection), `payload.rs` (request bodies), `matrix.rs` (the
@@ -39,6 +41,7 @@ mod pop;
 mod push;
 mod report;
 mod scenario;
+mod soak;
 mod stats;
 
 use std::process::ExitCode;
@@ -73,6 +76,9 @@ enum Command {
     Pop(ScenarioArgs<pop::PopOpts>),
     /// Single-message push-to-pop latency at a fixed low rate.
     Latency(ScenarioArgs<latency::LatencyOpts>),
+    /// Minutes of pushes and consumes with retention sweeping every few
+    /// seconds: log_segments' heap and TOAST sizes over time (not in `all`).
+    Soak(ScenarioArgs<soak::SoakOpts>),
     /// Every scenario on one cluster: ceiling, push, pop, latency; then push
     /// as a ratio to the ceiling and issue 6's targets.
     All(AllArgs),
@@ -97,6 +103,7 @@ enum Part {
     Push(push::PushOpts),
     Pop(pop::PopOpts),
     Latency(latency::LatencyOpts),
+    Soak(soak::SoakOpts),
 }
 
 impl Part {
@@ -106,6 +113,7 @@ impl Part {
             Part::Push(_) => "push",
             Part::Pop(_) => "pop",
             Part::Latency(_) => "latency",
+            Part::Soak(_) => "soak",
         }
     }
 
@@ -115,6 +123,7 @@ impl Part {
             Part::Push(opts) => opts.validate(),
             Part::Pop(opts) => opts.validate(),
             Part::Latency(opts) => opts.validate(),
+            Part::Soak(opts) => opts.validate(),
         }
     }
 
@@ -124,6 +133,7 @@ impl Part {
             Part::Push(opts) => opts.settings(bodies),
             Part::Pop(opts) => opts.settings(bodies),
             Part::Latency(opts) => opts.settings(bodies),
+            Part::Soak(opts) => opts.settings(),
         }
     }
 
@@ -139,6 +149,7 @@ impl Part {
             Part::Push(opts) => push::run(env, common, opts, bodies, report).await,
             Part::Pop(opts) => pop::run(env, common, opts, bodies, report).await,
             Part::Latency(opts) => latency::run(env, common, opts, bodies, report).await,
+            Part::Soak(opts) => soak::run(env, common, opts, report).await,
         }
     }
 }
@@ -160,6 +171,7 @@ fn main() -> ExitCode {
         Command::Ceiling(args) => ("ceiling", args.common, vec![Part::Ceiling(args.opts)]),
         Command::Pop(args) => ("pop", args.common, vec![Part::Pop(args.opts)]),
         Command::Latency(args) => ("latency", args.common, vec![Part::Latency(args.opts)]),
+        Command::Soak(args) => ("soak", args.common, vec![Part::Soak(args.opts)]),
         Command::All(args) => (
             "all",
             args.common,

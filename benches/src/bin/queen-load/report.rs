@@ -75,7 +75,7 @@ impl Latency {
 #[derive(Debug, Serialize)]
 pub(crate) struct Report {
     pub(crate) tool: &'static str,
-    /// `push`, `pop`, `latency`, `ceiling` or `all`.
+    /// `push`, `pop`, `latency`, `ceiling`, `soak` or `all`.
     pub(crate) scenario: &'static str,
     pub(crate) started_at_unix: u64,
     pub(crate) machine: Machine,
@@ -93,6 +93,8 @@ pub(crate) struct Report {
     pub(crate) pop: Vec<PopResult>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) latency: Vec<LatencyResult>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) soak: Vec<crate::soak::SoakResult>,
     /// Issue 6's targets, for those whose figures this run measured.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) targets: Vec<Target>,
@@ -171,6 +173,7 @@ impl Report {
             push_vs_ceiling: Vec::new(),
             pop: Vec::new(),
             latency: Vec::new(),
+            soak: Vec::new(),
             targets: Vec::new(),
             skipped: Vec::new(),
             disturbed: Vec::new(),
@@ -185,6 +188,7 @@ impl Report {
             && self.ceiling.is_empty()
             && self.pop.is_empty()
             && self.latency.is_empty()
+            && self.soak.is_empty()
             && self.skipped.is_empty()
     }
 
@@ -308,6 +312,12 @@ impl Report {
             &self.latency,
             format_args!("latency: push send to pop receive, one message at a time ({cpu_note})"),
             crate::latency::table,
+        );
+        section(
+            &mut out,
+            &self.soak,
+            "soak: storage over time while retention sweeps",
+            crate::soak::table,
         );
         list(&mut out, "issue 6 targets", &self.targets, |t| {
             format!(

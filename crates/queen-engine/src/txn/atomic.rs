@@ -53,9 +53,9 @@ impl Transactions {
         answering.outcomes(&results)
     }
 
-    /// Write every group inside the transaction `client` is in, resolving
-    /// each entry queued or duplicate.
-    async fn write_resolving(
+    /// Write every group inside the transaction `client` is in, in
+    /// (queue, partition) order, resolving each entry queued or duplicate.
+    pub(super) async fn write_resolving(
         &self,
         client: &impl queen_sql::Conn,
         groups: &[Group],
@@ -84,26 +84,21 @@ impl Transactions {
                     }
                 }
             }
-            let mut run = Vec::new();
+            // Segments of at most MAX_SEGMENT_PAYLOAD_BYTES of payload.
+            let mut runs: Vec<Vec<usize>> = Vec::new();
             let mut bytes = 0usize;
             for index in leaders {
                 let size = entries[index].payload.len();
-                if !run.is_empty() && bytes + size > MAX_SEGMENT_PAYLOAD_BYTES {
-                    self.write_run(
-                        client,
-                        &groups[slot],
-                        &run,
-                        &mut results[slot],
-                        &mut builder,
-                    )
-                    .await?;
-                    run.clear();
-                    bytes = 0;
+                match runs.last_mut() {
+                    Some(run) if bytes + size <= MAX_SEGMENT_PAYLOAD_BYTES => run.push(index),
+                    _ => {
+                        runs.push(vec![index]);
+                        bytes = 0;
+                    }
                 }
                 bytes += size;
-                run.push(index);
             }
-            if !run.is_empty() {
+            for run in runs {
                 self.write_run(
                     client,
                     &groups[slot],

@@ -14,14 +14,11 @@ mod replay;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use queen_frame::SegmentBuilder;
-use queen_sql::push::{SegmentWrite, SlotOutcome};
 use uuid::Uuid;
 
 use crate::ack::{AckItem, AckOutcome, AckStatus, Acks};
 use crate::crypto::AtRest;
-use crate::naming::{derive_namespace_task, DEFAULT_TENANT};
-use crate::push::{encode_entries, group_by_partition, PushItem, PushOutcome, PushStatus};
+use crate::push::{group_by_partition, EntryResult, PushItem, PushOutcome, PushStatus};
 use crate::ready::Ready;
 use crate::EngineError;
 
@@ -236,88 +233,30 @@ impl Transactions {
         Ok((outcomes, partitions))
     }
 
-    /// Write one segment per group of `groups` inside the transaction
-    /// `client` is in, in (queue, partition) order (the lock order of
-    /// fusion); answers each group's partition id, in `groups` order. A
-    /// duplicate transaction id fails the operation `index`.
+    /// Write `groups` inside the transaction `client` is in (the
+    /// one-transaction writer of `atomic.rs`); answers each group's partition
+    /// id, in `groups` order. A duplicate transaction id fails the operation
+    /// `index` (the caller rolls back what was written).
     pub(crate) async fn write_groups(
         &self,
         client: &impl queen_sql::Conn,
         index: usize,
         groups: &[crate::push::Group],
     ) -> Result<Vec<Option<Uuid>>, EngineError> {
-        // Slots in (queue, partition) order: the same lock order as fusion.
-        let mut order: Vec<usize> = (0..groups.len()).collect();
-        // Stable: groups of one partition keep their order.
-        order.sort_by(|a, b| (&groups[*a].0, &groups[*a].1).cmp(&(&groups[*b].0, &groups[*b].1)));
-
-        let mut partition_ids: Vec<Option<Uuid>> = vec![None; groups.len()];
-        let mut builder = SegmentBuilder::with_level(self.zstd_level);
-        for &slot in &order {
-            let (queue, partition, entries) = &groups[slot];
-            let (namespace, task) = derive_namespace_task(queue);
-            // At most two attempts: the cached encryption flag may be stale.
-            for _attempt in 0..2 {
-                let encrypted = self.at_rest.flag(queue);
-                // Off the worker thread when large (`offload.rs`): this runs
-                // inside an open transaction.
-                let payload: usize = entries.iter().map(|e| e.payload.len()).sum();
-                let encoded = crate::offload::cpu(payload, || {
-                    encode_entries(
-                        entries.iter(),
-                        encrypted,
-                        self.at_rest.key(),
-                        queue,
-                        &mut builder,
-                    )
-                })
-                .await?;
-                let write = SegmentWrite {
-                    queue,
-                    partition,
-                    namespace,
-                    task,
-                    new_queue_id: Uuid::now_v7(),
-                    new_partition_id: Uuid::now_v7(),
-                    encrypted,
-                    probe: encoded.probe,
-                    // The full probe: a transaction does not use the cache.
-                    coverage: None,
-                    n_frames: encoded.n_frames,
-                    blob: &encoded.blob,
-                    hashes: &encoded.hashes,
-                };
-                let outcome = queen_sql::push::push_segments(client, DEFAULT_TENANT, &[write])
-                    .await?
-                    .into_iter()
-                    .next()
-                    .ok_or(EngineError::Internal("log_push_v1 answered no slot"))?;
-                match outcome {
-                    SlotOutcome::Queued { partition_id, .. } => {
-                        partition_ids[slot] = Some(partition_id);
-                        break;
-                    }
-                    SlotOutcome::EncryptionMismatch {
-                        encryption_enabled, ..
-                    } => self
-                        .at_rest
-                        .set_flag(Arc::from(queue.as_str()), encryption_enabled),
-                    SlotOutcome::Full { .. } => {
-                        return Err(EngineError::QueueFull {
-                            queue: queue.clone(),
-                        })
-                    }
-                    SlotOutcome::Duplicates { duplicates, .. } => {
-                        let first = duplicates
-                            .first()
-                            .and_then(|d| entries.get(d.item))
-                            .map_or("", |e| e.transaction_id.as_str());
-                        return Err(duplicate(index, first));
+        let results = self.write_resolving(client, groups).await?;
+        let mut partition_ids = Vec::with_capacity(groups.len());
+        for ((_, _, entries), results) in groups.iter().zip(&results) {
+            let mut partition = None;
+            for (entry, result) in entries.iter().zip(results) {
+                match *result {
+                    EntryResult::Queued { partition_id } => partition = Some(partition_id),
+                    EntryResult::Duplicate { .. } => {
+                        return Err(duplicate(index, &entry.transaction_id))
                     }
                 }
             }
+            partition_ids.push(partition);
         }
-
         Ok(partition_ids)
     }
 }
