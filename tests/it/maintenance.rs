@@ -309,3 +309,72 @@ async fn without_a_spool_maintenance_refuses_pushes_instead_of_storing_them() {
     set_maintenance(&broker, "/api/v1/system/maintenance", false).await;
     broker.stop().await;
 }
+
+/// Item 7 in process: with PostgreSQL unreachable, a push is spooled and
+/// answered `buffered`, a pop answers 204 after its wait, an ack 503 with
+/// `Retry-After`, and the spool's status says what it holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_database_unreachable_pushes_are_spooled_pops_are_empty_and_acks_503() {
+    let dir = tempfile::tempdir().unwrap();
+    // A pool pointing at a socket directory where no server listens.
+    let mut db = tokio_postgres::Config::new();
+    db.host_path("/nonexistent-queen-socket-dir")
+        .user("nobody")
+        .dbname("nothing");
+    let pool = queen_sql::connect::pool(db, 2).unwrap();
+    let engine = queen_engine::Engine::new(pool, spooled(dir.path(), 1 << 30));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(queen_http::serve(
+        listener,
+        engine,
+        queen_http::ServeOptions::default(),
+        async move {
+            let _ = rx.await;
+        },
+    ));
+    let client = queen_testkit::http::Client::new(format!("http://{addr}"));
+
+    let pushed = client
+        .post_json(
+            "/api/v1/push",
+            &json!({ "items": items("down", 0, 3, false) }),
+        )
+        .await;
+    assert_eq!(pushed.status, 201);
+    let results = pushed.json();
+    assert!(
+        results
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["status"] == "buffered"),
+        "{results}"
+    );
+    let started = Instant::now();
+    let popped = client
+        .get("/api/v1/pop/queue/down?wait=true&timeout=300")
+        .await;
+    assert_eq!(popped.status, 204);
+    assert!(started.elapsed() >= Duration::from_millis(250));
+    let acked = client
+        .post_json(
+            "/api/v1/ack",
+            &json!({"transactionId": "t", "partitionId": uuid::Uuid::now_v7().to_string(),
+                    "leaseId": uuid::Uuid::now_v7().to_string(), "status": "completed"}),
+        )
+        .await;
+    assert_eq!(acked.status, 503);
+    assert_eq!(acked.headers["retry-after"], "1");
+    let buffers = client.get("/api/v1/status/buffers").await.json();
+    assert_eq!(buffers["pending"], 3, "{buffers}");
+    assert_eq!(buffers["dbHealthy"], false, "{buffers}");
+    assert_eq!(buffers["spooling"], true, "{buffers}");
+    let state = client.get("/api/v1/system/maintenance").await.json();
+    assert_eq!(state["maintenanceMode"], false);
+    assert_eq!(state["bufferedMessages"], 3);
+    assert_eq!(state["bufferStats"]["failedFiles"]["failoverCount"], 3);
+    let _ = tx.send(());
+    server.await.unwrap();
+}
