@@ -13,7 +13,7 @@
 //! | transactions (`txn::Transactions`), dead-letter replay (`txn::replay`) | nothing | acks, `Ready`, the at-rest flags and key |
 //! | lifecycle (`lifecycle::Lifecycle`) | nothing | the at-rest key |
 //! | retention (`retention::Retention`) | its loop task, counters | nothing |
-//! | spool (`spool::Spool`) | its files, writer thread, drainer task | push fusion (the drainer pushes through it) |
+//! | spool (`spool::Spool`) | its files, writer thread, drainer task | a store function the facade hands it (the engine's push path without the spool) |
 //! | maintenance (`maintenance::Maintenance`) | the two persisted flags | nothing |
 //! | bounded queues (`bounded::Bounded`) | the names of the queues with `maxSize` | nothing |
 //!
@@ -132,6 +132,14 @@ impl Engine {
     /// (see `queen_sql::apply_schema`). Must be called inside a tokio runtime:
     /// it starts the push flusher tasks and the revisit wheel.
     pub fn new(pool: deadpool_postgres::Pool, config: EngineConfig) -> Arc<Engine> {
+        let engine = Arc::new_cyclic(|weak| Engine::build(pool, config, weak));
+        tokio::spawn(refresh_maintenance(Arc::downgrade(&engine)));
+        engine
+    }
+
+    /// The components, wired; `weak` is the engine being built (the spool's
+    /// drainer stores through it).
+    fn build(pool: deadpool_postgres::Pool, config: EngineConfig, weak: &Weak<Engine>) -> Engine {
         let at_rest = Arc::new(AtRest::new(config.encryption_key.clone()));
         let registry = Arc::new(AckRegistry::default());
         let serving = Serving::start(
@@ -157,7 +165,7 @@ impl Engine {
             ready.clone(),
         ));
         let spool = config.spool.as_ref().and_then(|spool| {
-            Spool::open(spool, Arc::clone(&push), pool.clone())
+            Spool::open(spool, drain_store(weak.clone()), pool.clone())
                 .map_err(|error| {
                     tracing::error!(%error, dir = %spool.dir.display(), "cannot open the push spool; running without one");
                 })
@@ -181,7 +189,7 @@ impl Engine {
             config.eviction_interval,
             config.partition_idle,
         );
-        let engine = Arc::new(Engine {
+        Engine {
             pool,
             config,
             started_at: Instant::now(),
@@ -196,9 +204,7 @@ impl Engine {
             lifecycle,
             health,
             retention,
-        });
-        tokio::spawn(refresh_maintenance(Arc::downgrade(&engine)));
-        engine
+        }
     }
 
     /// The engine's settings.
@@ -507,9 +513,9 @@ impl Engine {
     /// pop, which then answers empty at once rather than delivering what
     /// arrives while it waited.
     pub async fn set_pop_maintenance(&self, enabled: bool) -> Result<(), EngineError> {
-        self.maintenance.set_pop(enabled).await?;
-        self.serving.set_maintenance(enabled);
-        Ok(())
+        self.maintenance
+            .set_pop(enabled, |enabled| self.serving.set_maintenance(enabled))
+            .await
     }
 
     /// Whether pop maintenance mode is on.
@@ -520,11 +526,13 @@ impl Engine {
     /// Enable or disable push maintenance mode for every broker on the
     /// database: while on, pushes go to the spool; turning it off drains it.
     pub async fn set_maintenance(&self, enabled: bool) -> Result<(), EngineError> {
-        self.maintenance.set_push(enabled).await?;
-        if let Some(spool) = &self.spool {
-            spool.set_maintenance(enabled);
-        }
-        Ok(())
+        self.maintenance
+            .set_push(enabled, |enabled| {
+                if let Some(spool) = &self.spool {
+                    spool.set_maintenance(enabled);
+                }
+            })
+            .await
     }
 
     /// Whether push maintenance mode is on.
@@ -537,14 +545,16 @@ impl Engine {
     /// `maintenance_refresh`; a server calls it once before it serves.
     pub async fn refresh_maintenance(&self) -> Result<(), EngineError> {
         self.bounded.refresh().await?;
-        let (push, pop) = self.maintenance.refresh().await?;
-        if let Some(spool) = &self.spool {
-            spool.set_maintenance(push);
-        }
-        if self.serving.maintenance() != pop {
-            self.serving.set_maintenance(pop);
-        }
-        Ok(())
+        self.maintenance
+            .refresh(|push, pop| {
+                if let Some(spool) = &self.spool {
+                    spool.set_maintenance(push);
+                }
+                if self.serving.maintenance() != pop {
+                    self.serving.set_maintenance(pop);
+                }
+            })
+            .await
     }
 
     /// What the push spool holds; `None` without a spool.
@@ -669,4 +679,19 @@ async fn refresh_maintenance(engine: Weak<Engine>) {
         first = false;
         tokio::time::sleep(period).await;
     }
+}
+
+/// How the spool's drainer stores what it drains: the push path of the
+/// engine, without the spool.
+fn drain_store(engine: Weak<Engine>) -> crate::spool::Store {
+    Arc::new(move |items| {
+        let engine = engine.clone();
+        Box::pin(async move {
+            let engine = engine.upgrade().ok_or(EngineError::ShuttingDown)?;
+            let atomic = engine
+                .bounded
+                .any(items.iter().map(|item| item.queue.as_str()));
+            engine.store(items, &[], atomic).await
+        })
+    })
 }

@@ -12,7 +12,7 @@
 //! This component persists and holds the flags; the facade applies them to
 //! the spool and the pop path.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use queen_sql::system;
 
@@ -22,6 +22,13 @@ use crate::EngineError;
 pub(crate) struct Maintenance {
     pool: deadpool_postgres::Pool,
     push: AtomicBool,
+    /// Bumped by every change made through this broker, after it committed:
+    /// a refresh that read the rows across one does not apply what it read
+    /// (it may predate the change).
+    changes: AtomicU64,
+    /// Held while a change or a refresh is applied (never across an await),
+    /// so a refresh's check of `changes` and its apply are one step.
+    applying: parking_lot::Mutex<()>,
 }
 
 impl Maintenance {
@@ -29,28 +36,53 @@ impl Maintenance {
         Maintenance {
             pool,
             push: AtomicBool::new(false),
+            changes: AtomicU64::new(0),
+            applying: parking_lot::Mutex::new(()),
         }
     }
 
     /// Read both flags from the database: (push, pop); the push flag is
     /// kept here, the pop flag is the pop path's.
-    pub(crate) async fn refresh(&self) -> Result<(bool, bool), EngineError> {
+    /// `apply` gets them, unless a change through this broker happened
+    /// meanwhile (what was read may predate it; the next refresh reads
+    /// again).
+    pub(crate) async fn refresh(&self, apply: impl FnOnce(bool, bool)) -> Result<(), EngineError> {
+        let before = self.changes.load(Ordering::Acquire);
         let client = self.pool.get().await.map_err(queen_sql::SqlError::from)?;
         let (push, pop) = system::maintenance_flags(&**client).await?;
-        self.push.store(push, Ordering::Relaxed);
-        Ok((push, pop))
-    }
-
-    /// Persist push maintenance mode, then keep it.
-    pub(crate) async fn set_push(&self, enabled: bool) -> Result<(), EngineError> {
-        self.persist(system::MAINTENANCE, enabled).await?;
-        self.push.store(enabled, Ordering::Relaxed);
+        let _applying = self.applying.lock();
+        if self.changes.load(Ordering::Acquire) == before {
+            self.push.store(push, Ordering::Relaxed);
+            apply(push, pop);
+        }
         Ok(())
     }
 
-    /// Persist pop maintenance mode.
-    pub(crate) async fn set_pop(&self, enabled: bool) -> Result<(), EngineError> {
-        self.persist(system::POP_MAINTENANCE, enabled).await
+    /// Persist push maintenance mode, then keep it and `apply` it.
+    pub(crate) async fn set_push(
+        &self,
+        enabled: bool,
+        apply: impl FnOnce(bool),
+    ) -> Result<(), EngineError> {
+        self.persist(system::MAINTENANCE, enabled).await?;
+        let _applying = self.applying.lock();
+        self.changes.fetch_add(1, Ordering::AcqRel);
+        self.push.store(enabled, Ordering::Relaxed);
+        apply(enabled);
+        Ok(())
+    }
+
+    /// Persist pop maintenance mode, then `apply` it.
+    pub(crate) async fn set_pop(
+        &self,
+        enabled: bool,
+        apply: impl FnOnce(bool),
+    ) -> Result<(), EngineError> {
+        self.persist(system::POP_MAINTENANCE, enabled).await?;
+        let _applying = self.applying.lock();
+        self.changes.fetch_add(1, Ordering::AcqRel);
+        apply(enabled);
+        Ok(())
     }
 
     /// Push maintenance mode as last read or set.

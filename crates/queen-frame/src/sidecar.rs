@@ -50,7 +50,7 @@ pub fn sidecar_get(sidecar: &[u8], idx: usize) -> Result<[u8; HASH_LEN], FrameEr
 ///
 /// [`FrameError::SidecarLength`] for a sidecar that is not a whole number of hashes.
 pub fn sidecar_iter(sidecar: &[u8]) -> Result<SidecarIter<'_>, FrameError> {
-    if sidecar.len() % HASH_LEN != 0 {
+    if !sidecar.len().is_multiple_of(HASH_LEN) {
         return Err(FrameError::SidecarLength { len: sidecar.len() });
     }
     Ok(SidecarIter {

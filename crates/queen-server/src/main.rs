@@ -55,7 +55,7 @@ enum ServerError {
     Signals(#[source] std::io::Error),
     #[error("invalid configuration")]
     Engine(#[from] queen_engine::EngineError),
-    #[error("cannot create the spool directory {dir} (FILE_BUFFER_DIR)")]
+    #[error("cannot use the spool directory {dir} (FILE_BUFFER_DIR)")]
     SpoolDir {
         dir: std::path::PathBuf,
         #[source]
@@ -144,8 +144,18 @@ async fn serve(
             source,
         })?;
     }
+    let spool_dir = engine_config.spool.as_ref().map(|spool| spool.dir.clone());
     let pool = queen_sql::connect::pool(db_config, config.db_pool_size)?;
     let engine = queen_engine::Engine::new(pool, engine_config);
+    // The engine logged why (another broker holds the directory, or it is
+    // not writable): a broker configured with a spool does not run without.
+    if let (Some(dir), None) = (spool_dir, engine.spool_stats()) {
+        engine.shutdown().await;
+        return Err(ServerError::SpoolDir {
+            dir,
+            source: std::io::Error::other("the spool could not be opened (see the log above)"),
+        });
+    }
     if config.db_pool_warm > 0 {
         engine.warm_up(config.db_pool_warm).await;
     }

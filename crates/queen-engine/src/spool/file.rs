@@ -45,6 +45,18 @@ pub(crate) struct Record {
 }
 
 impl Record {
+    /// The push item to store the record as (its transaction id fixed).
+    pub(crate) fn item(&self) -> crate::push::PushItem {
+        crate::push::PushItem {
+            queue: self.queue.clone(),
+            partition: self.partition.clone(),
+            transaction_id: Some(self.transaction_id.clone()),
+            trace_id: self.trace_id,
+            producer_sub: self.producer_sub.clone(),
+            payload: self.payload.clone(),
+        }
+    }
+
     /// Append the record, framed, to `out`.
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         let start = out.len();
@@ -212,6 +224,28 @@ pub(crate) fn failed_files(dir: &Path) -> (u64, u64) {
         })
 }
 
+/// The sequence numbers of the progress files in `dir`.
+pub(crate) fn positions(dir: &Path) -> io::Result<Vec<u64>> {
+    Ok(std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let name = entry.file_name();
+            let name = name.to_str()?;
+            name.strip_prefix("spool-")?
+                .strip_suffix(".pos")?
+                .parse()
+                .ok()
+        })
+        .collect())
+}
+
+/// Remove the progress file of `seq` (one whose log is gone: left by a crash
+/// between the two removals of [`remove_log`]).
+pub(crate) fn remove_position(dir: &Path, seq: u64) -> io::Result<()> {
+    std::fs::remove_file(pos_path(dir, seq))?;
+    sync_dir(dir)
+}
+
 /// How many bytes of log `seq` were drained already.
 pub(crate) fn drained(dir: &Path, seq: u64) -> io::Result<u64> {
     match std::fs::read(pos_path(dir, seq)) {
@@ -237,6 +271,8 @@ pub(crate) fn set_drained(dir: &Path, seq: u64, offset: u64) -> io::Result<()> {
 /// Remove log `seq` and its progress, durably.
 pub(crate) fn remove_log(dir: &Path, seq: u64) -> io::Result<()> {
     std::fs::remove_file(log_path(dir, seq))?;
+    // A crash here leaves a progress file without its log: `Spool::open`
+    // removes such files, and never reuses their sequence number.
     match std::fs::remove_file(pos_path(dir, seq)) {
         Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
         _ => {}
@@ -265,7 +301,10 @@ pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
 /// The log being appended to.
 pub(crate) struct Active {
     file: File,
+    /// Bytes written.
     pub(crate) len: u64,
+    /// Bytes made durable (fsync'd).
+    synced: u64,
 }
 
 impl Active {
@@ -276,19 +315,46 @@ impl Active {
             .append(true)
             .open(log_path(dir, seq))?;
         sync_dir(dir)?;
-        Ok(Active { file, len: 0 })
+        Ok(Active {
+            file,
+            len: 0,
+            synced: 0,
+        })
     }
 
-    /// Append `bytes`; durable once [`Active::sync`] returned.
+    /// Append `bytes`; durable once [`Active::sync`] returned. A write that
+    /// fails part-way is cut off again (best effort), so a later record
+    /// never follows a torn one.
     pub(crate) fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.file.write_all(bytes)?;
-        self.len += bytes.len() as u64;
-        Ok(())
+        match self.file.write_all(bytes) {
+            Ok(()) => {
+                self.len += bytes.len() as u64;
+                Ok(())
+            }
+            Err(error) => {
+                let _ = self.file.set_len(self.len);
+                Err(error)
+            }
+        }
     }
 
-    /// fsync what was written.
+    /// fsync what was written. When that fails, what was written since the
+    /// last good fsync is cut off (its appends are answered with the
+    /// error), and the caller stops appending to this file.
     pub(crate) fn sync(&mut self) -> io::Result<()> {
-        self.file.sync_data()
+        match self.file.sync_data() {
+            Ok(()) => {
+                self.synced = self.len;
+                Ok(())
+            }
+            Err(error) => {
+                if self.file.set_len(self.synced).is_ok() {
+                    let _ = self.file.sync_data();
+                }
+                self.len = self.synced;
+                Err(error)
+            }
+        }
     }
 }
 
@@ -301,8 +367,8 @@ mod tests {
             queue: format!("q{i}"),
             partition: "p".to_owned(),
             transaction_id: format!("t{i}"),
-            trace_id: (i % 2 == 0).then(Uuid::now_v7),
-            producer_sub: (i % 3 == 0).then(|| "sub".to_owned()),
+            trace_id: i.is_multiple_of(2).then(Uuid::now_v7),
+            producer_sub: i.is_multiple_of(3).then(|| "sub".to_owned()),
             payload: Bytes::from(format!("{{\"n\":{i}}}")),
         }
     }

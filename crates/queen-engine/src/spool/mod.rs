@@ -30,14 +30,16 @@
 
 mod file;
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 
-use crate::push::{Fusion, PushItem};
+use crate::push::{PushItem, PushOutcome};
 use crate::EngineError;
 use file::{Active, Record};
 
@@ -99,9 +101,20 @@ pub(crate) enum Reason {
     Outage,
 }
 
-/// Records drained per fusion push.
+/// How the drainer stores what it drains: the engine's push path without the
+/// spool (fusion, or one transaction for a bounded queue), handed in by the
+/// facade.
+pub(crate) type Store = Arc<
+    dyn Fn(
+            Vec<PushItem>,
+        ) -> Pin<Box<dyn Future<Output = Result<Vec<PushOutcome>, EngineError>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// Records drained per store.
 const CHUNK_RECORDS: usize = 1000;
-/// Payload bytes drained per fusion push, at most (one record more).
+/// Payload bytes drained per store, at most (one record more).
 const CHUNK_BYTES: usize = 4 * 1024 * 1024;
 /// The drainer's idle tick: how soon it notices the database is back.
 const TICK: Duration = Duration::from_millis(250);
@@ -147,6 +160,8 @@ pub(crate) struct Spool {
     wake: Notify,
     stop: watch::Sender<bool>,
     drainer: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The directory's lock, held while the spool lives.
+    _lock: std::fs::File,
 }
 
 impl Spool {
@@ -154,11 +169,31 @@ impl Spool {
     /// undrained), start its writer thread and its drainer.
     pub(crate) fn open(
         config: &SpoolConfig,
-        fusion: Arc<Fusion>,
+        store: Store,
         pool: deadpool_postgres::Pool,
     ) -> std::io::Result<Arc<Spool>> {
         std::fs::create_dir_all(&config.dir)?;
+        // One broker per directory: a second one would drain (and remove)
+        // the first one's logs. The lock also proves the directory writable.
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(config.dir.join("LOCK"))?;
+        lock.try_lock().map_err(|error| match error {
+            std::fs::TryLockError::WouldBlock => std::io::Error::other(format!(
+                "{} is the spool of another running broker (FILE_BUFFER_DIR must differ per broker)",
+                config.dir.display()
+            )),
+            std::fs::TryLockError::Error(error) => error,
+        })?;
         let seqs = file::logs(&config.dir)?;
+        // A crash between the two removals of a drained log leaves its
+        // progress file: remove it, and never hand out its number again.
+        let positions = file::positions(&config.dir)?;
+        for &seq in positions.iter().filter(|seq| !seqs.contains(seq)) {
+            file::remove_position(&config.dir, seq)?;
+        }
         let (mut pending, mut pending_bytes) = (0u64, 0u64);
         for &seq in &seqs {
             let bytes = std::fs::read(file::log_path(&config.dir, seq))?;
@@ -173,7 +208,11 @@ impl Spool {
                 "the spool holds pushes from an earlier run; draining them"
             );
         }
-        let next_seq = seqs.last().map_or(1, |last| last + 1);
+        let next_seq = seqs
+            .iter()
+            .chain(&positions)
+            .max()
+            .map_or(1, |last| last + 1);
         let (writer, commands) = mpsc::unbounded_channel();
         let dir = config.dir.clone();
         std::thread::Builder::new()
@@ -199,8 +238,9 @@ impl Spool {
             wake: Notify::new(),
             stop,
             drainer: Mutex::new(None),
+            _lock: lock,
         });
-        let handle = tokio::spawn(run_drainer(Arc::clone(&spool), fusion, pool, stopped));
+        let handle = tokio::spawn(run_drainer(Arc::clone(&spool), store, pool, stopped));
         *spool.drainer.lock() = Some(handle);
         Ok(spool)
     }
@@ -337,7 +377,9 @@ impl Spool {
 }
 
 /// The writer thread: appends in arrival order, one fsync for everything
-/// that arrived together, then answers each append.
+/// that arrived together, then answers each append. After a failed write
+/// or fsync it stops appending to that file (the next append starts a new
+/// one), so no record ever follows a torn or unsynced one.
 fn run_writer(dir: &Path, mut next_seq: u64, mut commands: mpsc::UnboundedReceiver<Command>) {
     let mut active: Option<Active> = None;
     let mut waiting: Vec<oneshot::Sender<std::io::Result<()>>> = Vec::new();
@@ -347,48 +389,65 @@ fn run_writer(dir: &Path, mut next_seq: u64, mut commands: mpsc::UnboundedReceiv
             match next {
                 Command::Append { bytes, reply } => {
                     if active.as_ref().is_some_and(|a| a.len >= file::ROTATE_BYTES) {
-                        sync_and_answer(active.as_mut(), &mut waiting);
+                        sync_and_answer(&mut active, &mut waiting);
                         active = None;
+                    }
+                    if active.is_none() {
+                        match Active::create(dir, next_seq) {
+                            Ok(log) => {
+                                next_seq += 1;
+                                active = Some(log);
+                            }
+                            Err(error) => {
+                                let _ = reply.send(Err(error));
+                                command = commands.try_recv().ok();
+                                continue;
+                            }
+                        }
                     }
                     let written = match active.as_mut() {
                         Some(log) => log.write(&bytes),
-                        None => Active::create(dir, next_seq).and_then(|mut log| {
-                            next_seq += 1;
-                            let written = log.write(&bytes);
-                            active = Some(log);
-                            written
-                        }),
+                        None => Err(std::io::Error::other("no spool file is open")),
                     };
                     match written {
                         Ok(()) => waiting.push(reply),
                         Err(error) => {
+                            // What came before is intact: make it durable,
+                            // answer it, and leave this file.
+                            sync_and_answer(&mut active, &mut waiting);
+                            active = None;
                             let _ = reply.send(Err(error));
                         }
                     }
                 }
                 Command::Rotate { reply } => {
-                    sync_and_answer(active.as_mut(), &mut waiting);
+                    sync_and_answer(&mut active, &mut waiting);
                     active = None;
                     let _ = reply.send(next_seq);
                 }
             }
             command = commands.try_recv().ok();
         }
-        sync_and_answer(active.as_mut(), &mut waiting);
+        sync_and_answer(&mut active, &mut waiting);
     }
 }
 
+/// fsync the active log and answer every waiting append; after a failed
+/// fsync (which cut the unsynced appends off again) the log is closed.
 fn sync_and_answer(
-    active: Option<&mut Active>,
+    active: &mut Option<Active>,
     waiting: &mut Vec<oneshot::Sender<std::io::Result<()>>>,
 ) {
     if waiting.is_empty() {
         return;
     }
-    let synced = match active {
+    let synced = match active.as_mut() {
         Some(log) => log.sync(),
         None => Err(std::io::Error::other("no spool file is open")),
     };
+    if synced.is_err() {
+        *active = None;
+    }
     for reply in waiting.drain(..) {
         let answer = match &synced {
             Ok(()) => Ok(()),
@@ -401,7 +460,7 @@ fn sync_and_answer(
 /// The drainer task.
 async fn run_drainer(
     spool: Arc<Spool>,
-    fusion: Arc<Fusion>,
+    store: Store,
     pool: deadpool_postgres::Pool,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -432,7 +491,7 @@ async fn run_drainer(
         if pending == 0 {
             continue;
         }
-        if let Err(error) = drain(&spool, &fusion).await {
+        if let Err(error) = drain(&spool, &store).await {
             if error.is_unreachable() {
                 spool.state.lock().outage = true;
             } else {
@@ -455,7 +514,7 @@ async fn reachable(pool: &deadpool_postgres::Pool) -> bool {
 
 /// Drain every closed log, oldest first; stops early when maintenance is
 /// turned on again.
-async fn drain(spool: &Spool, fusion: &Fusion) -> Result<(), EngineError> {
+async fn drain(spool: &Spool, store: &Store) -> Result<(), EngineError> {
     let Some(boundary) = spool.rotate().await else {
         return Ok(());
     };
@@ -465,13 +524,13 @@ async fn drain(spool: &Spool, fusion: &Fusion) -> Result<(), EngineError> {
         if spool.maintenance() {
             return Ok(());
         }
-        drain_log(spool, fusion, seq).await?;
+        drain_log(spool, store, seq).await?;
     }
     Ok(())
 }
 
 /// Push log `seq` from its drained offset, chunk by chunk, then remove it.
-async fn drain_log(spool: &Spool, fusion: &Fusion, seq: u64) -> Result<(), EngineError> {
+async fn drain_log(spool: &Spool, store: &Store, seq: u64) -> Result<(), EngineError> {
     let dir = spool.dir.clone();
     let (bytes, from) = blocking(move || {
         let bytes = std::fs::read(file::log_path(&dir, seq))?;
@@ -499,62 +558,82 @@ async fn drain_log(spool: &Spool, fusion: &Fusion, seq: u64) -> Result<(), Engin
             payload += records[end].0.payload.len();
             end += 1;
         }
-        let chunk = &records[done..end];
-        let stop_at = chunk.last().map_or(start, |(_, at)| *at);
-        let items: Vec<PushItem> = chunk
+        let stop_at = records[end - 1].1;
+        // Each record with where it starts, relative to `from`.
+        let starts = std::iter::once(start).chain(records[done..end - 1].iter().map(|(_, at)| *at));
+        let chunk: Vec<(&Record, usize, usize)> = records[done..end]
             .iter()
-            .map(|(record, _)| PushItem {
-                queue: record.queue.clone(),
-                partition: record.partition.clone(),
-                transaction_id: Some(record.transaction_id.clone()),
-                trace_id: record.trace_id,
-                producer_sub: record.producer_sub.clone(),
-                payload: record.payload.clone(),
-            })
+            .zip(starts)
+            .map(|((record, at), begin)| (record, begin, *at))
             .collect();
-        let n = chunk.len() as u64;
-        let failed = match fusion.push(items, &[]).await {
-            Ok(_) => false,
-            // The database went away (or the broker is stopping): the chunk
-            // stays undrained and is pushed again later.
-            Err(error) if error.is_transient() => return Err(error),
-            Err(error) => {
-                tracing::error!(
-                    error = %crate::error_chain(&error),
-                    records = n,
-                    "spooled pushes cannot be stored; they are kept in a failed-*.log file"
-                );
-                true
+        // One store per queue (a queue's records in order; queues are
+        // independent), so one queue that cannot take its records does not
+        // hold up or fail the others.
+        let mut queues: Vec<&str> = Vec::new();
+        for (record, ..) in &chunk {
+            if !queues.contains(&record.queue.as_str()) {
+                queues.push(&record.queue);
             }
-        };
+        }
+        let mut failed_raw: Vec<u8> = Vec::new();
+        let mut failed = 0u64;
+        for queue in queues {
+            let mine: Vec<&(&Record, usize, usize)> =
+                chunk.iter().filter(|(r, ..)| r.queue == queue).collect();
+            let items: Vec<PushItem> = mine.iter().map(|(record, ..)| record.item()).collect();
+            match store(items).await {
+                Ok(_) => {}
+                // The database went away (or the broker is stopping): the
+                // chunk stays undrained and is stored again later (what of
+                // it was stored is then found duplicate).
+                Err(error) if error.is_unreachable() || is_stopping(&error) => return Err(error),
+                Err(error) => {
+                    tracing::error!(
+                        error = %crate::error_chain(&error),
+                        queue,
+                        records = mine.len(),
+                        "spooled pushes cannot be stored; they are kept in a failed-*.log file"
+                    );
+                    for (_, begin, at) in &mine {
+                        failed_raw.extend_from_slice(
+                            bytes.get(from + begin..from + at).unwrap_or_default(),
+                        );
+                    }
+                    failed += mine.len() as u64;
+                }
+            }
+        }
         let dir = spool.dir.clone();
-        let raw = bytes
-            .get(from + start..from + stop_at)
-            .unwrap_or_default()
-            .to_vec();
         let offset = (from + stop_at) as u64;
         blocking(move || {
-            if failed {
-                file::append_failed(&dir, seq, &raw)?;
+            if !failed_raw.is_empty() {
+                file::append_failed(&dir, seq, &failed_raw)?;
             }
             file::set_drained(&dir, seq, offset)
         })
         .await?;
         {
+            let n = (end - done) as u64;
             let mut state = spool.state.lock();
             state.pending = state.pending.saturating_sub(n);
             state.pending_bytes = state.pending_bytes.saturating_sub((stop_at - start) as u64);
-            if failed {
-                state.failed += n;
-            } else {
-                state.drained += n;
-            }
+            state.failed += failed;
+            state.drained += n - failed;
         }
         start = stop_at;
         done = end;
     }
     let dir = spool.dir.clone();
     blocking(move || file::remove_log(&dir, seq)).await
+}
+
+/// Errors of a broker that is stopping: the drain resumes after the restart.
+fn is_stopping(error: &EngineError) -> bool {
+    match error {
+        EngineError::ShuttingDown | EngineError::PushUnresolved => true,
+        EngineError::Shared(inner) => is_stopping(inner),
+        _ => false,
+    }
 }
 
 /// Run file I/O off the async workers.

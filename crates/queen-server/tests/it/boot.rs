@@ -275,10 +275,41 @@ async fn a_spool_directory_that_cannot_be_created_stops_the_boot() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains(
-            "cannot create the spool directory /proc/queen-cannot-create-this (FILE_BUFFER_DIR)"
+            "cannot use the spool directory /proc/queen-cannot-create-this (FILE_BUFFER_DIR)"
         ),
         "{stderr}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_brokers_cannot_share_a_spool_directory() {
+    let db = TestDb::empty().await;
+    let url = db.url();
+    let scratch = scratch();
+    let spool = scratch.path().join("spool").display().to_string();
+    let vars = [
+        ("QUEEN_DATABASE_URL", url.as_str()),
+        ("FILE_BUFFER_DIR", spool.as_str()),
+    ];
+    let first = Broker::start(scratch.path(), &vars).await;
+    let output = command(&[
+        ("QUEEN_DATABASE_URL", &url),
+        ("FILE_BUFFER_DIR", &spool),
+        ("PORT", "0"),
+    ])
+    .output()
+    .expect("run queen-server");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("is the spool of another running broker")
+            && stderr.contains("cannot use the spool directory"),
+        "{stderr}"
+    );
+    let (status, log) = tokio::task::spawn_blocking(move || first.terminate())
+        .await
+        .unwrap();
+    assert!(status.success(), "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
