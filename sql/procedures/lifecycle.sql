@@ -252,7 +252,9 @@ BEGIN
       FROM (SELECT c.consumer_group, q.name, p.name, p.id, c.committed, p.last_offset,
                    greatest(p.last_offset - c.committed, 0),
                    c.worker_id,
-                   c.worker_id IS NOT NULL AND c.lease_expires_at > v_now,
+                   -- The nil worker is a retryDelay hold (ack.sql), no lease.
+                   c.worker_id IS NOT NULL AND c.worker_id <> '00000000-0000-0000-0000-000000000000'::uuid
+                       AND c.lease_expires_at > v_now,
                    c.total_consumed, c.last_consumed_at, h.created_at,
                    CASE WHEN h.created_at IS NULL THEN 0::bigint
                         ELSE greatest(floor(extract(epoch FROM v_now - h.created_at)), 0)::bigint

@@ -23,7 +23,8 @@
 --      without the duplicates;
 --   4b. refuse the slot when the queue has maxSize (max_queue_size > 0) and
 --      the slot would take its depth past it: status 'full', nothing
---      written. The depth is counted under the queue row's lock, taken
+--      written. The depth is counted under the queue row's lock (FOR NO KEY
+--      UPDATE), taken
 --      before the partition's (step 1, bounded queues only), so concurrent
 --      pushes to a bounded queue count one after another and it is never
 --      exceeded; the order queue row, then partitions by name, is the one
@@ -133,7 +134,9 @@ BEGIN
         END IF;
         IF v_max > 0 THEN
             -- A bounded queue: its pushes count its depth one at a time.
-            PERFORM 1 FROM queen.queues q WHERE q.id = v_qid FOR UPDATE;
+            -- NO KEY UPDATE: it serialises the pushes all the same, and does not
+            -- block the key-share locks of inserts that reference the queue.
+            PERFORM 1 FROM queen.queues q WHERE q.id = v_qid FOR NO KEY UPDATE;
         END IF;
         o_queue_id := v_qid;
         o_encryption_enabled := v_enc;

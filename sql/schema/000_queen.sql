@@ -68,7 +68,7 @@ $$;
 -- Wire options (wire-api §2.1) with their stored defaults: retry_delay is
 -- applied only when configured (retry_delay_applied, below); ttl and
 -- priority are stored and echoed only; max_queue_size is the wire's maxSize,
--- stored and not enforced; dead_letter_queue and dlq_after_max_retries are
+-- enforced by log_push_v1; dead_letter_queue and dlq_after_max_retries are
 -- stored and echoed wire flags. The last three columns are engine-side:
 --   dlq_enabled           dead-lettering is on by default; when false a poison
 --                         frame is dropped instead of filed, and the cursor

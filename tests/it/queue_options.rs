@@ -27,9 +27,20 @@ async fn a_failed_batch_comes_back_after_the_retry_delay(config: EngineConfig) {
     let popped = pop(&broker, "/api/v1/pop/queue/slow-retry?batch=10")
         .await
         .expect("the batch");
+    // The hold starts when the ack commits, after this instant.
+    let failed_at = Instant::now();
     let acked = ack_all(&broker, &popped, "failed", None).await;
     assert_eq!(acked[0]["success"], true, "{acked:?}");
-    let failed_at = Instant::now();
+    // The hold's nil lease is no client's to extend.
+    let extend = broker
+        .client
+        .post_json(
+            "/api/v1/lease/00000000-0000-0000-0000-000000000000/extend",
+            &json!({"seconds": 60}),
+        )
+        .await
+        .json();
+    assert_eq!(extend["error"], "Lease not found", "{extend}");
     // Not visible during the delay, to a quick pop or a parked one...
     assert!(pop(&broker, "/api/v1/pop/queue/slow-retry?wait=false")
         .await
@@ -44,11 +55,11 @@ async fn a_failed_batch_comes_back_after_the_retry_delay(config: EngineConfig) {
     // ...and the parked one gets it once the delay ends.
     assert_eq!(data(&parked), [json!(1), json!(2)]);
     assert!(
-        waited >= Duration::from_millis(1300),
+        waited >= Duration::from_millis(1450),
         "redelivered after {waited:?}"
     );
     assert!(
-        waited < Duration::from_secs(6),
+        waited < Duration::from_secs(7),
         "redelivered after {waited:?}"
     );
 

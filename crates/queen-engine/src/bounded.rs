@@ -36,6 +36,9 @@ struct Known {
 pub(crate) struct Bounded {
     pool: deadpool_postgres::Pool,
     known: RwLock<Arc<Known>>,
+    /// Bumped by every [`Bounded::set`]: a refresh that read the table across
+    /// one does not replace the set with what it read (it may predate it).
+    changes: std::sync::atomic::AtomicU64,
 }
 
 impl Bounded {
@@ -43,6 +46,7 @@ impl Bounded {
         Bounded {
             pool,
             known: RwLock::new(Arc::default()),
+            changes: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -61,6 +65,8 @@ impl Bounded {
     /// `queue` was configured through this broker with (or without) `maxSize`.
     pub(crate) fn set(&self, queue: &str, bounded: bool) {
         let mut known = self.known.write();
+        self.changes
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         if known.names.contains(queue) == bounded {
             return;
         }
@@ -82,6 +88,7 @@ impl Bounded {
 
     /// Read the set from the database.
     pub(crate) async fn refresh(&self) -> Result<(), EngineError> {
+        let before = self.changes.load(std::sync::atomic::Ordering::Acquire);
         let client = self.pool.get().await.map_err(queen_sql::SqlError::from)?;
         let limit = i64::try_from(MAX_BOUNDED).unwrap_or(i64::MAX) + 1;
         let names = queen_sql::queues::bounded_queues(&**client, DEFAULT_TENANT, limit).await?;
@@ -90,7 +97,10 @@ impl Bounded {
             names: names.into_iter().map(Arc::from).collect(),
             overflow,
         };
-        *self.known.write() = Arc::new(next);
+        let mut known = self.known.write();
+        if self.changes.load(std::sync::atomic::Ordering::Acquire) == before {
+            *known = Arc::new(next);
+        }
         Ok(())
     }
 }

@@ -14,9 +14,11 @@
 //! is stored already, so the push skips the duplicate probe (a replay is not
 //! a duplicate), and an ack of it resolves to the new offset (`ack.sql`
 //! prefers the occurrence after the cursor). A message that failed in several
-//! groups is one dead letter per group but one replayed message.
+//! groups is one dead letter per group but one replayed message, and so are
+//! the rows of one transaction id at two offsets (a replayed copy that failed
+//! again).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
 use queen_sql::dlq::{DlqTake, TakenLetter};
@@ -75,16 +77,31 @@ impl Transactions {
     /// once), per partition in offset order, cut into segments of at most
     /// [`MAX_SEGMENT_PAYLOAD_BYTES`] of payload.
     fn replay_groups(&self, letters: Vec<TakenLetter>) -> Result<Vec<Group>, EngineError> {
-        let mut by_message: BTreeMap<(String, String, Uuid, i64), TakenLetter> = BTreeMap::new();
+        // One message per transaction id of a partition: the rows of one
+        // message (one per group it failed in, or an old and a replayed
+        // copy that failed again) are replayed once, at its earliest offset.
+        let mut first: HashMap<(Uuid, String), TakenLetter> = HashMap::new();
         for letter in letters {
-            let key = (
-                letter.queue.clone(),
-                letter.partition.clone(),
-                letter.partition_id,
-                letter.offset,
-            );
-            by_message.entry(key).or_insert(letter);
+            let key = (letter.partition_id, letter.transaction_id.clone());
+            match first.get(&key) {
+                Some(kept) if kept.offset <= letter.offset => {}
+                _ => {
+                    first.insert(key, letter);
+                }
+            }
         }
+        let by_message: BTreeMap<(String, String, Uuid, i64), TakenLetter> = first
+            .into_values()
+            .map(|letter| {
+                let key = (
+                    letter.queue.clone(),
+                    letter.partition.clone(),
+                    letter.partition_id,
+                    letter.offset,
+                );
+                (key, letter)
+            })
+            .collect();
         let mut groups: Vec<Group> = Vec::new();
         let mut bytes = 0usize;
         for ((queue, partition, ..), letter) in by_message {

@@ -205,9 +205,11 @@ fn item(
         .map_err(|_| HttpError::Validation(format!("{} must be a UUID", field())))?;
     let lease_id = match text(&input.lease_id) {
         None | Some("") => None,
+        // The nil id is no client's lease: it holds a cursor during a
+        // queue's retryDelay (ack.sql).
         Some(text) => match text.parse::<uuid::Uuid>() {
-            Ok(lease) => Some(lease),
-            Err(_) => return Ok(None),
+            Ok(lease) if !lease.is_nil() => Some(lease),
+            _ => return Ok(None),
         },
     };
     Ok(Some(AckItem {

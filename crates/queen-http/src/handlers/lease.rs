@@ -44,7 +44,9 @@ pub(crate) async fn extend(
         },
     }
     .min(MAX_SECONDS);
-    let Ok(lease_id) = lease.parse::<uuid::Uuid>() else {
+    // The nil id is no client's lease: it holds a cursor during a queue's
+    // retryDelay (ack.sql).
+    let Some(lease_id) = lease.parse::<uuid::Uuid>().ok().filter(|id| !id.is_nil()) else {
         return Ok(reply(lease, Err("Lease not found")));
     };
     let seconds = i32::try_from(seconds).unwrap_or(i32::MAX);
