@@ -645,3 +645,78 @@ async fn blocking<T: Send + 'static>(
         .map_err(|_| EngineError::Internal("a spool file task panicked"))?
         .map_err(EngineError::SpoolWrite)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(dir: &Path) -> SpoolConfig {
+        SpoolConfig {
+            dir: dir.to_owned(),
+            max_bytes: 1 << 20,
+            push_timeout: Duration::from_secs(1),
+        }
+    }
+
+    /// A pool that reaches no server (the spool never needs it here) and a
+    /// store that refuses (nothing is drained: maintenance is never read).
+    fn parts() -> (Store, deadpool_postgres::Pool) {
+        let mut db = deadpool_postgres::tokio_postgres::Config::new();
+        db.host_path("/nonexistent-queen-socket-dir").user("nobody");
+        let pool = queen_sql::connect::pool(db, 1).unwrap();
+        let store: Store = Arc::new(|_| Box::pin(async { Err(EngineError::ShuttingDown) }));
+        (store, pool)
+    }
+
+    fn item(n: usize) -> PushItem {
+        PushItem {
+            queue: "q".to_owned(),
+            partition: "p".to_owned(),
+            transaction_id: Some(format!("t{n}")),
+            trace_id: None,
+            producer_sub: None,
+            payload: bytes::Bytes::from_static(b"{}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_second_spool_on_one_directory_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, pool) = parts();
+        let first = Spool::open(&config(dir.path()), Arc::clone(&store), pool.clone()).unwrap();
+        let Err(error) = Spool::open(&config(dir.path()), store, pool) else {
+            panic!("a second spool opened the same directory");
+        };
+        assert!(
+            error
+                .to_string()
+                .contains("the spool of another running broker"),
+            "{error}"
+        );
+        first.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_progress_file_without_its_log_is_removed_and_its_number_not_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        // What a crash between the two removals of a drained log leaves.
+        file::set_drained(dir.path(), 7, 123).unwrap();
+        let (store, pool) = parts();
+        let spool = Spool::open(&config(dir.path()), store, pool).unwrap();
+        assert!(file::positions(dir.path()).unwrap().is_empty());
+        spool
+            .append(&[item(1), item(2)], Reason::Spooling)
+            .await
+            .unwrap();
+        assert_eq!(file::logs(dir.path()).unwrap(), [8]);
+        assert_eq!(file::drained(dir.path(), 8).unwrap(), 0);
+        assert_eq!(spool.stats().pending, 2);
+        spool.shutdown().await;
+        drop(spool);
+        // Reopened: what it holds is counted again.
+        let (store, pool) = parts();
+        let again = Spool::open(&config(dir.path()), store, pool).unwrap();
+        assert_eq!(again.stats().pending, 2);
+        again.shutdown().await;
+    }
+}
