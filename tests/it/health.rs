@@ -20,33 +20,13 @@ async fn health_is_200_with_the_contract_fields() {
 
 #[tokio::test]
 async fn health_is_503_when_the_database_cannot_be_reached() {
-    // A pool pointing at a socket directory where no server listens.
-    let mut config = tokio_postgres::Config::new();
-    config
-        .host_path("/nonexistent-queen-socket-dir")
-        .user("nobody")
-        .dbname("nothing");
-    let pool = queen_sql::connect::pool(config, 2).unwrap();
-    let engine = Engine::new(pool, EngineConfig::default());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(queen_http::serve(
-        listener,
-        engine,
-        queen_http::ServeOptions::default(),
-        async move {
-            let _ = rx.await;
-        },
-    ));
-    let client = queen_testkit::http::Client::new(format!("http://{addr}"));
+    let (client, unreachable) = crate::support::serve_unreachable(EngineConfig::default()).await;
     let reply = client.get("/health").await;
     assert_eq!(reply.status, 503);
     let body = reply.json();
     assert_eq!(body["status"], "unhealthy");
     assert_eq!(body["database"], "disconnected");
-    let _ = tx.send(());
-    server.await.unwrap();
+    unreachable.stop().await;
 }
 
 #[tokio::test]

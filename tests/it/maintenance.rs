@@ -15,7 +15,9 @@ use queen_testkit::TestDb;
 use queen_tests::TestBroker;
 use serde_json::{json, Value};
 
-use crate::support::{ack_all, data, expect_status, pop, push, push_items, select_i64};
+use crate::support::{
+    ack_all, data, expect_status, pop, push, push_items, select_i64, serve_unreachable, stored,
+};
 
 /// Settings of a broker with a spool in `dir` that follows the flags every
 /// 100 ms.
@@ -55,19 +57,6 @@ async fn until_drained(broker: &TestBroker, limit: Duration) -> Value {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-/// Messages stored in the queue's segments.
-async fn stored(broker: &TestBroker, queue: &str) -> i64 {
-    select_i64(
-        &broker.sql().await,
-        &format!(
-            "SELECT coalesce(sum(s.msg_count), 0)::bigint FROM queen.log_segments s \
-               JOIN queen.log_partitions p ON p.id = s.partition_id \
-               JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = '{queue}'"
-        ),
-    )
-    .await
 }
 
 /// Pop and ack everything of `queue` (queue mode); payloads in order.
@@ -317,25 +306,7 @@ async fn without_a_spool_maintenance_refuses_pushes_instead_of_storing_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_database_unreachable_pushes_are_spooled_pops_are_empty_and_acks_503() {
     let dir = tempfile::tempdir().unwrap();
-    // A pool pointing at a socket directory where no server listens.
-    let mut db = tokio_postgres::Config::new();
-    db.host_path("/nonexistent-queen-socket-dir")
-        .user("nobody")
-        .dbname("nothing");
-    let pool = queen_sql::connect::pool(db, 2).unwrap();
-    let engine = queen_engine::Engine::new(pool, spooled(dir.path(), 1 << 30));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(queen_http::serve(
-        listener,
-        engine,
-        queen_http::ServeOptions::default(),
-        async move {
-            let _ = rx.await;
-        },
-    ));
-    let client = queen_testkit::http::Client::new(format!("http://{addr}"));
+    let (client, unreachable) = serve_unreachable(spooled(dir.path(), 1 << 30)).await;
 
     let pushed = client
         .post_json(
@@ -376,6 +347,5 @@ async fn with_the_database_unreachable_pushes_are_spooled_pops_are_empty_and_ack
     assert_eq!(state["maintenanceMode"], false);
     assert_eq!(state["bufferedMessages"], 3);
     assert_eq!(state["bufferStats"]["failedFiles"]["failoverCount"], 3);
-    let _ = tx.send(());
-    server.await.unwrap();
+    unreachable.stop().await;
 }

@@ -11,7 +11,7 @@ use queen_engine::EngineConfig;
 use queen_tests::TestBroker;
 use serde_json::json;
 
-use crate::support::{ack_all, both_paths, configure, data, pop, push};
+use crate::support::{ack_all, both_paths, configure, data, pop, push, stored};
 
 both_paths!(a_failed_batch_comes_back_after_the_retry_delay);
 
@@ -81,19 +81,6 @@ async fn a_failed_batch_comes_back_after_the_retry_delay(config: EngineConfig) {
     let again = pop(&broker, "/api/v1/pop/queue/quick-retry?wait=false").await;
     assert_eq!(again.map(|p| data(&p)), Some(vec![json!("x")]));
     broker.stop().await;
-}
-
-/// Messages stored in `queue`.
-async fn stored(broker: &TestBroker, queue: &str) -> i64 {
-    crate::support::select_i64(
-        &broker.sql().await,
-        &format!(
-            "SELECT coalesce(sum(s.msg_count), 0)::bigint FROM queen.log_segments s \
-               JOIN queen.log_partitions p ON p.id = s.partition_id \
-               JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = '{queue}'"
-        ),
-    )
-    .await
 }
 
 async fn push_status(broker: &TestBroker, items: serde_json::Value) -> (u16, serde_json::Value) {

@@ -166,3 +166,57 @@ pub(crate) async fn cut(broker: &TestBroker) -> String {
 pub(crate) async fn select_i64(sql: &tokio_postgres::Client, query: &str) -> i64 {
     sql.query_one(query, &[]).await.unwrap().get(0)
 }
+
+/// Messages stored in `queue`'s segments.
+pub(crate) async fn stored(broker: &TestBroker, queue: &str) -> i64 {
+    select_i64(
+        &broker.sql().await,
+        &format!(
+            "SELECT coalesce(sum(s.msg_count), 0)::bigint FROM queen.log_segments s \
+               JOIN queen.log_partitions p ON p.id = s.partition_id \
+               JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = '{queue}'"
+        ),
+    )
+    .await
+}
+
+/// A broker whose pool reaches no server (a socket directory where nothing
+/// listens), served over HTTP.
+pub(crate) struct Unreachable {
+    shutdown: tokio::sync::oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Unreachable {
+    /// Stop the server and wait for it.
+    pub(crate) async fn stop(self) {
+        let _ = self.shutdown.send(());
+        self.server.await.unwrap();
+    }
+}
+
+/// Serve an engine with `config` whose database cannot be reached; a client
+/// for it.
+pub(crate) async fn serve_unreachable(
+    config: EngineConfig,
+) -> (queen_testkit::http::Client, Unreachable) {
+    let mut db = tokio_postgres::Config::new();
+    db.host_path("/nonexistent-queen-socket-dir")
+        .user("nobody")
+        .dbname("nothing");
+    let pool = queen_sql::connect::pool(db, 2).unwrap();
+    let engine = queen_engine::Engine::new(pool, config);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (shutdown, rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(queen_http::serve(
+        listener,
+        engine,
+        queen_http::ServeOptions::default(),
+        async move {
+            let _ = rx.await;
+        },
+    ));
+    let client = queen_testkit::http::Client::new(format!("http://{addr}"));
+    (client, Unreachable { shutdown, server })
+}

@@ -696,25 +696,15 @@ fn apply_outcome(
             duplicates,
             ..
         } => {
-            // Each winner segment arrives once and is inflated once.
-            let mut winners: HashMap<i64, Vec<Uuid>> = HashMap::new();
-            for duplicate in &duplicates {
-                if let (Some(base), Some(blob)) = (duplicate.winner_base, &duplicate.winner_blob) {
-                    shared
-                        .counters
-                        .winner_segments
-                        .fetch_add(1, Ordering::Relaxed);
-                    winners.insert(base, message_ids(blob));
-                }
-            }
-            for duplicate in duplicates {
-                let Some(&idx) = segment.frame_entries.get(duplicate.item) else {
+            let (inflated, winners) = duplicate_winners(duplicates);
+            shared
+                .counters
+                .winner_segments
+                .fetch_add(inflated, Ordering::Relaxed);
+            for (item, winner) in winners {
+                let Some(&idx) = segment.frame_entries.get(item) else {
                     continue;
                 };
-                let winner = duplicate
-                    .winner_base
-                    .and_then(|base| winners.get(&base))
-                    .and_then(|ids| ids.get(duplicate.winner_frame).copied());
                 lane.results[idx] = Some(EntryResult::Duplicate {
                     partition_id,
                     winner,
@@ -726,9 +716,34 @@ fn apply_outcome(
     Ok(())
 }
 
+/// Each duplicate's frame index in its slot with its winner's message id
+/// (`None` when the winner's segment is gone); each winner segment arrives
+/// once and is inflated once. Also answers how many were inflated.
+pub(crate) fn duplicate_winners(
+    duplicates: Vec<queen_sql::push::Duplicate>,
+) -> (u64, Vec<(usize, Option<Uuid>)>) {
+    let mut segments: HashMap<i64, Vec<Uuid>> = HashMap::new();
+    for duplicate in &duplicates {
+        if let (Some(base), Some(blob)) = (duplicate.winner_base, &duplicate.winner_blob) {
+            segments.insert(base, message_ids(blob));
+        }
+    }
+    let winners = duplicates
+        .into_iter()
+        .map(|duplicate| {
+            let winner = duplicate
+                .winner_base
+                .and_then(|base| segments.get(&base))
+                .and_then(|ids| ids.get(duplicate.winner_frame).copied());
+            (duplicate.item, winner)
+        })
+        .collect();
+    (segments.len() as u64, winners)
+}
+
 /// The message ids of a stored segment, in frame order (as far as it
 /// decodes; a duplicate whose winner cannot be read answers without one).
-pub(crate) fn message_ids(blob: &[u8]) -> Vec<Uuid> {
+fn message_ids(blob: &[u8]) -> Vec<Uuid> {
     let Ok(segment) = queen_frame::decompress(blob) else {
         return Vec::new();
     };

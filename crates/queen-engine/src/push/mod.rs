@@ -18,7 +18,7 @@ use uuid::Uuid;
 pub use dedup::DEFAULT_DEDUP_CACHE_BYTES;
 pub use fusion::PushStats;
 pub(crate) use fusion::{
-    encode_entries, message_ids, Fusion, FusionConfig, MAX_SEGMENT_PAYLOAD_BYTES,
+    duplicate_winners, encode_entries, Fusion, FusionConfig, MAX_SEGMENT_PAYLOAD_BYTES,
 };
 
 use crate::EngineError;

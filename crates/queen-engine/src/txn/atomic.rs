@@ -22,7 +22,7 @@ use uuid::Uuid;
 use super::Transactions;
 use crate::naming::{derive_namespace_task, DEFAULT_TENANT};
 use crate::push::{
-    encode_entries, message_ids, prepare, EntryResult, Group, PushItem, PushOutcome,
+    duplicate_winners, encode_entries, prepare, EntryResult, Group, PushItem, PushOutcome,
     MAX_SEGMENT_PAYLOAD_BYTES,
 };
 use crate::EngineError;
@@ -197,26 +197,13 @@ impl Transactions {
                     duplicates,
                     ..
                 } => {
-                    let mut winners: HashMap<i64, Vec<Uuid>> = HashMap::new();
-                    for duplicate in &duplicates {
-                        if let (Some(base), Some(blob)) =
-                            (duplicate.winner_base, &duplicate.winner_blob)
-                        {
-                            winners.insert(base, message_ids(blob));
+                    for (item, winner) in duplicate_winners(duplicates).1 {
+                        if let Some(&index) = todo.get(item) {
+                            results[index] = Some(EntryResult::Duplicate {
+                                partition_id,
+                                winner,
+                            });
                         }
-                    }
-                    for duplicate in duplicates {
-                        let Some(&index) = todo.get(duplicate.item) else {
-                            continue;
-                        };
-                        let winner = duplicate
-                            .winner_base
-                            .and_then(|base| winners.get(&base))
-                            .and_then(|ids| ids.get(duplicate.winner_frame).copied());
-                        results[index] = Some(EntryResult::Duplicate {
-                            partition_id,
-                            winner,
-                        });
                     }
                 }
                 SlotOutcome::Full { .. } => {
