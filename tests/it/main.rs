@@ -18,5 +18,6 @@ mod pop_mechanics;
 mod push;
 mod queue_options;
 mod retention;
+mod streams;
 mod txn;
 mod upgrade;

@@ -456,6 +456,30 @@ impl Engine {
         self.txns.replay(take).await
     }
 
+    /// Register a streaming query against its source queue, or find it
+    /// again: the same name and hash answer the existing query; another hash
+    /// answers [`Registered::Mismatch`] unless `reset`, which wipes its state.
+    pub async fn register_query(
+        &self,
+        query: &crate::QueryRegistration<'_>,
+    ) -> Result<crate::Registered, EngineError> {
+        self.lifecycle.register_query(query).await
+    }
+
+    /// A streaming query's state rows for one source partition: those of
+    /// `keys`, else those starting with `prefix`, else all; by key.
+    pub async fn stream_state(
+        &self,
+        query: Uuid,
+        partition: Uuid,
+        keys: &[String],
+        prefix: Option<&str>,
+    ) -> Result<Vec<crate::StateRow>, EngineError> {
+        self.lifecycle
+            .stream_state(query, partition, keys, prefix)
+            .await
+    }
+
     /// Record `event`; `None` when its message is not found.
     pub async fn record_trace(&self, event: &TraceEvent) -> Result<Option<Uuid>, EngineError> {
         self.lifecycle.record_trace(event).await

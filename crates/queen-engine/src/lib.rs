@@ -35,6 +35,7 @@ mod ready;
 mod registry;
 mod retention;
 mod spool;
+mod streams;
 mod traces;
 mod txn;
 mod wake;
@@ -55,9 +56,11 @@ pub use pop::{
 };
 pub use push::{PushItem, PushOutcome, PushStats, PushStatus, DEFAULT_DEDUP_CACHE_BYTES};
 pub use queen_sql::dlq::{DlqFilter, DlqTake};
+pub use queen_sql::streams::{QueryRegistration, Registered, StateRow};
 pub use queen_sql::{error_chain, SqlError};
 pub use retention::RetentionStats;
 pub use spool::{Buffered, SpoolConfig, SpoolStats};
+pub use streams::{MAX_CONFIG_HASH_BYTES, MAX_STATE_KEY_BYTES};
 pub use traces::TraceEvent;
 pub use txn::{Replayed, TxnOp, TxnResult, MAX_REPLAY};
 

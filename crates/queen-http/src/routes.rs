@@ -59,6 +59,8 @@ pub(crate) enum Endpoint {
     GroupSubscription,
     SeekQueue,
     SeekPartition,
+    StreamQueries,
+    StreamState,
     GetMaintenance,
     SetMaintenance,
     Buffers,
@@ -174,6 +176,8 @@ pub(crate) static ROUTES: &[Route] = &[
     route(Method::POST, "/api/v1/consumer-groups/:group/subscription", E::GroupSubscription, ReadWrite, true),
     route(Method::POST, "/api/v1/consumer-groups/:group/queues/:queue/seek", E::SeekQueue, ReadWrite, true),
     route(Method::POST, "/api/v1/consumer-groups/:group/queues/:queue/partitions/:partition/seek", E::SeekPartition, ReadWrite, true),
+    route(Method::POST, "/streams/v1/queries", E::StreamQueries, ReadWrite, true),
+    route(Method::POST, "/streams/v1/state/get", E::StreamState, ReadWrite, true),
     route(Method::GET, "/api/v1/system/maintenance", E::GetMaintenance, Admin, false),
     route(Method::POST, "/api/v1/system/maintenance", E::SetMaintenance, Admin, false),
     route(Method::GET, "/api/v1/status/buffers", E::Buffers, ReadOnly, false),
@@ -273,6 +277,8 @@ async fn dispatch(
         E::SeekPartition => {
             handlers::consumer_groups::seek(engine, req, param(0), param(1), Some(param(2))).await
         }
+        E::StreamQueries => handlers::streams::register(engine, req).await,
+        E::StreamState => handlers::streams::state_get(engine, req).await,
         E::GetMaintenance => Ok(handlers::maintenance::get(engine)),
         E::SetMaintenance => handlers::maintenance::post(engine, req).await,
         E::Buffers => Ok(handlers::maintenance::buffers(engine)),

@@ -55,6 +55,7 @@ pub const FILES: &[SqlFile] = &[
     sql_file!("schema/005_log_ack.sql", Transactional),
     sql_file!("schema/006_traces.sql", Transactional),
     sql_file!("schema/007_system_state.sql", Transactional),
+    sql_file!("schema/008_streams.sql", Transactional),
     sql_file!("schema/090_concurrent_indexes.sql", Concurrent),
     sql_file!("procedures/configure.sql", Transactional),
     sql_file!("procedures/push.sql", Transactional),
@@ -63,4 +64,5 @@ pub const FILES: &[SqlFile] = &[
     sql_file!("procedures/lifecycle.sql", Transactional),
     sql_file!("procedures/retention.sql", Transactional),
     sql_file!("procedures/dlq.sql", Transactional),
+    sql_file!("procedures/streams.sql", Transactional),
 ];

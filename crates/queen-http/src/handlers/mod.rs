@@ -11,5 +11,6 @@ pub(crate) mod maintenance;
 pub(crate) mod pop;
 pub(crate) mod push;
 pub(crate) mod queues;
+pub(crate) mod streams;
 pub(crate) mod traces;
 pub(crate) mod transaction;

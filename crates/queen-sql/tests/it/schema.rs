@@ -682,7 +682,8 @@ async fn reapply_takes_no_lock_on_queen_tables() {
             "BEGIN;
              LOCK TABLE queen.queues, queen.consumer_groups_metadata, queen.log_partitions,
                         queen.log_segments, queen.log_txns, queen.log_consumers, queen.log_dlq,
-                        queen.message_traces, queen.system_state
+                        queen.message_traces, queen.system_state,
+                        queen_streams.queries, queen_streams.state
                  IN ACCESS EXCLUSIVE MODE;",
         )
         .await

@@ -1,0 +1,129 @@
+//! Typed calls of `procedures/streams.sql`: the streaming SDKs' queries and
+//! their state (`queen_streams`, `schema/008_streams.sql`).
+
+use std::time::SystemTime;
+
+use tokio_postgres::types::Type;
+use tokio_postgres::GenericClient;
+use uuid::Uuid;
+
+use crate::SqlError;
+
+const REGISTER: &str = "SELECT * FROM queen_streams.register_query_v1($1, $2, $3, $4, $5, $6, $7)";
+const STATE_GET: &str = "SELECT * FROM queen_streams.state_get_v1($1, $2, $3, $4, $5)";
+
+/// A query to register.
+#[derive(Debug, Clone, Copy)]
+pub struct QueryRegistration<'a> {
+    /// Its name (unique per tenant).
+    pub name: &'a str,
+    /// The queue it reads.
+    pub source_queue: &'a str,
+    /// The queue it writes, if any.
+    pub sink_queue: Option<&'a str>,
+    /// The hash of its operator configuration.
+    pub config_hash: &'a str,
+    /// Wipe its state and take this hash when the stored one differs.
+    pub reset: bool,
+}
+
+/// What registering did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Registered {
+    /// A new query.
+    Created(Uuid),
+    /// It existed with this hash.
+    Same(Uuid),
+    /// It existed; its state was wiped and the new hash stored.
+    Reset(Uuid),
+    /// It exists with another hash (`stored`), and no reset was asked.
+    Mismatch {
+        /// The query's id.
+        query_id: Uuid,
+        /// Its stored hash.
+        stored: String,
+    },
+}
+
+/// Register `query` (`register_query_v1`).
+pub async fn register_query(
+    client: &impl GenericClient,
+    tenant: &str,
+    query: &QueryRegistration<'_>,
+) -> Result<Registered, SqlError> {
+    let new_id = Uuid::now_v7();
+    let row = client
+        .query_typed_one(
+            REGISTER,
+            &[
+                (&tenant, Type::TEXT),
+                (&query.name, Type::TEXT),
+                (&query.source_queue, Type::TEXT),
+                (&query.sink_queue, Type::TEXT),
+                (&query.config_hash, Type::TEXT),
+                (&query.reset, Type::BOOL),
+                (&new_id, Type::UUID),
+            ],
+        )
+        .await?;
+    let query_id: Uuid = row.try_get("o_query_id")?;
+    let status: &str = row.try_get("o_status")?;
+    Ok(match status {
+        "created" => Registered::Created(query_id),
+        "same" => Registered::Same(query_id),
+        "reset" => Registered::Reset(query_id),
+        "mismatch" => Registered::Mismatch {
+            query_id,
+            stored: row.try_get("o_hash")?,
+        },
+        _ => {
+            return Err(SqlError::Protocol {
+                what: "register_query_v1 returned an unknown status",
+            })
+        }
+    })
+}
+
+/// One state row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StateRow {
+    /// Its key.
+    pub key: String,
+    /// Its value.
+    pub value: serde_json::Value,
+    /// When it was last written.
+    pub updated_at: SystemTime,
+}
+
+/// The state rows of (`query`, `partition`): those of `keys`, else those
+/// starting with `prefix`, else all (`state_get_v1`); by key.
+pub async fn state_get(
+    client: &impl GenericClient,
+    tenant: &str,
+    query: Uuid,
+    partition: Uuid,
+    keys: &[String],
+    prefix: Option<&str>,
+) -> Result<Vec<StateRow>, SqlError> {
+    let rows = client
+        .query_typed(
+            STATE_GET,
+            &[
+                (&tenant, Type::TEXT),
+                (&query, Type::UUID),
+                (&partition, Type::UUID),
+                (&keys, Type::TEXT_ARRAY),
+                (&prefix, Type::TEXT),
+            ],
+        )
+        .await?;
+    rows.iter()
+        .map(|row| {
+            Ok(StateRow {
+                key: row.try_get(0)?,
+                value: row.try_get(1)?,
+                updated_at: row.try_get(2)?,
+            })
+        })
+        .collect()
+}
