@@ -88,3 +88,76 @@ BEGIN
      ORDER BY s.key;
 END;
 $$;
+
+-- A cycle's state writes for (p_query, p_partition): upsert p_keys[i] :=
+-- p_values[i] (one statement for all of them) and delete p_delete (another);
+-- the broker has already folded the cycle's ops so each key appears once.
+-- Answers how many rows were written and removed.
+CREATE OR REPLACE FUNCTION queen_streams.state_apply_v1(
+    p_query     uuid,
+    p_partition uuid,
+    p_keys      text[],
+    p_values    jsonb[],
+    p_delete    text[]
+) RETURNS TABLE (o_upserted bigint, o_deleted bigint)
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+BEGIN
+    o_upserted := 0;
+    o_deleted := 0;
+    IF coalesce(cardinality(p_keys), 0) > 0 THEN
+        INSERT INTO queen_streams.state AS s (query_id, partition_id, key, value, updated_at)
+        SELECT p_query, p_partition, u.k, u.v, now()
+          FROM unnest(p_keys, p_values) AS u(k, v)
+        ON CONFLICT (query_id, partition_id, key)
+        DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at;
+        GET DIAGNOSTICS o_upserted = ROW_COUNT;
+    END IF;
+    IF coalesce(cardinality(p_delete), 0) > 0 THEN
+        DELETE FROM queen_streams.state s
+         WHERE s.query_id = p_query AND s.partition_id = p_partition
+           AND s.key = ANY (p_delete);
+        GET DIAGNOSTICS o_deleted = ROW_COUNT;
+    END IF;
+    RETURN NEXT;
+END;
+$$;
+
+-- The source queue of query p_query within the tenant, locking the query
+-- row for the cycle (a reset or a delete of the query waits for it); NULL
+-- when there is no such query.
+CREATE OR REPLACE FUNCTION queen_streams.cycle_query_v1(p_tenant text, p_query uuid)
+RETURNS text
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    v_source text;
+BEGIN
+    SELECT q.source_queue INTO v_source
+      FROM queen_streams.queries q
+     WHERE q.tenant_id = p_tenant AND q.id = p_query
+       FOR SHARE;
+    RETURN v_source;
+END;
+$$;
+
+-- Release lease p_lease on (p_partition, p_group), if it still holds the
+-- cursor (a cycle that acked part of a batch and gives the rest back).
+-- Answers whether it did.
+CREATE OR REPLACE FUNCTION queen_streams.release_lease_v1(
+    p_partition uuid,
+    p_group     text,
+    p_lease     uuid
+) RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+BEGIN
+    UPDATE queen.log_consumers c
+       SET worker_id = NULL, lease_expires_at = NULL, lease_acquired_at = NULL, batch_end = NULL
+     WHERE c.partition_id = p_partition AND c.consumer_group = p_group AND c.worker_id = p_lease;
+    RETURN FOUND;
+END;
+$$;

@@ -233,3 +233,274 @@ async fn a_stream_consumer_reads_the_fields_it_needs_from_each_message() {
     }
     broker.stop().await;
 }
+
+/// Register `name` on `source` (sink `sink`), push `n` messages to
+/// `source`/`p`, and pop them all for the stream's group; (query id, the pop).
+async fn leased_batch(broker: &TestBroker, name: &str, source: &str, n: usize) -> (String, Value) {
+    let (_, created) = register(
+        broker,
+        json!({"name": name, "source_queue": source,
+                                               "sink_queue": "sink", "config_hash": "h"}),
+    )
+    .await;
+    let id = created["query_id"].as_str().unwrap().to_owned();
+    let payloads: Vec<Value> = (0..n).map(|i| json!({ "n": i })).collect();
+    push(broker, source, "p", &payloads).await;
+    let popped = pop(
+        broker,
+        &format!("/api/v1/pop/queue/{source}?consumerGroup=streams.{id}&batch=100"),
+    )
+    .await
+    .expect("the source batch");
+    (id, popped)
+}
+
+async fn cycle(broker: &TestBroker, body: Value) -> Value {
+    let reply = broker.client.post_json("/streams/v1/cycle", &body).await;
+    assert_eq!(
+        reply.status,
+        200,
+        "{:?}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    reply.json()
+}
+
+/// The committed offset of the stream group on `source`/`p`.
+async fn committed(broker: &TestBroker, source: &str, id: &str) -> i64 {
+    select_i64(
+        &broker.sql().await,
+        &format!(
+            "SELECT c.committed FROM queen.log_consumers c \
+               JOIN queen.log_partitions p ON p.id = c.partition_id \
+               JOIN queen.queues q ON q.id = p.queue_id \
+              WHERE q.name = '{source}' AND c.consumer_group = 'streams.{id}'"
+        ),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cycle_commits_state_sink_and_ack_together() {
+    let broker = TestBroker::start().await;
+    let (id, popped) = leased_batch(&broker, "sum", "src", 3).await;
+    let messages = popped["messages"].as_array().unwrap();
+    let last = messages.last().unwrap();
+    let partition_id = last["partitionId"].as_str().unwrap();
+    let done = cycle(
+        &broker,
+        json!({
+            "query_id": id, "partition_id": partition_id, "consumer_group": format!("streams.{id}"),
+            "state_ops": [
+                {"type": "upsert", "key": "k1", "value": {"sum": 3}},
+                {"type": "upsert", "key": "k2", "value": 1},
+                {"type": "delete", "key": "k2"},
+                {"type": "upsert", "key": "k3", "value": [1, 2, 3]}
+            ],
+            "push_items": [{"queue": "sink", "payload": {"total": 3}},
+                           {"queue": "sink", "partition": "b", "payload": {"total": 0}}],
+            "ack": {"transactionId": last["transactionId"], "leaseId": last["leaseId"],
+                    "status": "completed", "count": 3}
+        }),
+    )
+    .await;
+    assert_eq!(done["success"], true, "{done}");
+    assert_eq!(done["queueName"], "src");
+    assert_eq!(done["state_ops_applied"], 3);
+    let results = done["push_results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    assert!(results.iter().all(|r| r["status"] == "queued"));
+    assert!(
+        results[0]["message_id"].as_str() < results[1]["message_id"].as_str(),
+        "broker-stamped ids increase: {results:?}"
+    );
+    assert_eq!(
+        done["ack_result"],
+        json!({"success": true, "count": 3, "lease_released": true, "dlq": false})
+    );
+    let state = broker
+        .client
+        .post_json(
+            "/streams/v1/state/get",
+            &json!({"query_id": id, "partition_id": partition_id}),
+        )
+        .await
+        .json();
+    let keys: Vec<&str> = state["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["k1", "k3"]);
+    assert_eq!(committed(&broker, "src", &id).await, 2);
+    let sink = pop(&broker, "/api/v1/pop/queue/sink?batch=10&wait=false").await;
+    assert!(sink.is_some(), "the sink messages are consumable");
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cycle_that_fails_half_way_leaves_state_sink_and_cursor_as_they_were() {
+    let broker = TestBroker::start().await;
+    let (id, popped) = leased_batch(&broker, "fail", "src-f", 2).await;
+    let last = popped["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    let partition_id = last["partitionId"].as_str().unwrap().to_owned();
+    let sql = broker.sql().await;
+    let sink_rows = "SELECT count(*) FROM queen.log_segments s JOIN queen.log_partitions p \
+                       ON p.id = s.partition_id JOIN queen.queues q ON q.id = p.queue_id \
+                      WHERE q.name = 'sink'";
+    // State and sink writes come first in the transaction; the ack, with a
+    // lease that is not the batch's, fails last.
+    let failed = cycle(
+        &broker,
+        json!({
+            "query_id": id, "partition_id": partition_id, "consumer_group": format!("streams.{id}"),
+            "state_ops": [{"type": "upsert", "key": "k", "value": 1}],
+            "push_items": [{"queue": "sink", "payload": 1}],
+            "ack": {"transactionId": last["transactionId"],
+                    "leaseId": uuid::Uuid::now_v7().to_string(), "status": "completed"}
+        }),
+    )
+    .await;
+    assert_eq!(failed["success"], false, "{failed}");
+    assert!(
+        failed["error"].as_str().unwrap().starts_with("ack failed"),
+        "{failed}"
+    );
+    assert_eq!(
+        select_i64(&sql, "SELECT count(*) FROM queen_streams.state").await,
+        0
+    );
+    assert_eq!(select_i64(&sql, sink_rows).await, 0);
+    assert_eq!(committed(&broker, "src-f", &id).await, -1);
+    // With the batch's own lease the same cycle commits.
+    let mut good = json!({
+        "query_id": id, "partition_id": partition_id, "consumer_group": format!("streams.{id}"),
+        "state_ops": [{"type": "upsert", "key": "k", "value": 1}],
+        "push_items": [{"queue": "sink", "payload": 1}],
+        "ack": {"transactionId": last["transactionId"], "leaseId": last["leaseId"],
+                "status": "completed"}
+    });
+    assert_eq!(cycle(&broker, good.clone()).await["success"], true);
+    assert_eq!(committed(&broker, "src-f", &id).await, 1);
+    // An unknown query: refused, nothing written.
+    good["query_id"] = json!(uuid::Uuid::now_v7().to_string());
+    let unknown = cycle(&broker, good).await;
+    assert_eq!(
+        (unknown["success"].clone(), unknown["error"].clone()),
+        (json!(false), json!("query not found"))
+    );
+    assert_eq!(select_i64(&sql, sink_rows).await, 1);
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partial_ack_keeps_or_gives_back_the_lease_and_bad_cycles_are_400() {
+    let broker = TestBroker::start().await;
+    let (id, popped) = leased_batch(&broker, "gate", "src-g", 3).await;
+    let first = popped["messages"][0].clone();
+    let partition_id = first["partitionId"].as_str().unwrap().to_owned();
+    let group = format!("streams.{id}");
+    let kept = cycle(
+        &broker,
+        json!({"query_id": id, "partition_id": partition_id, "consumer_group": group,
+               "ack": {"transactionId": first["transactionId"], "leaseId": first["leaseId"],
+                       "status": "completed", "count": 1},
+               "release_lease": false}),
+    )
+    .await;
+    assert_eq!(kept["ack_result"]["lease_released"], false, "{kept}");
+    let path = format!("/api/v1/pop/queue/src-g?consumerGroup={group}&batch=10&wait=false");
+    assert!(
+        pop(&broker, &path).await.is_none(),
+        "the lease is still held"
+    );
+    let second = popped["messages"][1].clone();
+    let released = cycle(
+        &broker,
+        json!({"query_id": id, "partition_id": partition_id, "consumer_group": group,
+               "ack": {"transactionId": second["transactionId"], "leaseId": second["leaseId"],
+                       "status": "completed"}}),
+    )
+    .await;
+    assert_eq!(released["ack_result"]["lease_released"], true, "{released}");
+    let rest = pop(&broker, &path).await.expect("the rest of the batch");
+    assert_eq!(crate::support::data(&rest), [json!({"n": 2})]);
+
+    for (body, error) in [
+        (
+            json!({"partition_id": partition_id}),
+            "query_id is required",
+        ),
+        (
+            json!({"query_id": id, "partition_id": partition_id, "state_ops": [{"type": "put", "key": "k"}]}),
+            "state_ops[0].type must be upsert or delete",
+        ),
+        (
+            json!({"query_id": id, "partition_id": partition_id, "push_items": [{"payload": 1}]}),
+            "push_items[0].queue is required",
+        ),
+        (
+            json!({"query_id": id, "partition_id": partition_id, "ack": {"status": "completed"}}),
+            "ack.transactionId is required",
+        ),
+    ] {
+        let reply = broker.client.post_json("/streams/v1/cycle", &body).await;
+        assert_eq!(reply.status, 400, "{body}");
+        assert_eq!(reply.json()["error"], error, "{body}");
+    }
+    broker.stop().await;
+}
+
+/// Thousands of state ops and sink items in one cycle: written by one
+/// statement per kind, and all there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cycle_with_thousands_of_ops_and_items_commits_them_all() {
+    let broker = TestBroker::start().await;
+    let (id, popped) = leased_batch(&broker, "big", "src-b", 1).await;
+    let message = popped["messages"][0].clone();
+    let ops: Vec<Value> = (0..5000)
+        .map(|i| json!({"type": "upsert", "key": format!("k{i}"), "value": {"i": i}}))
+        .collect();
+    let items: Vec<Value> = (0..2000)
+        .map(|i| json!({"queue": "sink-b", "partition": format!("p{}", i % 7), "payload": i}))
+        .collect();
+    let done = cycle(
+        &broker,
+        json!({"query_id": id, "partition_id": message["partitionId"],
+               "consumer_group": format!("streams.{id}"),
+               "state_ops": ops, "push_items": items,
+               "ack": {"transactionId": message["transactionId"], "leaseId": message["leaseId"]}}),
+    )
+    .await;
+    assert_eq!(
+        done["success"],
+        true,
+        "{}",
+        &done.to_string()[..200.min(done.to_string().len())]
+    );
+    assert_eq!(done["state_ops_applied"], 5000);
+    let sql = broker.sql().await;
+    assert_eq!(
+        select_i64(&sql, "SELECT count(*) FROM queen_streams.state").await,
+        5000
+    );
+    assert_eq!(crate::support::stored(&broker, "sink-b").await, 2000);
+    assert_eq!(
+        select_i64(
+            &sql,
+            "SELECT count(*) FROM queen.log_segments s JOIN queen.log_partitions p \
+               ON p.id = s.partition_id JOIN queen.queues q ON q.id = p.queue_id \
+              WHERE q.name = 'sink-b'"
+        )
+        .await,
+        7,
+        "one segment per sink partition"
+    );
+    broker.stop().await;
+}

@@ -466,6 +466,16 @@ impl Engine {
         self.lifecycle.register_query(query).await
     }
 
+    /// Commit a streaming query's cycle: state writes, sink pushes and the
+    /// source ack in one transaction; `Ok(Err(reason))` when it was refused
+    /// and nothing of it applied.
+    pub async fn stream_cycle(
+        &self,
+        cycle: crate::StreamCycle,
+    ) -> Result<Result<crate::CycleDone, String>, EngineError> {
+        self.txns.stream_cycle(cycle).await
+    }
+
     /// A streaming query's state rows for one source partition: those of
     /// `keys`, else those starting with `prefix`, else all; by key.
     pub async fn stream_state(

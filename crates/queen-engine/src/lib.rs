@@ -62,7 +62,7 @@ pub use retention::RetentionStats;
 pub use spool::{Buffered, SpoolConfig, SpoolStats};
 pub use streams::{MAX_CONFIG_HASH_BYTES, MAX_STATE_KEY_BYTES};
 pub use traces::TraceEvent;
-pub use txn::{Replayed, TxnOp, TxnResult, MAX_REPLAY};
+pub use txn::{CycleAck, CycleDone, Replayed, StateOp, StreamCycle, TxnOp, TxnResult, MAX_REPLAY};
 
 /// Engine-wide settings.
 #[derive(Debug, Clone)]

@@ -61,6 +61,7 @@ pub(crate) enum Endpoint {
     SeekPartition,
     StreamQueries,
     StreamState,
+    StreamCycle,
     GetMaintenance,
     SetMaintenance,
     Buffers,
@@ -178,6 +179,7 @@ pub(crate) static ROUTES: &[Route] = &[
     route(Method::POST, "/api/v1/consumer-groups/:group/queues/:queue/partitions/:partition/seek", E::SeekPartition, ReadWrite, true),
     route(Method::POST, "/streams/v1/queries", E::StreamQueries, ReadWrite, true),
     route(Method::POST, "/streams/v1/state/get", E::StreamState, ReadWrite, true),
+    route(Method::POST, "/streams/v1/cycle", E::StreamCycle, ReadWrite, true),
     route(Method::GET, "/api/v1/system/maintenance", E::GetMaintenance, Admin, false),
     route(Method::POST, "/api/v1/system/maintenance", E::SetMaintenance, Admin, false),
     route(Method::GET, "/api/v1/status/buffers", E::Buffers, ReadOnly, false),
@@ -279,6 +281,7 @@ async fn dispatch(
         }
         E::StreamQueries => handlers::streams::register(engine, req).await,
         E::StreamState => handlers::streams::state_get(engine, req).await,
+        E::StreamCycle => handlers::streams::cycle(engine, req).await,
         E::GetMaintenance => Ok(handlers::maintenance::get(engine)),
         E::SetMaintenance => handlers::maintenance::post(engine, req).await,
         E::Buffers => Ok(handlers::maintenance::buffers(engine)),

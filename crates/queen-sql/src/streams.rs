@@ -127,3 +127,65 @@ pub async fn state_get(
         })
         .collect()
 }
+
+const STATE_APPLY: &str = "SELECT * FROM queen_streams.state_apply_v1($1, $2, $3, $4, $5)";
+const CYCLE_QUERY: &str = "SELECT queen_streams.cycle_query_v1($1, $2)";
+const RELEASE_LEASE: &str = "SELECT queen_streams.release_lease_v1($1, $2, $3)";
+
+/// The source queue of `query`, its row locked for the cycle's transaction;
+/// `None` when the tenant has no such query.
+pub async fn cycle_query(
+    client: &impl GenericClient,
+    tenant: &str,
+    query: Uuid,
+) -> Result<Option<String>, SqlError> {
+    let row = client
+        .query_typed_one(CYCLE_QUERY, &[(&tenant, Type::TEXT), (&query, Type::UUID)])
+        .await?;
+    Ok(row.try_get(0)?)
+}
+
+/// Upsert `keys[i] := values[i]` and delete `deleted` for (`query`,
+/// `partition`): two statements in one call. Answers (upserted, deleted).
+pub async fn state_apply(
+    client: &impl GenericClient,
+    query: Uuid,
+    partition: Uuid,
+    keys: &[&str],
+    values: &[&serde_json::Value],
+    deleted: &[&str],
+) -> Result<(i64, i64), SqlError> {
+    let row = client
+        .query_typed_one(
+            STATE_APPLY,
+            &[
+                (&query, Type::UUID),
+                (&partition, Type::UUID),
+                (&keys, Type::TEXT_ARRAY),
+                (&values, Type::JSONB_ARRAY),
+                (&deleted, Type::TEXT_ARRAY),
+            ],
+        )
+        .await?;
+    Ok((row.try_get(0)?, row.try_get(1)?))
+}
+
+/// Release `lease` on (`partition`, `group`) if it still holds the cursor.
+pub async fn release_lease(
+    client: &impl GenericClient,
+    partition: Uuid,
+    group: &str,
+    lease: Uuid,
+) -> Result<bool, SqlError> {
+    let row = client
+        .query_typed_one(
+            RELEASE_LEASE,
+            &[
+                (&partition, Type::UUID),
+                (&group, Type::TEXT),
+                (&lease, Type::UUID),
+            ],
+        )
+        .await?;
+    Ok(row.try_get(0)?)
+}

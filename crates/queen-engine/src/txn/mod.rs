@@ -10,6 +10,7 @@
 
 mod atomic;
 mod replay;
+mod stream;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -23,6 +24,7 @@ use crate::ready::Ready;
 use crate::EngineError;
 
 pub use replay::{Replayed, MAX_REPLAY};
+pub use stream::{CycleAck, CycleDone, StateOp, StreamCycle};
 
 /// One operation of a transaction.
 #[derive(Debug, Clone)]
