@@ -296,3 +296,98 @@ async fn the_official_python_sdk_pushes_consumes_acks_dead_letters_renews_and_co
     let (status, log) = broker.terminate();
     assert!(status.success(), "broker exit status {status}:\n{log}");
 }
+
+/// Issue 16: the official Python client's `Stream` API (a tumbling-window
+/// aggregation with a sink, `tests/sdk/stream_e2e.py`) over 3,000 messages
+/// on four partitions, with the broker restarted (SIGTERM, then a new
+/// process on the same port and database) while the stream runs: every
+/// window's aggregate arrives in the sink exactly once and exactly right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_stream_sdk_aggregates_windows_exactly_across_a_broker_restart() {
+    let python = tokio::task::spawn_blocking(sdk_python)
+        .await
+        .expect("venv task")
+        .unwrap_or_else(|error| panic!("cannot prepare the Python SDK environment: {error}"));
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let db = TestDb::empty().await;
+    let url = db.url();
+    let vars = [("QUEEN_DATABASE_URL", url.as_str())];
+    let broker = Broker::start(scratch.path(), &vars).await;
+    let port = broker.port();
+
+    let run = format!("r{}", std::process::id());
+    let script = workspace_root().join("tests/sdk/stream_e2e.py");
+    let base = broker.client.base().to_owned();
+    let no_proxy = match std::env::var("NO_PROXY") {
+        Ok(list) if !list.is_empty() => format!("{list},127.0.0.1,localhost"),
+        _ => "127.0.0.1,localhost".to_owned(),
+    };
+    let script_run = run.clone();
+    let script_task = tokio::task::spawn_blocking(move || {
+        run_limited(
+            Command::new(&python)
+                .arg(&script)
+                .env("QUEEN_URL", base)
+                .env("QUEEN_STREAM_RUN", script_run)
+                .env("PYTHONUNBUFFERED", "1")
+                .env("PYTHONDONTWRITEBYTECODE", "1")
+                .env("NO_PROXY", &no_proxy)
+                .env("no_proxy", &no_proxy),
+            SCRIPT_LIMIT,
+        )
+    });
+
+    // Restart the broker once the sink holds some windows but not all.
+    let sql = db.client().await;
+    let sink = format!(
+        "SELECT coalesce(sum(s.msg_count), 0)::bigint FROM queen.log_segments s \
+           JOIN queen.log_partitions p ON p.id = s.partition_id \
+           JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'stream-sink-{run}'"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let at_restart = loop {
+        let windows: i64 = match sql.query_one(sink.as_str(), &[]).await {
+            Ok(row) => row.get(0),
+            Err(_) => 0,
+        };
+        if windows >= 10 {
+            break windows;
+        }
+        assert!(
+            std::time::Instant::now() < deadline && !script_task.is_finished(),
+            "the stream wrote no window"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(
+        at_restart < 300,
+        "the stream had finished before the restart"
+    );
+    let (status, log) = tokio::task::spawn_blocking(move || broker.terminate())
+        .await
+        .unwrap();
+    assert!(status.success(), "{log}");
+    let broker = Broker::start_at(port, None, scratch.path(), &vars).await;
+
+    let finished = script_task
+        .await
+        .expect("script task")
+        .unwrap_or_else(|error| panic!("{error}"));
+    assert!(
+        finished.ok(),
+        "the stream e2e failed (restart at {at_restart} windows)\n{}\n--- broker log ---\n{}",
+        finished.describe(),
+        broker.log_text()
+    );
+    assert!(
+        finished.stdout.contains("all 300 windows exactly right"),
+        "{}",
+        finished.describe()
+    );
+    println!(
+        "restart at {at_restart} of 300 windows\n{}",
+        finished.stdout
+    );
+    let (status, log) = broker.terminate();
+    assert!(status.success(), "broker exit status {status}:\n{log}");
+}
