@@ -18,7 +18,9 @@
 //! - `latency` (`latency.rs`): single-message push-to-pop latency at a fixed
 //!   low rate;
 //! - `soak` (`soak.rs`, not part of `all`): minutes of pushes and consumes
-//!   with retention sweeping every few seconds, sampling the storage sizes.
+//!   with retention sweeping every few seconds, sampling the storage sizes;
+//! - `streams` (`streams.rs`, not part of `all`): stream cycles per second
+//!   with 1, 10 and 100 state ops per cycle.
 //!
 //! Shared pieces: `env.rs` (cluster and broker lifecycle), `http.rs` (one
 //! keep-alive connection), `payload.rs` (request bodies), `matrix.rs` (the
@@ -43,6 +45,7 @@ mod report;
 mod scenario;
 mod soak;
 mod stats;
+mod streams;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -79,6 +82,9 @@ enum Command {
     /// Minutes of pushes and consumes with retention sweeping every few
     /// seconds: log_segments' heap and TOAST sizes over time (not in `all`).
     Soak(ScenarioArgs<soak::SoakOpts>),
+    /// Stream cycles per second with 1, 10 and 100 state ops per cycle (not
+    /// in `all`).
+    Streams(ScenarioArgs<streams::StreamsOpts>),
     /// Every scenario on one cluster: ceiling, push, pop, latency; then push
     /// as a ratio to the ceiling and issue 6's targets.
     All(AllArgs),
@@ -104,6 +110,7 @@ enum Part {
     Pop(pop::PopOpts),
     Latency(latency::LatencyOpts),
     Soak(soak::SoakOpts),
+    Streams(streams::StreamsOpts),
 }
 
 impl Part {
@@ -114,6 +121,7 @@ impl Part {
             Part::Pop(_) => "pop",
             Part::Latency(_) => "latency",
             Part::Soak(_) => "soak",
+            Part::Streams(_) => "streams",
         }
     }
 
@@ -124,6 +132,7 @@ impl Part {
             Part::Pop(opts) => opts.validate(),
             Part::Latency(opts) => opts.validate(),
             Part::Soak(opts) => opts.validate(),
+            Part::Streams(opts) => opts.validate(),
         }
     }
 
@@ -134,6 +143,7 @@ impl Part {
             Part::Pop(opts) => opts.settings(bodies),
             Part::Latency(opts) => opts.settings(bodies),
             Part::Soak(opts) => opts.settings(),
+            Part::Streams(opts) => opts.settings(),
         }
     }
 
@@ -150,6 +160,7 @@ impl Part {
             Part::Pop(opts) => pop::run(env, common, opts, bodies, report).await,
             Part::Latency(opts) => latency::run(env, common, opts, bodies, report).await,
             Part::Soak(opts) => soak::run(env, common, opts, report).await,
+            Part::Streams(opts) => streams::run(env, common, opts, report).await,
         }
     }
 }
@@ -172,6 +183,7 @@ fn main() -> ExitCode {
         Command::Pop(args) => ("pop", args.common, vec![Part::Pop(args.opts)]),
         Command::Latency(args) => ("latency", args.common, vec![Part::Latency(args.opts)]),
         Command::Soak(args) => ("soak", args.common, vec![Part::Soak(args.opts)]),
+        Command::Streams(args) => ("streams", args.common, vec![Part::Streams(args.opts)]),
         Command::All(args) => (
             "all",
             args.common,

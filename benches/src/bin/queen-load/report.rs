@@ -75,7 +75,7 @@ impl Latency {
 #[derive(Debug, Serialize)]
 pub(crate) struct Report {
     pub(crate) tool: &'static str,
-    /// `push`, `pop`, `latency`, `ceiling`, `soak` or `all`.
+    /// `push`, `pop`, `latency`, `ceiling`, `soak`, `streams` or `all`.
     pub(crate) scenario: &'static str,
     pub(crate) started_at_unix: u64,
     pub(crate) machine: Machine,
@@ -95,6 +95,8 @@ pub(crate) struct Report {
     pub(crate) latency: Vec<LatencyResult>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) soak: Vec<crate::soak::SoakResult>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) streams: Vec<crate::streams::StreamsResult>,
     /// Issue 6's targets, for those whose figures this run measured.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) targets: Vec<Target>,
@@ -174,6 +176,7 @@ impl Report {
             pop: Vec::new(),
             latency: Vec::new(),
             soak: Vec::new(),
+            streams: Vec::new(),
             targets: Vec::new(),
             skipped: Vec::new(),
             disturbed: Vec::new(),
@@ -189,6 +192,7 @@ impl Report {
             && self.pop.is_empty()
             && self.latency.is_empty()
             && self.soak.is_empty()
+            && self.streams.is_empty()
             && self.skipped.is_empty()
     }
 
@@ -318,6 +322,12 @@ impl Report {
             &self.soak,
             "soak: storage over time while retention sweeps",
             crate::soak::table,
+        );
+        section(
+            &mut out,
+            &self.streams,
+            "streams: POST /streams/v1/cycle, state upserts and one sink push per cycle",
+            crate::streams::table,
         );
         list(&mut out, "issue 6 targets", &self.targets, |t| {
             format!(
