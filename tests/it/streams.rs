@@ -504,3 +504,43 @@ async fn a_cycle_with_thousands_of_ops_and_items_commits_them_all() {
     );
     broker.stop().await;
 }
+
+/// A cycle's sink push wakes a consumer parked on the sink queue at once,
+/// like any push.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cycle_wakes_a_consumer_parked_on_the_sink() {
+    let broker = TestBroker::start().await;
+    let (_, created) = register(
+        &broker,
+        json!({"name": "wake", "source_queue": "src-w",
+                                                "sink_queue": "sink-w", "config_hash": "h"}),
+    )
+    .await;
+    let id = created["query_id"].as_str().unwrap().to_owned();
+    push(&broker, "sink-w", "p", &[json!("first")]).await;
+    let first = pop(&broker, "/api/v1/pop/queue/sink-w?autoAck=true").await;
+    assert!(first.is_some());
+    let client = broker.client.clone();
+    let parked = tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let reply = client
+            .get("/api/v1/pop/queue/sink-w?autoAck=true&wait=true&timeout=10000")
+            .await;
+        (reply.status.as_u16(), started.elapsed())
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let done = cycle(
+        &broker,
+        json!({"query_id": id, "partition_id": uuid::Uuid::now_v7().to_string(),
+               "push_items": [{"queue": "sink-w", "partition": "p", "payload": "woken"}]}),
+    )
+    .await;
+    assert_eq!(done["success"], true, "{done}");
+    let (status, waited) = parked.await.unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        waited < std::time::Duration::from_secs(5),
+        "the parked consumer waited {waited:?}"
+    );
+    broker.stop().await;
+}
