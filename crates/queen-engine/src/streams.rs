@@ -1,7 +1,7 @@
 //! The streaming SDKs' queries and state (wire-api.md §6): registering a
-//! query against its source queue, and reading its state. (The cycle, which
-//! writes state, sink pushes and the source ack in one transaction, is yet to
-//! come.)
+//! query against its source queue, and reading its state. The cycle, which
+//! writes state, sink pushes and the source ack in one transaction, is the
+//! transactions component's (`txn/stream.rs`).
 
 use queen_sql::streams::{QueryRegistration, Registered, StateRow};
 use uuid::Uuid;
