@@ -29,6 +29,19 @@ pub(crate) fn parse_timestamp(text: &str) -> Option<SystemTime> {
         .map(|at| at.assume_utc().into())
 }
 
+/// An optional string field of a JSON body: absent or `null` is `None`,
+/// anything but a string is refused naming `field`.
+pub(crate) fn optional_string<'a>(
+    body: &'a Value,
+    field: &str,
+) -> Result<Option<&'a str>, HttpError> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(text)) => Ok(Some(text)),
+        Some(_) => Err(HttpError::Validation(format!("{field} must be a string"))),
+    }
+}
+
 /// A timestamp field of a JSON body: an ISO-8601 string, with an offset or
 /// `Z` (without one, UTC is assumed); `field` names it in the error.
 pub(crate) fn timestamp(value: &Value, field: &str) -> Result<SystemTime, HttpError> {

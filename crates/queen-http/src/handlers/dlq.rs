@@ -203,12 +203,9 @@ pub(crate) async fn requeue(engine: &Engine, req: Request) -> Result<Response, H
 
 /// An optional name field of a JSON body: a string obeying the name rule.
 fn optional_name<'a>(body: &'a Value, field: &str) -> Result<Option<&'a str>, HttpError> {
-    match body.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(name)) => {
-            crate::wire::name(field, name)?;
-            Ok(Some(name))
-        }
-        Some(_) => Err(HttpError::Validation(format!("{field} must be a string"))),
+    let name = crate::wire::optional_string(body, field)?;
+    if let Some(name) = name {
+        crate::wire::name(field, name)?;
     }
+    Ok(name)
 }

@@ -39,7 +39,7 @@ use serde_json::{json, Value};
 use crate::error::HttpError;
 use crate::response::{self, Response};
 use crate::server::Request;
-use crate::wire::format_millis;
+use crate::wire::{format_millis, optional_string};
 
 /// A required non-empty string field.
 fn required<'a>(body: &'a Value, field: &str) -> Result<&'a str, HttpError> {
@@ -61,16 +61,7 @@ pub(crate) async fn register(engine: &Engine, req: Request) -> Result<Response, 
     let name = required(&body, "name")?;
     let source_queue = required(&body, "source_queue")?;
     let config_hash = required(&body, "config_hash")?;
-    let sink_queue = match body.get("sink_queue") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(sink)) if sink.is_empty() => None,
-        Some(Value::String(sink)) => Some(sink.as_str()),
-        Some(_) => {
-            return Err(HttpError::Validation(
-                "sink_queue must be a string".to_owned(),
-            ))
-        }
-    };
+    let sink_queue = optional_string(&body, "sink_queue")?.filter(|sink| !sink.is_empty());
     let reset = match body.get("reset") {
         None | Some(Value::Null) => false,
         Some(value) => crate::wire::boolean("reset", value)?,
@@ -137,15 +128,7 @@ pub(crate) async fn state_get(engine: &Engine, req: Request) -> Result<Response,
             ))
         }
     };
-    let prefix = match body.get("key_prefix") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(prefix)) => Some(prefix.as_str()),
-        Some(_) => {
-            return Err(HttpError::Validation(
-                "key_prefix must be a string".to_owned(),
-            ))
-        }
-    };
+    let prefix = optional_string(&body, "key_prefix")?;
     let rows = engine.stream_state(query, partition, &keys, prefix).await?;
     let rows: Vec<Value> = rows
         .into_iter()
@@ -165,15 +148,6 @@ pub(crate) async fn state_get(engine: &Engine, req: Request) -> Result<Response,
 
 /// Largest state value, serialised.
 const MAX_STATE_VALUE_BYTES: usize = 1 << 20;
-
-/// An optional string field.
-fn optional<'a>(body: &'a Value, field: &str) -> Result<Option<&'a str>, HttpError> {
-    match body.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(text)) => Ok(Some(text)),
-        Some(_) => Err(HttpError::Validation(format!("{field} must be a string"))),
-    }
-}
 
 /// An optional array field.
 fn array<'a>(body: &'a Value, field: &str) -> Result<&'a [Value], HttpError> {
@@ -266,7 +240,7 @@ fn ack_item(ack: &Value, partition_id: uuid::Uuid) -> Result<Option<AckItem>, Ht
         }
     };
     // The nil id is no client's lease (a retryDelay hold, ack.sql).
-    let lease_id = match optional(ack, "leaseId")? {
+    let lease_id = match optional_string(ack, "leaseId")? {
         None | Some("") => None,
         Some(text) => Some(
             text.parse::<uuid::Uuid>()
@@ -278,8 +252,8 @@ fn ack_item(ack: &Value, partition_id: uuid::Uuid) -> Result<Option<AckItem>, Ht
     Ok(Some(AckItem {
         transaction_id,
         partition_id,
-        status: AckStatus::parse(optional(ack, "status")?),
-        error: optional(ack, "error")?.map(str::to_owned),
+        status: AckStatus::parse(optional_string(ack, "status")?),
+        error: optional_string(ack, "error")?.map(str::to_owned),
         lease_id,
     }))
 }
@@ -288,7 +262,7 @@ pub(crate) async fn cycle(engine: &Engine, req: Request) -> Result<Response, Htt
     let body = crate::body::object(req).await?;
     let query_id = uuid_field(&body, "query_id")?;
     let partition_id = uuid_field(&body, "partition_id")?;
-    let group = optional(&body, "consumer_group")?
+    let group = optional_string(&body, "consumer_group")?
         .filter(|group| !group.is_empty())
         .unwrap_or(QUEUE_MODE_GROUP)
         .to_owned();
