@@ -280,8 +280,9 @@ pub(crate) fn remove_log(dir: &Path, seq: u64) -> io::Result<()> {
     sync_dir(dir)
 }
 
-/// Append `bytes` to the failed-records file of `seq`, durably.
-pub(crate) fn append_failed(dir: &Path, seq: u64, bytes: &[u8]) -> io::Result<()> {
+/// Append `bytes` to the failed-records file of `seq`, durably; answers
+/// whether the file was new.
+pub(crate) fn append_failed(dir: &Path, seq: u64, bytes: &[u8]) -> io::Result<bool> {
     let path = failed_path(dir, seq);
     let created = !path.exists();
     let mut file = OpenOptions::new().create(true).append(true).open(&path)?;
@@ -290,7 +291,7 @@ pub(crate) fn append_failed(dir: &Path, seq: u64, bytes: &[u8]) -> io::Result<()
     if created {
         sync_dir(dir)?;
     }
-    Ok(())
+    Ok(created)
 }
 
 /// Make the directory's entries (created, renamed, removed files) durable.

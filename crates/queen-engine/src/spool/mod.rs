@@ -131,6 +131,10 @@ struct State {
     pending_bytes: u64,
     failed: u64,
     failover: u64,
+    /// The failed-records files and their bytes (counted at open, then
+    /// kept up to date by the drainer, so a status read does no I/O).
+    failed_files: u64,
+    failed_bytes: u64,
     drained: u64,
     healthy: bool,
 }
@@ -208,6 +212,7 @@ impl Spool {
                 "the spool holds pushes from an earlier run; draining them"
             );
         }
+        let (failed_files, failed_bytes) = file::failed_files(&config.dir);
         let next_seq = seqs
             .iter()
             .chain(&positions)
@@ -233,6 +238,8 @@ impl Spool {
                 failover: 0,
                 drained: 0,
                 healthy: true,
+                failed_files,
+                failed_bytes,
             }),
             writer,
             wake: Notify::new(),
@@ -343,14 +350,13 @@ impl Spool {
 
     /// What the spool holds now.
     pub(crate) fn stats(&self) -> SpoolStats {
-        let (failed_files, failed_bytes) = file::failed_files(&self.dir);
         let state = self.state.lock();
         SpoolStats {
             pending: state.pending,
             pending_bytes: state.pending_bytes,
             failed: state.failed,
-            failed_files,
-            failed_bytes,
+            failed_files: state.failed_files,
+            failed_bytes: state.failed_bytes,
             failover: state.failover,
             drained: state.drained,
             db_healthy: !state.outage,
@@ -605,16 +611,18 @@ async fn drain_log(spool: &Spool, store: &Store, seq: u64) -> Result<(), EngineE
         }
         let dir = spool.dir.clone();
         let offset = (from + stop_at) as u64;
-        blocking(move || {
-            if !failed_raw.is_empty() {
-                file::append_failed(&dir, seq, &failed_raw)?;
-            }
-            file::set_drained(&dir, seq, offset)
+        let failed_len = failed_raw.len() as u64;
+        let new_file = blocking(move || {
+            let created = !failed_raw.is_empty() && file::append_failed(&dir, seq, &failed_raw)?;
+            file::set_drained(&dir, seq, offset)?;
+            Ok(created)
         })
         .await?;
         {
             let n = (end - done) as u64;
             let mut state = spool.state.lock();
+            state.failed_files += u64::from(new_file);
+            state.failed_bytes += failed_len;
             state.pending = state.pending.saturating_sub(n);
             state.pending_bytes = state.pending_bytes.saturating_sub((stop_at - start) as u64);
             state.failed += failed;

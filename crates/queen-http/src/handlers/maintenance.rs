@@ -123,11 +123,14 @@ pub(crate) async fn post_pop(engine: &Engine, req: Request) -> Result<Response, 
 }
 
 pub(crate) fn buffers(engine: &Engine) -> Response {
-    let (spool, _) = stats(engine);
-    let note = match engine.spool_stats() {
-        None => "this broker has no spool",
-        Some(stats) if stats.spooling => "pushes are being spooled",
-        Some(_) => "pushes go to the database",
+    let (spool, has_spool) = match engine.spool_stats() {
+        Some(stats) => (stats, true),
+        None => (stats(engine).0, false),
+    };
+    let note = match (has_spool, spool.spooling) {
+        (false, _) => "this broker has no spool",
+        (true, true) => "pushes are being spooled",
+        (true, false) => "pushes go to the database",
     };
     response::json(
         StatusCode::OK,
