@@ -18,6 +18,7 @@ mod pop_mechanics;
 mod push;
 mod queue_options;
 mod retention;
+mod stats;
 mod streams;
 mod txn;
 mod upgrade;

@@ -36,11 +36,14 @@ use crate::crypto::AtRest;
 use crate::health::HealthProbe;
 use crate::lifecycle::Lifecycle;
 use crate::maintenance::Maintenance;
+use crate::metrics::{ClusterCache, ProcessMetrics, Scrape};
 use crate::pop::{Serving, ServingConfig};
 use crate::push::{Fusion, FusionConfig};
 use crate::registry::AckRegistry;
 use crate::retention::Retention;
 use crate::spool::{Buffered, Reason, Spool, SpoolStats};
+use crate::stats::Stats;
+use crate::stats_writer::WriterState;
 use crate::txn::Transactions;
 use crate::{
     AckItem, AckOutcome, ConfigureQueue, Configured, CursorLag, DeadLetter, EngineConfig,
@@ -65,6 +68,9 @@ pub struct Engine {
     lifecycle: Lifecycle,
     health: HealthProbe,
     retention: Retention,
+    stats: Arc<Stats>,
+    cluster: ClusterCache,
+    writer: WriterState,
 }
 
 impl std::fmt::Debug for Engine {
@@ -134,6 +140,10 @@ impl Engine {
     pub fn new(pool: deadpool_postgres::Pool, config: EngineConfig) -> Arc<Engine> {
         let engine = Arc::new_cyclic(|weak| Engine::build(pool, config, weak));
         tokio::spawn(refresh_maintenance(Arc::downgrade(&engine)));
+        tokio::spawn(crate::stats_writer::sample_lag(Arc::downgrade(&engine)));
+        if let Some(interval) = engine.config.stats_interval {
+            tokio::spawn(crate::stats_writer::run(Arc::downgrade(&engine), interval));
+        }
         engine
     }
 
@@ -141,6 +151,7 @@ impl Engine {
     /// drainer stores through it).
     fn build(pool: deadpool_postgres::Pool, config: EngineConfig, weak: &Weak<Engine>) -> Engine {
         let at_rest = Arc::new(AtRest::new(config.encryption_key.clone()));
+        let stats = Arc::new(Stats::default());
         let registry = Arc::new(AckRegistry::default());
         let serving = Serving::start(
             pool.clone(),
@@ -163,6 +174,7 @@ impl Engine {
             },
             Arc::clone(&at_rest),
             ready.clone(),
+            Arc::clone(&stats),
         ));
         let spool = config.spool.as_ref().and_then(|spool| {
             Spool::open(spool, drain_store(weak.clone()), pool.clone())
@@ -188,8 +200,12 @@ impl Engine {
             config.retention_interval,
             config.eviction_interval,
             config.partition_idle,
+            config.stats_retention,
         );
         Engine {
+            cluster: ClusterCache::default(),
+            writer: WriterState::default(),
+            stats,
             pool,
             config,
             started_at: Instant::now(),
@@ -233,7 +249,47 @@ impl Engine {
     /// transaction id for every item that has none before the first attempt,
     /// so an item whose attempt committed after all is found duplicate when
     /// the spool drains.
-    pub async fn push(&self, mut items: Vec<PushItem>) -> Result<Pushed, EngineError> {
+    pub async fn push(&self, items: Vec<PushItem>) -> Result<Pushed, EngineError> {
+        let mut per_queue: Vec<(Arc<str>, u64)> = Vec::new();
+        for item in &items {
+            match per_queue
+                .iter_mut()
+                .find(|(queue, _)| **queue == *item.queue)
+            {
+                Some((_, count)) => *count += 1,
+                None => per_queue.push((Arc::from(item.queue.as_str()), 1)),
+            }
+        }
+        let pushed = self.push_uncounted(items).await;
+        match &pushed {
+            Ok(Pushed::Stored(outcomes)) => {
+                for (queue, count) in &mut per_queue {
+                    *count = outcomes
+                        .iter()
+                        .filter(|outcome| {
+                            outcome.status == crate::PushStatus::Queued && outcome.queue == *queue
+                        })
+                        .count() as u64;
+                }
+                self.stats
+                    .pushed(per_queue.iter().map(|(queue, n)| (&**queue, *n)), false);
+            }
+            Ok(Pushed::Buffered(_)) => self
+                .stats
+                .pushed(per_queue.iter().map(|(queue, n)| (&**queue, *n)), true),
+            Err(error) => self.count_error(error),
+        }
+        pushed
+    }
+
+    /// Count a failed request that failed on the database.
+    fn count_error(&self, error: &EngineError) {
+        if error.is_unreachable() || matches!(error, EngineError::Sql(_)) {
+            self.stats.db_error();
+        }
+    }
+
+    async fn push_uncounted(&self, mut items: Vec<PushItem>) -> Result<Pushed, EngineError> {
         let atomic = self
             .bounded
             .any(items.iter().map(|item| item.queue.as_str()));
@@ -298,7 +354,21 @@ impl Engine {
 
     /// Pop: claim and return messages, long-polling when asked.
     pub async fn pop(&self, request: PopRequest) -> Result<Popped, EngineError> {
-        self.serving.pop(request).await
+        let target = match &request.target {
+            crate::PopTarget::Queue { queue } | crate::PopTarget::Partition { queue, .. } => {
+                Some(queue.clone())
+            }
+            crate::PopTarget::Discovery { .. } => None,
+        };
+        let popped = self.serving.pop(request).await;
+        match &popped {
+            Ok(popped) => self.stats.popped(
+                popped.queue.as_deref().or(target.as_deref()),
+                popped.messages.len() as u64,
+            ),
+            Err(error) => self.count_error(error),
+        }
+        popped
     }
 
     /// Acknowledge `items` for consumer group `group`.
@@ -307,7 +377,44 @@ impl Engine {
         group: &str,
         items: Vec<AckItem>,
     ) -> Result<Vec<AckOutcome>, EngineError> {
-        self.acks.ack(group, items).await
+        let statuses: Vec<crate::AckStatus> =
+            items.iter().map(|item| item.status.clone()).collect();
+        let acked = self.acks.ack(group, items).await;
+        match &acked {
+            Ok(outcomes) => self.count_acks(&statuses, outcomes),
+            Err(error) => self.count_error(error),
+        }
+        acked
+    }
+
+    /// Count one ack call: per queue (completed, failed, dead-lettered), and
+    /// the refused items.
+    fn count_acks(&self, statuses: &[crate::AckStatus], outcomes: &[AckOutcome]) {
+        let mut per_queue: Vec<(&str, (u64, u64, u64))> = Vec::new();
+        let mut refused = 0;
+        for (status, outcome) in statuses.iter().zip(outcomes) {
+            let (Some(queue), true) = (outcome.queue.as_deref(), outcome.success) else {
+                refused += 1;
+                continue;
+            };
+            let index = per_queue
+                .iter()
+                .position(|(name, _)| *name == queue)
+                .unwrap_or_else(|| {
+                    per_queue.push((queue, (0, 0, 0)));
+                    per_queue.len() - 1
+                });
+            let entry = &mut per_queue[index].1;
+            match status {
+                crate::AckStatus::Completed => entry.0 += 1,
+                crate::AckStatus::Failed => entry.1 += 1,
+                _ => {}
+            }
+            if outcome.dlq {
+                entry.2 += 1;
+            }
+        }
+        self.stats.acked(per_queue, refused);
     }
 
     /// Extend `lease` on every partition it holds by `seconds` from now.
@@ -323,7 +430,22 @@ impl Engine {
     /// Apply `ops` atomically. On failure nothing is applied and the error
     /// names the operation (`EngineError::TransactionFailed`).
     pub async fn transaction(&self, ops: Vec<TxnOp>) -> Result<Vec<TxnResult>, EngineError> {
-        self.txns.transaction(ops).await
+        let mut queues: Vec<String> = Vec::new();
+        for op in &ops {
+            if let TxnOp::Push(items) = op {
+                for item in items {
+                    if !queues.contains(&item.queue) {
+                        queues.push(item.queue.clone());
+                    }
+                }
+            }
+        }
+        let done = self.txns.transaction(ops).await;
+        match &done {
+            Ok(_) => self.stats.transaction(queues.iter().map(String::as_str)),
+            Err(error) => self.count_error(error),
+        }
+        done
     }
 
     // ---- lifecycle ----
@@ -632,6 +754,92 @@ impl Engine {
     /// runs them every `eviction_interval`): what it removed.
     pub async fn eviction_pass(&self) -> Result<RetentionStats, EngineError> {
         self.retention.evict().await
+    }
+
+    // ---- metrics and statistics ----
+
+    /// The process series now: every component's figures, no database.
+    pub fn process_metrics(&self) -> ProcessMetrics {
+        let status = self.pool.status();
+        ProcessMetrics {
+            uptime: self.stats.uptime(),
+            totals: self.stats.totals(),
+            pool: (status.size, status.available, status.waiting),
+            pool_max: status.max_size,
+            limiter: self.serving.limiter_stats(),
+            pops_in_progress: self.serving.in_progress(),
+            parked: self.serving.parked(),
+            hotlist: self.serving.hotlist_size(),
+            memory: self.memory_stats(),
+            spool: self.spool_stats(),
+            retention: self.retention.stats(),
+            maintenance: (self.maintenance(), self.pop_maintenance()),
+            cpu: crate::metrics::cpu_times(),
+            rss_bytes: crate::metrics::rss_bytes(),
+        }
+    }
+
+    /// One scrape: the process series, and the cluster series from one
+    /// database call cached for `metrics::CLUSTER_TTL` (the last good copy,
+    /// marked stale, when PostgreSQL does not answer within
+    /// `metrics::CLUSTER_TIMEOUT`).
+    pub async fn scrape(&self) -> Scrape {
+        let (cluster, cluster_fresh) = self.cluster.get(&self.pool).await;
+        Scrape {
+            process: self.process_metrics(),
+            cluster,
+            cluster_fresh,
+            histograms: Arc::clone(&self.stats),
+        }
+    }
+
+    /// Write this broker's statistics rows for the current minute now (the
+    /// writer does every `stats_interval`): one statement. Returns the queue
+    /// rows written; on failure the counts wait for the next write.
+    pub async fn write_stats(&self) -> Result<usize, EngineError> {
+        let (cluster, _) = self.cluster.get(&self.pool).await;
+        let (queues, dropped, lag) = self.stats.take_minute();
+        let process = self.process_metrics();
+        let minute = crate::stats_writer::Minute {
+            process: &process,
+            queues: &queues,
+            dropped,
+            lag,
+            cluster: &cluster,
+            port: self.config.port,
+            hostname: &self.config.hostname,
+        };
+        let (broker, rows) = crate::stats_writer::rows(&self.writer, &minute);
+        let broker_id = format!("{}:{}", self.config.hostname, self.config.port);
+        let bucket = crate::stats_writer::bucket(SystemTime::now());
+        let written = async {
+            let client = self.pool.get().await.map_err(queen_sql::SqlError::from)?;
+            queen_sql::stats::write_minute(
+                &**client,
+                crate::naming::DEFAULT_TENANT,
+                bucket,
+                &broker_id,
+                &broker,
+                &rows,
+            )
+            .await
+        }
+        .await;
+        match written {
+            Ok(count) => {
+                self.writer.written(&minute);
+                Ok(usize::try_from(count).unwrap_or(0))
+            }
+            Err(error) => {
+                self.stats.restore_minute(queues);
+                Err(error.into())
+            }
+        }
+    }
+
+    /// One event-loop lag sample (the sampler task's).
+    pub(crate) fn record_event_loop_lag(&self, late: std::time::Duration) {
+        self.stats.event_loop_lag(late);
     }
 
     /// What retention and eviction removed since the engine started.

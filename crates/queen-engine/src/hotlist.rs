@@ -398,6 +398,17 @@ impl HotList {
         queues
     }
 
+    /// (rings, partition names they hold ready or scheduled): one pass
+    /// under the lock, for `/metrics`.
+    pub(crate) fn size(&self) -> (usize, usize) {
+        let rings = self.rings.lock();
+        let entries = rings
+            .values()
+            .map(|ring| ring.ready.len() + ring.waiting.len())
+            .sum();
+        (rings.len(), entries)
+    }
+
     /// Forget rings unused for [`IDLE_RING_EXPIRY`].
     pub(crate) fn expire_idle(&self, now: Instant) {
         self.rings

@@ -26,6 +26,7 @@ mod hotlist;
 mod lifecycle;
 mod limiter;
 mod maintenance;
+pub mod metrics;
 pub mod naming;
 mod offload;
 mod pop;
@@ -35,6 +36,8 @@ mod ready;
 mod registry;
 mod retention;
 mod spool;
+mod stats;
+mod stats_writer;
 mod streams;
 mod traces;
 mod txn;
@@ -60,6 +63,7 @@ pub use queen_sql::streams::{QueryRegistration, Registered, StateRow};
 pub use queen_sql::{error_chain, SqlError};
 pub use retention::RetentionStats;
 pub use spool::{Buffered, SpoolConfig, SpoolStats};
+pub use stats::{LagWindow, QueueMinute, TotalsSnapshot, MAX_QUEUES_PER_MINUTE};
 pub use streams::{MAX_CONFIG_HASH_BYTES, MAX_STATE_KEY_BYTES};
 pub use traces::TraceEvent;
 pub use txn::{CycleAck, CycleDone, Replayed, StateOp, StreamCycle, TxnOp, TxnResult, MAX_REPLAY};
@@ -104,6 +108,24 @@ pub struct EngineConfig {
     /// How often the maintenance flags are read from the database
     /// (`QUEEN_MAINTENANCE_REFRESH_MS`).
     pub maintenance_refresh: Duration,
+    /// How often this broker writes its statistics rows
+    /// (`QUEEN_STATS_INTERVAL_MS`, one minute); `None`: never.
+    pub stats_interval: Option<Duration>,
+    /// Statistics rows older than this are purged by the retention loop
+    /// (`QUEEN_STATS_RETENTION_DAYS`, 7 days).
+    pub stats_retention: Duration,
+    /// The host name the statistics rows carry.
+    pub hostname: String,
+    /// The port the broker listens on, for the statistics rows.
+    pub port: u16,
+}
+
+/// This machine's host name (`localhost` when it cannot be read).
+pub fn hostname() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|name| name.into_string().ok())
+        .unwrap_or_else(|| "localhost".to_owned())
 }
 
 impl Default for EngineConfig {
@@ -123,6 +145,10 @@ impl Default for EngineConfig {
             partition_idle: Some(Duration::from_secs(86_400)),
             spool: None,
             maintenance_refresh: Duration::from_millis(1000),
+            stats_interval: Some(Duration::from_secs(60)),
+            stats_retention: Duration::from_secs(7 * 86_400),
+            hostname: hostname(),
+            port: 6632,
         }
     }
 }

@@ -348,6 +348,16 @@ impl Serving {
         self.limiter.stats()
     }
 
+    /// Pops parked on each queue's gate now.
+    pub(crate) fn parked(&self) -> Vec<(String, usize)> {
+        self.gates.parked()
+    }
+
+    /// (rings, names they hold) of the hot-list.
+    pub(crate) fn hotlist_size(&self) -> (usize, usize) {
+        self.hotlist.size()
+    }
+
     /// What the client-keyed maps of pop serving hold now.
     pub(crate) fn memory(&self) -> (usize, usize) {
         (self.gates.len(), self.state.queues.len())

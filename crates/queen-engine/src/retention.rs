@@ -26,6 +26,8 @@ const MAX_PARTITIONS_PER_STEP: i32 = 32;
 
 /// Segments (or sidecar rows) one step deletes per partition.
 const MAX_SEGMENTS_PER_STEP: i32 = 256;
+/// Statistics rows of each table one retention pass purges at most.
+const MAX_STATS_ROWS_PER_PASS: i32 = 10_000;
 
 /// Steps one pass runs before it waits for the next tick.
 const MAX_STEPS_PER_PASS: usize = 512;
@@ -47,6 +49,8 @@ pub struct RetentionStats {
     pub partitions_removed: u64,
     /// Messages in them.
     pub evicted_messages: u64,
+    /// Statistics rows purged (older than `QUEEN_STATS_RETENTION_DAYS`).
+    pub stats_rows: u64,
 }
 
 impl RetentionStats {
@@ -59,6 +63,7 @@ impl RetentionStats {
         self.evicted_segments += other.evicted_segments;
         self.evicted_messages += other.evicted_messages;
         self.partitions_removed += other.partitions_removed;
+        self.stats_rows += other.stats_rows;
     }
 }
 
@@ -71,6 +76,8 @@ enum Sweep {
     /// Retention steps, then partition cleanup when `partition_idle` is set.
     Retention {
         partition_idle: Option<Duration>,
+        /// Statistics rows older than this are purged.
+        stats_retention: Duration,
     },
     Eviction,
 }
@@ -80,6 +87,8 @@ pub(crate) struct Retention {
     pool: deadpool_postgres::Pool,
     /// Idle time after which an empty partition is removed (`None`: never).
     partition_idle: Option<Duration>,
+    /// Age past which statistics rows are purged.
+    stats_retention: Duration,
     counters: Arc<Counters>,
     stop: watch::Sender<bool>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
@@ -94,11 +103,18 @@ impl Retention {
         retention: Option<Duration>,
         eviction: Option<Duration>,
         partition_idle: Option<Duration>,
+        stats_retention: Duration,
     ) -> Retention {
         let counters = Arc::new(Counters::default());
         let (stop, stopped) = watch::channel(false);
         let tasks = [
-            (Sweep::Retention { partition_idle }, retention),
+            (
+                Sweep::Retention {
+                    partition_idle,
+                    stats_retention,
+                },
+                retention,
+            ),
             (Sweep::Eviction, eviction),
         ]
         .into_iter()
@@ -116,6 +132,7 @@ impl Retention {
         Retention {
             pool,
             partition_idle,
+            stats_retention,
             counters,
             stop,
             tasks: Mutex::new(tasks),
@@ -126,6 +143,7 @@ impl Retention {
     pub(crate) async fn pass(&self) -> Result<RetentionStats, EngineError> {
         let sweep = Sweep::Retention {
             partition_idle: self.partition_idle,
+            stats_retention: self.stats_retention,
         };
         pass(&self.pool, &self.counters, sweep).await
     }
@@ -229,7 +247,23 @@ async fn pass(
         }
     }
     if let Sweep::Retention {
+        stats_retention, ..
+    } = sweep
+    {
+        let before = std::time::SystemTime::now()
+            .checked_sub(stats_retention)
+            .unwrap_or(std::time::UNIX_EPOCH);
+        let purged = queen_sql::stats::purge(&**client, before, MAX_STATS_ROWS_PER_PASS).await?;
+        let step = RetentionStats {
+            stats_rows: u64::try_from(purged).unwrap_or(0),
+            ..RetentionStats::default()
+        };
+        counters.lock().add(&step);
+        removed.add(&step);
+    }
+    if let Sweep::Retention {
         partition_idle: Some(idle),
+        ..
     } = sweep
     {
         let idle = i32::try_from(idle.as_secs()).unwrap_or(i32::MAX);
@@ -242,7 +276,11 @@ async fn pass(
         counters.lock().add(&step);
         removed.add(&step);
     }
-    if removed.segments + removed.txn_rows + removed.evicted_segments + removed.partitions_removed
+    if removed.segments
+        + removed.txn_rows
+        + removed.evicted_segments
+        + removed.partitions_removed
+        + removed.stats_rows
         > 0
     {
         tracing::info!(
@@ -252,6 +290,7 @@ async fn pass(
             evicted_segments = removed.evicted_segments,
             evicted_messages = removed.evicted_messages,
             partitions_removed = removed.partitions_removed,
+            stats_rows = removed.stats_rows,
             ?sweep,
             "retention pass"
         );

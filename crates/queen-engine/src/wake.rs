@@ -24,7 +24,7 @@
 //! old gate is never taken for current (`queue_cache.rs`).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -39,6 +39,26 @@ pub(crate) struct Gate {
     closed: std::sync::atomic::AtomicBool,
     /// Pushed-partition hints (SQL path only), at most [`MAX_HINTS`].
     hints: Mutex<Vec<String>>,
+    /// Pops waiting on the gate now (the parked pops of `/metrics` and the
+    /// statistics rows).
+    parked: AtomicUsize,
+}
+
+/// Counts one waiter of a gate while it waits (dropped when the wait ends or
+/// is cancelled).
+struct Parked<'g>(&'g AtomicUsize);
+
+impl<'g> Parked<'g> {
+    fn new(count: &'g AtomicUsize) -> Parked<'g> {
+        count.fetch_add(1, Ordering::Relaxed);
+        Parked(count)
+    }
+}
+
+impl Drop for Parked<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// The most pushed-partition hints one gate keeps.
@@ -86,6 +106,7 @@ impl Gate {
     /// Wait until the gate was opened after `seen` was read. Returns at once if
     /// that already happened.
     pub(crate) async fn wait_past(&self, seen: u64) {
+        let _parked = Parked::new(&self.parked);
         loop {
             let notified = self.notify.notified();
             tokio::pin!(notified);
@@ -163,6 +184,21 @@ impl WakeGates {
     /// Gates held now (for tests and the operator).
     pub(crate) fn len(&self) -> usize {
         self.gates.lock().by_queue.len()
+    }
+
+    /// The queues with pops parked on their gate now, with how many (the
+    /// discovery gate under the empty name). One pass over the gate map.
+    pub(crate) fn parked(&self) -> Vec<(String, usize)> {
+        let gates = self.gates.lock();
+        gates
+            .by_queue
+            .iter()
+            .filter_map(|(name, gate)| {
+                let parked = gate.parked.load(Ordering::Relaxed);
+                let name = if name == DISCOVERY { "" } else { name.as_str() };
+                (parked > 0).then(|| (name.to_owned(), parked))
+            })
+            .collect()
     }
 
     /// The generation of `queue`'s gate (0 when nobody asked for it yet).

@@ -21,6 +21,7 @@ mod error;
 pub mod fuzz;
 mod handlers;
 mod json;
+mod metrics;
 mod query;
 mod response;
 mod routes;

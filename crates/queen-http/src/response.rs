@@ -52,3 +52,24 @@ pub(crate) fn add_cors(res: &mut Response) {
     );
     headers.insert(ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("86400"));
 }
+
+/// A body of `content_type` with `status`, and a `Cache-Control` when given.
+pub(crate) fn bytes(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+    cache_control: Option<&'static str>,
+) -> Response {
+    let mut res = hyper::Response::new(Full::new(body.into()));
+    *res.status_mut() = status;
+    res.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if let Some(cache_control) = cache_control {
+        res.headers_mut().insert(
+            hyper::header::CACHE_CONTROL,
+            HeaderValue::from_static(cache_control),
+        );
+    }
+    add_cors(&mut res);
+    res
+}

@@ -15,6 +15,7 @@ use hyper::{Method, StatusCode};
 
 use crate::error::HttpError;
 use crate::handlers;
+use crate::metrics::UNMATCHED;
 use crate::query;
 use crate::response::{self, Response};
 use crate::server::{App, Request};
@@ -67,6 +68,8 @@ pub(crate) enum Endpoint {
     Buffers,
     GetPopMaintenance,
     SetPopMaintenance,
+    Metrics,
+    MetricsPrometheus,
 }
 
 /// One row of the route table.
@@ -185,6 +188,8 @@ pub(crate) static ROUTES: &[Route] = &[
     route(Method::GET, "/api/v1/status/buffers", E::Buffers, ReadOnly, false),
     route(Method::GET, "/api/v1/system/maintenance/pop", E::GetPopMaintenance, Admin, false),
     route(Method::POST, "/api/v1/system/maintenance/pop", E::SetPopMaintenance, Admin, false),
+    route(Method::GET, "/metrics", E::Metrics, Public, false),
+    route(Method::GET, "/metrics/prometheus", E::MetricsPrometheus, Public, false),
 ];
 
 /// The route `method` and `segments` reach, with its parameters in pattern
@@ -212,28 +217,40 @@ pub(crate) fn find<'s>(
 
 /// Dispatch one request to its handler.
 pub(crate) async fn route_request(app: &App, req: Request) -> Response {
+    let started = std::time::Instant::now();
+    let method = req.method().clone();
+    let (label, res) = route_labelled(app, req).await;
+    app.http_metrics
+        .observe(label, &method, res.status().as_u16(), started.elapsed());
+    res
+}
+
+/// Route one request; answers the route pattern it matched (the metrics
+/// label) with the response.
+async fn route_labelled(app: &App, req: Request) -> (&'static str, Response) {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let decoded = query::segments(&path);
     let segments: Vec<&str> = decoded.iter().map(AsRef::as_ref).collect();
     if method == Method::OPTIONS {
-        return response::empty(StatusCode::NO_CONTENT);
+        return (UNMATCHED, response::empty(StatusCode::NO_CONTENT));
     }
     let Some((route, params)) = find(&method, &segments) else {
-        return HttpError::RouteNotFound {
+        let error = HttpError::RouteNotFound {
             method: method.to_string(),
             path,
-        }
-        .into_response();
+        };
+        return (UNMATCHED, error.into_response());
     };
     // Every queue, partition and group name in the path obeys the one name
     // rule before any handler runs.
     if let Err(error) = route.check_names(&params) {
-        return error.into_response();
+        return (route.pattern, error.into_response());
     }
-    dispatch(app, req, route.endpoint, &params)
+    let res = dispatch(app, req, route.endpoint, &params)
         .await
-        .unwrap_or_else(HttpError::into_response)
+        .unwrap_or_else(HttpError::into_response);
+    (route.pattern, res)
 }
 
 /// The handler of `endpoint`. Handlers that read the body take the request
@@ -287,6 +304,8 @@ async fn dispatch(
         E::Buffers => Ok(handlers::maintenance::buffers(engine)),
         E::GetPopMaintenance => Ok(handlers::maintenance::get_pop(engine)),
         E::SetPopMaintenance => handlers::maintenance::post_pop(engine, req).await,
+        E::Metrics => Ok(handlers::metrics::json(app).await),
+        E::MetricsPrometheus => handlers::metrics::prometheus(app, &req).await,
     }
 }
 
@@ -548,8 +567,12 @@ mod tests {
                 "POST /api/v1/system/maintenance/pop",
             ]
         );
-        // Only health, the cluster-wide maintenance switches and the
-        // broker's spool are not tenant data.
+        assert_eq!(access(Method::GET, "/metrics"), Public);
+        assert_eq!(access(Method::GET, "/metrics/prometheus"), Public);
+        // Only health, the cluster-wide maintenance switches, the broker's
+        // spool and its metrics (the scrape of one process: the security
+        // issue decides what of the cluster series a tenant sees) are not
+        // tenant data.
         let untenanted: Vec<Endpoint> = ROUTES
             .iter()
             .filter(|route| !route.tenant_scoped)
@@ -563,7 +586,9 @@ mod tests {
                 E::SetMaintenance,
                 E::Buffers,
                 E::GetPopMaintenance,
-                E::SetPopMaintenance
+                E::SetPopMaintenance,
+                E::Metrics,
+                E::MetricsPrometheus,
             ]
         );
     }

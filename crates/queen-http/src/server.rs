@@ -79,6 +79,8 @@ impl Default for WireDefaults {
 pub(crate) struct App {
     pub(crate) engine: Arc<Engine>,
     pub(crate) defaults: WireDefaults,
+    /// Requests by route and status, for `/metrics`.
+    pub(crate) http_metrics: crate::metrics::HttpMetrics,
 }
 
 /// Serve `listener` until `shutdown` resolves, then stop accepting, ask every
@@ -101,6 +103,7 @@ pub async fn serve(
     let app = Arc::new(App {
         engine: Arc::clone(&engine),
         defaults: options.defaults.clone(),
+        http_metrics: crate::metrics::HttpMetrics::default(),
     });
     loop {
         tokio::select! {

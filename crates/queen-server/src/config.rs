@@ -166,6 +166,15 @@ pub(crate) struct Config {
     #[arg(long, env = "QUEEN_MAINTENANCE_REFRESH_MS", default_value_t = 1000)]
     pub(crate) maintenance_refresh_ms: u64,
 
+    /// Milliseconds between this broker's statistics rows (one statement
+    /// each: a row per queue it served and one for itself); 0 writes none.
+    #[arg(long, env = "QUEEN_STATS_INTERVAL_MS", default_value_t = 60_000)]
+    pub(crate) stats_interval_ms: u64,
+
+    /// Days statistics rows are kept; the retention loop purges older ones.
+    #[arg(long, env = "QUEEN_STATS_RETENTION_DAYS", default_value_t = 7)]
+    pub(crate) stats_retention_days: u64,
+
     /// Seconds in-flight requests get to finish on shutdown.
     #[arg(long, env = "QUEEN_SHUTDOWN_TIMEOUT_SECONDS", default_value_t = 30)]
     pub(crate) shutdown_timeout_seconds: u64,

@@ -216,6 +216,11 @@ fn engine_config(config: &Config) -> Result<queen_engine::EngineConfig, ServerEr
             .then(|| Duration::from_secs(config.partition_idle_seconds)),
         spool: spool_config(config),
         maintenance_refresh: Duration::from_millis(config.maintenance_refresh_ms.max(1)),
+        stats_interval: (config.stats_interval_ms > 0)
+            .then(|| Duration::from_millis(config.stats_interval_ms)),
+        stats_retention: Duration::from_secs(config.stats_retention_days.saturating_mul(86_400)),
+        hostname: hostname(),
+        port: config.port,
     })
 }
 
@@ -364,7 +369,5 @@ fn init_tracing(filter: &str) {
 }
 
 fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|name| name.trim().to_owned())
-        .unwrap_or_else(|_| "localhost".to_owned())
+    queen_engine::hostname()
 }

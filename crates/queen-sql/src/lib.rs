@@ -27,6 +27,7 @@ pub mod registry;
 pub mod retention;
 mod schema;
 pub mod segments;
+pub mod stats;
 pub mod streams;
 pub mod system;
 pub mod traces;

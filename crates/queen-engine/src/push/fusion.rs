@@ -135,6 +135,8 @@ struct Shared {
     at_rest: Arc<AtRest>,
     zstd_level: i32,
     counters: Counters,
+    /// Flush sizes and commit latencies, for `/metrics`.
+    stats: Arc<crate::stats::Stats>,
     /// Sidecar hashes this broker already holds, so the duplicate probe reads
     /// only what it does not (see `dedup.rs`).
     dedup: DedupCache,
@@ -154,6 +156,7 @@ impl Fusion {
         config: FusionConfig,
         at_rest: Arc<AtRest>,
         ready: Ready,
+        stats: Arc<crate::stats::Stats>,
     ) -> Fusion {
         let FusionConfig {
             zstd_level,
@@ -170,6 +173,7 @@ impl Fusion {
             ready_rx: tokio::sync::Mutex::new(ready_rx),
             at_rest,
             zstd_level,
+            stats,
             counters: Counters::default(),
             dedup: DedupCache::new(dedup_cache_bytes),
         });
@@ -631,7 +635,13 @@ async fn write(
         let result = async {
             let client = shared.pool.get().await?;
             shared.counters.flushes.fetch_add(1, Ordering::Relaxed);
-            queen_sql::push::push_segments(&client, DEFAULT_TENANT, writes).await
+            let started = std::time::Instant::now();
+            let outcomes = queen_sql::push::push_segments(&client, DEFAULT_TENANT, writes).await?;
+            let messages: i64 = writes.iter().map(|write| i64::from(write.n_frames)).sum();
+            shared
+                .stats
+                .flushed(usize::try_from(messages).unwrap_or(0), started.elapsed());
+            Ok::<_, queen_sql::SqlError>(outcomes)
         }
         .await;
         match result {

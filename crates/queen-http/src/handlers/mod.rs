@@ -8,6 +8,7 @@ pub(crate) mod dlq;
 pub(crate) mod health;
 pub(crate) mod lease;
 pub(crate) mod maintenance;
+pub(crate) mod metrics;
 pub(crate) mod pop;
 pub(crate) mod push;
 pub(crate) mod queues;

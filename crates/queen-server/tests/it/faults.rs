@@ -30,7 +30,7 @@ const QUEUE: &str = "faults";
 const BATCH: usize = 50;
 
 /// A temp dir the `postgres` user can traverse (tests may run as root).
-fn scratch() -> tempfile::TempDir {
+pub(crate) fn scratch() -> tempfile::TempDir {
     let dir = tempfile::Builder::new()
         .prefix("queen-faults-")
         .tempdir_in("/tmp")
@@ -42,7 +42,7 @@ fn scratch() -> tempfile::TempDir {
 
 /// A PostgreSQL of the test's own (it is stopped and started), with database
 /// `queen`; returns the cluster and the broker's `QUEEN_DATABASE_URL`.
-async fn own_cluster(dir: &std::path::Path) -> (Cluster, String) {
+pub(crate) async fn own_cluster(dir: &std::path::Path) -> (Cluster, String) {
     let data_dir = dir.join("pg");
     let cluster = tokio::task::spawn_blocking(move || {
         let mut cluster = Cluster::init_or_reuse(ClusterOptions::throwaway(&data_dir))

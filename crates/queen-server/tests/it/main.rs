@@ -5,4 +5,5 @@ mod boot;
 mod faults;
 mod harness;
 mod inspect;
+mod metrics;
 mod sdk;

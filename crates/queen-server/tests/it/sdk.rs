@@ -34,7 +34,7 @@ const SCRIPT_LIMIT: Duration = Duration::from_secs(600);
 /// The file recording which requirements the environment was built from.
 const STAMP: &str = ".queen-requirements";
 
-fn workspace_root() -> PathBuf {
+pub(crate) fn workspace_root() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     root.canonicalize().unwrap_or(root)
 }
@@ -48,18 +48,18 @@ fn target_dir() -> PathBuf {
 }
 
 /// What a finished (or killed) child printed.
-struct Finished {
-    status: Option<ExitStatus>,
-    stdout: String,
-    stderr: String,
+pub(crate) struct Finished {
+    pub(crate) status: Option<ExitStatus>,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
 }
 
 impl Finished {
-    fn ok(&self) -> bool {
+    pub(crate) fn ok(&self) -> bool {
         self.status.is_some_and(|status| status.success())
     }
 
-    fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let status = self.status.map_or_else(
             || "killed after its time limit".to_owned(),
             |s| s.to_string(),
@@ -72,7 +72,7 @@ impl Finished {
 }
 
 /// Run `cmd` to completion, killing it after `limit`.
-fn run_limited(cmd: &mut Command, limit: Duration) -> Result<Finished, String> {
+pub(crate) fn run_limited(cmd: &mut Command, limit: Duration) -> Result<Finished, String> {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -124,7 +124,7 @@ fn run_limited(cmd: &mut Command, limit: Duration) -> Result<Finished, String> {
 
 /// The environment's interpreter, creating the environment when needed.
 /// Once per process; across processes a file lock lets one build it.
-fn sdk_python() -> Result<PathBuf, String> {
+pub(crate) fn sdk_python() -> Result<PathBuf, String> {
     static PYTHON: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     PYTHON.get_or_init(prepare_venv).clone()
 }

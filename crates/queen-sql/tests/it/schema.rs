@@ -104,6 +104,8 @@ async fn apply_twice_on_an_empty_database_builds_the_whole_schema() {
             "log_txns",
             "message_traces",
             "queues",
+            "stats_broker_minute",
+            "stats_queue_minute",
             "system_state",
         ]
     );
@@ -683,6 +685,7 @@ async fn reapply_takes_no_lock_on_queen_tables() {
              LOCK TABLE queen.queues, queen.consumer_groups_metadata, queen.log_partitions,
                         queen.log_segments, queen.log_txns, queen.log_consumers, queen.log_dlq,
                         queen.message_traces, queen.system_state,
+                        queen.stats_queue_minute, queen.stats_broker_minute,
                         queen_streams.queries, queen_streams.state
                  IN ACCESS EXCLUSIVE MODE;",
         )

@@ -1,0 +1,583 @@
+//! Metrics: the process series (read from the components, no database) and
+//! the cluster series (one database call, cached), as a snapshot
+//! ([`ProcessMetrics`], [`ClusterMetrics`]) and as a `prometheus-client`
+//! [`Collector`] of `queen_*` families.
+//!
+//! The collector encodes what it is handed: the facade takes the snapshot
+//! (`Engine::metrics`), so a scrape reads each component once, under its own
+//! short lock, and never waits on PostgreSQL for the process series.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use parking_lot::Mutex;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::MetricType;
+use queen_sql::stats::ClusterRow;
+
+use crate::stats::TotalsSnapshot;
+use crate::{LimiterStats, MemoryStats, RetentionStats, SpoolStats};
+
+/// How long the cluster series are served from cache.
+pub const CLUSTER_TTL: Duration = Duration::from_secs(5);
+/// How long a scrape waits for the cluster series' database call.
+pub const CLUSTER_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What the process reports about itself.
+#[derive(Debug, Clone)]
+pub struct ProcessMetrics {
+    /// Since the engine started.
+    pub uptime: Duration,
+    /// Request and message counters.
+    pub totals: TotalsSnapshot,
+    /// Connections the pool holds, idle ones, and requests waiting for one.
+    pub pool: (usize, usize, usize),
+    /// The pool's bound.
+    pub pool_max: usize,
+    /// The serving limiter.
+    pub limiter: LimiterStats,
+    /// Pops in progress (waiting or serving).
+    pub pops_in_progress: usize,
+    /// Pops parked on a queue's wake gate now, per queue (`""`: discovery).
+    pub parked: Vec<(String, usize)>,
+    /// Hot-list rings and the partition names they hold.
+    pub hotlist: (usize, usize),
+    /// The client-keyed maps.
+    pub memory: MemoryStats,
+    /// The push spool, if any.
+    pub spool: Option<SpoolStats>,
+    /// What retention removed since start.
+    pub retention: RetentionStats,
+    /// (push, pop) maintenance mode.
+    pub maintenance: (bool, bool),
+    /// CPU time, user and system.
+    pub cpu: (Duration, Duration),
+    /// Resident set size, bytes (0 where `/proc` is missing).
+    pub rss_bytes: u64,
+}
+
+impl ProcessMetrics {
+    /// Pops parked now, all queues.
+    pub fn parked_total(&self) -> usize {
+        self.parked.iter().map(|(_, n)| n).sum()
+    }
+}
+
+/// The cluster series: what PostgreSQL says about every queue and group.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterMetrics {
+    /// When they were read.
+    pub read_at: Option<SystemTime>,
+    /// The rows of `queen.metrics_cluster_v1`.
+    pub rows: Vec<ClusterRow>,
+}
+
+impl ClusterMetrics {
+    /// (messages behind, seconds behind) of the most lagging group of
+    /// `queue`, if it has any group.
+    pub fn queue_lag(&self, queue: &str) -> Option<(i64, i64)> {
+        self.rows
+            .iter()
+            .filter_map(|row| match row {
+                ClusterRow::Group {
+                    queue: name,
+                    lag_messages,
+                    lag_seconds,
+                    ..
+                } if name == queue => Some((*lag_messages, *lag_seconds)),
+                _ => None,
+            })
+            .reduce(|a, b| (a.0.max(b.0), a.1.max(b.1)))
+    }
+}
+
+/// The cached cluster series: one refresh at a time, the last good read
+/// kept while PostgreSQL is away.
+#[derive(Debug, Default)]
+pub(crate) struct ClusterCache {
+    latest: Mutex<Option<(Instant, Arc<ClusterMetrics>)>>,
+    refreshing: tokio::sync::Mutex<()>,
+}
+
+impl ClusterCache {
+    /// The cluster series, read again when older than [`CLUSTER_TTL`]
+    /// (bounded by [`CLUSTER_TIMEOUT`]); the last good read (or nothing)
+    /// when the database does not answer, with `false`.
+    pub(crate) async fn get(&self, pool: &deadpool_postgres::Pool) -> (Arc<ClusterMetrics>, bool) {
+        if let Some(fresh) = self.fresh() {
+            return (fresh, true);
+        }
+        let _refreshing = self.refreshing.lock().await;
+        if let Some(fresh) = self.fresh() {
+            return (fresh, true);
+        }
+        let read = tokio::time::timeout(CLUSTER_TIMEOUT, async {
+            let client = pool.get().await.map_err(queen_sql::SqlError::from)?;
+            queen_sql::stats::cluster_metrics(&**client, crate::naming::DEFAULT_TENANT).await
+        })
+        .await;
+        match read {
+            Ok(Ok(rows)) => {
+                let metrics = Arc::new(ClusterMetrics {
+                    read_at: Some(SystemTime::now()),
+                    rows,
+                });
+                *self.latest.lock() = Some((Instant::now(), Arc::clone(&metrics)));
+                (metrics, true)
+            }
+            Ok(Err(error)) => {
+                tracing::debug!(error = %queen_sql::error_chain(&error), "cluster metrics unavailable");
+                (self.last(), false)
+            }
+            Err(_elapsed) => (self.last(), false),
+        }
+    }
+
+    fn fresh(&self) -> Option<Arc<ClusterMetrics>> {
+        let latest = self.latest.lock();
+        latest
+            .as_ref()
+            .filter(|(at, _)| at.elapsed() < CLUSTER_TTL)
+            .map(|(_, metrics)| Arc::clone(metrics))
+    }
+
+    fn last(&self) -> Arc<ClusterMetrics> {
+        self.latest
+            .lock()
+            .as_ref()
+            .map(|(_, metrics)| Arc::clone(metrics))
+            .unwrap_or_default()
+    }
+}
+
+/// CPU time (user, system) of this process.
+pub(crate) fn cpu_times() -> (Duration, Duration) {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let Ok(usage) = getrusage(UsageWho::RUSAGE_SELF) else {
+        return (Duration::ZERO, Duration::ZERO);
+    };
+    let duration = |tv: nix::sys::time::TimeVal| {
+        Duration::from_secs(u64::try_from(tv.tv_sec()).unwrap_or(0))
+            + Duration::from_micros(u64::try_from(tv.tv_usec()).unwrap_or(0))
+    };
+    (duration(usage.user_time()), duration(usage.system_time()))
+}
+
+/// Resident set size in bytes, from `/proc/self/statm` (0 without it).
+pub(crate) fn rss_bytes() -> u64 {
+    let Ok(statm) = std::fs::read_to_string("/proc/self/statm") else {
+        return 0;
+    };
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|field| field.parse().ok())
+        .unwrap_or(0);
+    let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .and_then(|size| u64::try_from(size).ok())
+        .unwrap_or(4096);
+    pages * page
+}
+
+/// One scrape's worth of the engine's series, ready to encode.
+#[derive(Debug)]
+pub struct Scrape {
+    /// The process series.
+    pub process: ProcessMetrics,
+    /// The cluster series (possibly a stale copy, see `cluster_fresh`).
+    pub cluster: Arc<ClusterMetrics>,
+    /// Whether the cluster series were read just now or within the TTL.
+    pub cluster_fresh: bool,
+    /// Flush size and commit latency histograms.
+    pub(crate) histograms: Arc<crate::stats::Stats>,
+}
+
+/// A `prometheus-client` collector that encodes one [`Scrape`].
+///
+/// Registered in a registry made for one scrape (`Engine::scrape` returns
+/// the data; the HTTP layer builds the registry around it).
+#[derive(Debug)]
+pub struct EngineCollector(pub Arc<Scrape>);
+
+fn gauge<N: prometheus_client::encoding::EncodeGaugeValue + std::fmt::Debug>(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    value: N,
+) -> Result<(), std::fmt::Error> {
+    let metric = ConstGauge::new(value);
+    metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
+}
+
+fn counter<N: prometheus_client::encoding::EncodeCounterValue + std::fmt::Debug>(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    value: N,
+) -> Result<(), std::fmt::Error> {
+    let metric = ConstCounter::new(value);
+    metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
+}
+
+/// A family of gauges, one per label set.
+fn gauge_family<'l, N>(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    series: impl IntoIterator<Item = (Vec<(&'l str, &'l str)>, N)>,
+) -> Result<(), std::fmt::Error>
+where
+    N: prometheus_client::encoding::EncodeGaugeValue + std::fmt::Debug,
+{
+    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, value) in series {
+        let metric = ConstGauge::new(value);
+        metric.encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+fn histogram(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    histogram: &Histogram,
+) -> Result<(), std::fmt::Error> {
+    histogram.encode(encoder.encode_descriptor(name, help, None, histogram.metric_type())?)
+}
+
+fn as_i64(value: usize) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn as_i64_u(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+impl Collector for EngineCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let scrape = &*self.0;
+        let p = &scrape.process;
+        let t = &p.totals;
+        let e = &mut encoder;
+        gauge(
+            e,
+            "uptime_seconds",
+            "Seconds since the broker started",
+            p.uptime.as_secs_f64(),
+        )?;
+        counter(
+            e,
+            "push_requests",
+            "Push requests answered",
+            t.push_requests,
+        )?;
+        counter(
+            e,
+            "push_messages",
+            "Messages stored or spooled by pushes",
+            t.push_messages,
+        )?;
+        counter(
+            e,
+            "push_buffered_messages",
+            "Messages spooled to disk",
+            t.push_buffered,
+        )?;
+        counter(e, "pop_requests", "Pop requests answered", t.pop_requests)?;
+        counter(
+            e,
+            "pop_messages",
+            "Messages delivered by pops",
+            t.pop_messages,
+        )?;
+        counter(e, "pop_empty", "Pops answered with nothing", t.pop_empty)?;
+        counter(e, "ack_requests", "Ack calls", t.ack_requests)?;
+        {
+            let mut family =
+                e.encode_descriptor("ack_messages", "Acks by outcome", None, MetricType::Counter)?;
+            for (outcome, value) in [
+                ("completed", t.ack_completed),
+                ("failed", t.ack_failed),
+                ("dlq", t.ack_dlq),
+                ("refused", t.ack_refused),
+            ] {
+                ConstCounter::new(value).encode(family.encode_family(&[("outcome", outcome)])?)?;
+            }
+        }
+        counter(e, "transactions", "Transactions committed", t.transactions)?;
+        counter(
+            e,
+            "db_errors",
+            "Requests failed on a database error",
+            t.db_errors,
+        )?;
+        histogram(
+            e,
+            "fusion_flush_messages",
+            "Messages per push flush",
+            &scrape.histograms.flush_messages,
+        )?;
+        histogram(
+            e,
+            "fusion_commit_seconds",
+            "Seconds a push flush's statement took, commit included",
+            &scrape.histograms.flush_seconds,
+        )?;
+        gauge(
+            e,
+            "db_pool_size",
+            "Connections the pool holds",
+            as_i64(p.pool.0),
+        )?;
+        gauge(
+            e,
+            "db_pool_idle",
+            "Idle connections in the pool",
+            as_i64(p.pool.1),
+        )?;
+        gauge(
+            e,
+            "db_pool_waiting",
+            "Requests waiting for a connection",
+            as_i64(p.pool.2),
+        )?;
+        gauge(e, "db_pool_max", "The pool's bound", as_i64(p.pool_max))?;
+        gauge(
+            e,
+            "limiter_limit",
+            "Pop permits the Vegas limiter allows now",
+            as_i64(p.limiter.limit),
+        )?;
+        gauge(
+            e,
+            "limiter_in_flight",
+            "Pop permits held now",
+            as_i64(p.limiter.in_flight),
+        )?;
+        gauge_family(
+            e,
+            "limiter_rtt_seconds",
+            "Pop round trip: the window's minimum and the recent average",
+            [("min", p.limiter.rtt_min), ("recent", p.limiter.rtt_recent)]
+                .into_iter()
+                .filter_map(|(kind, rtt)| Some((vec![("kind", kind)], rtt?.as_secs_f64()))),
+        )?;
+        gauge(
+            e,
+            "pops_in_progress",
+            "Pops waiting or serving now",
+            as_i64(p.pops_in_progress),
+        )?;
+        gauge(
+            e,
+            "pops_parked",
+            "Pops parked on a wake gate now",
+            as_i64(p.parked_total()),
+        )?;
+        gauge(
+            e,
+            "hotlist_rings",
+            "Hot-list rings (queue, group)",
+            as_i64(p.hotlist.0),
+        )?;
+        gauge(
+            e,
+            "hotlist_entries",
+            "Partition names the hot-list rings hold",
+            as_i64(p.hotlist.1),
+        )?;
+        gauge(
+            e,
+            "wake_gates",
+            "Wake gates held",
+            as_i64(p.memory.wake_gates),
+        )?;
+        gauge(
+            e,
+            "ack_registry_batches",
+            "Leased batches the ack registry holds",
+            as_i64(p.memory.ack_registry_batches),
+        )?;
+        gauge(
+            e,
+            "ack_registry_bytes",
+            "Bytes the ack registry holds",
+            as_i64(p.memory.ack_registry_bytes),
+        )?;
+        gauge(
+            e,
+            "dedup_cache_bytes",
+            "Bytes the push dedup cache holds",
+            as_i64(p.memory.dedup_cache_bytes),
+        )?;
+        let spool = p.spool.unwrap_or_default();
+        gauge(
+            e,
+            "spool_pending_messages",
+            "Spooled pushes waiting to be drained",
+            as_i64_u(spool.pending),
+        )?;
+        gauge(
+            e,
+            "spool_pending_bytes",
+            "Their bytes",
+            as_i64_u(spool.pending_bytes),
+        )?;
+        gauge(
+            e,
+            "spool_failed_messages",
+            "Spooled pushes the drainer could not store",
+            as_i64_u(spool.failed),
+        )?;
+        {
+            let r = &p.retention;
+            let mut family = e.encode_descriptor(
+                "retention_removed_messages",
+                "Messages removed by retention and eviction since start",
+                None,
+                MetricType::Counter,
+            )?;
+            for (kind, value) in [("retention", r.messages), ("eviction", r.evicted_messages)] {
+                ConstCounter::new(value).encode(family.encode_family(&[("kind", kind)])?)?;
+            }
+        }
+        counter(
+            e,
+            "partitions_removed",
+            "Empty idle partitions removed since start",
+            p.retention.partitions_removed,
+        )?;
+        gauge(
+            e,
+            "maintenance_mode",
+            "1 while push maintenance mode is on",
+            i64::from(p.maintenance.0),
+        )?;
+        gauge(
+            e,
+            "pop_maintenance_mode",
+            "1 while pop maintenance mode is on",
+            i64::from(p.maintenance.1),
+        )?;
+        counter(
+            e,
+            "process_cpu_user_seconds",
+            "User CPU time",
+            p.cpu.0.as_secs_f64(),
+        )?;
+        counter(
+            e,
+            "process_cpu_system_seconds",
+            "System CPU time",
+            p.cpu.1.as_secs_f64(),
+        )?;
+        gauge(
+            e,
+            "process_resident_memory_bytes",
+            "Resident set size",
+            as_i64_u(p.rss_bytes),
+        )?;
+
+        // The cluster series.
+        gauge(
+            e,
+            "cluster_up",
+            "1 when the cluster series below were read within their TTL",
+            i64::from(scrape.cluster_fresh),
+        )?;
+        let age = scrape
+            .cluster
+            .read_at
+            .and_then(|at| at.elapsed().ok())
+            .map_or(-1.0, |age| age.as_secs_f64());
+        gauge(
+            e,
+            "cluster_age_seconds",
+            "Age of the cluster series (-1: never read)",
+            age,
+        )?;
+        let rows = &scrape.cluster.rows;
+        let queues = || {
+            rows.iter().filter_map(|row| match row {
+                ClusterRow::Queue {
+                    queue,
+                    partitions,
+                    messages,
+                    dead_letters,
+                } => Some((queue.as_str(), *partitions, *messages, *dead_letters)),
+                ClusterRow::Group { .. } => None,
+            })
+        };
+        let groups = || {
+            rows.iter().filter_map(|row| match row {
+                ClusterRow::Group {
+                    queue,
+                    group,
+                    lag_messages,
+                    lag_seconds,
+                    partitions_with_lag,
+                } => Some((
+                    queue.as_str(),
+                    group.as_str(),
+                    *lag_messages,
+                    *lag_seconds,
+                    *partitions_with_lag,
+                )),
+                ClusterRow::Queue { .. } => None,
+            })
+        };
+        gauge_family(
+            e,
+            "queue_partitions",
+            "Partitions per queue",
+            queues().map(|(q, n, _, _)| (vec![("queue", q)], n)),
+        )?;
+        gauge_family(
+            e,
+            "queue_messages",
+            "Live messages per queue",
+            queues().map(|(q, _, n, _)| (vec![("queue", q)], n)),
+        )?;
+        gauge_family(
+            e,
+            "queue_depth",
+            "Messages the queue's least advanced group has not consumed (live messages when it has none)",
+            queues().map(|(q, _, live, _)| {
+                let depth = scrape.cluster.queue_lag(q).map_or(live, |(lag, _)| lag);
+                (vec![("queue", q)], depth)
+            }),
+        )?;
+        gauge_family(
+            e,
+            "dlq_messages",
+            "Dead letters per queue",
+            queues().map(|(q, _, _, n)| (vec![("queue", q)], n)),
+        )?;
+        gauge_family(
+            e,
+            "consumer_lag_messages",
+            "Messages behind, per queue and group",
+            groups().map(|(q, g, n, _, _)| (vec![("queue", q), ("group", g)], n)),
+        )?;
+        gauge_family(
+            e,
+            "consumer_lag_seconds",
+            "Age of the oldest unconsumed message, per queue and group",
+            groups().map(|(q, g, _, n, _)| (vec![("queue", q), ("group", g)], n)),
+        )?;
+        gauge_family(
+            e,
+            "consumer_partitions_with_lag",
+            "Partitions with lag, per queue and group",
+            groups().map(|(q, g, _, _, n)| (vec![("queue", q), ("group", g)], n)),
+        )?;
+        Ok(())
+    }
+}

@@ -1,0 +1,345 @@
+//! Statistics: what this broker did, counted in memory.
+//!
+//! Two readers: `/metrics` reads the process-wide totals (no database), and
+//! the statistics writer (`stats_writer.rs`) takes the per-queue counts of
+//! the minute that just ended and writes them as one row per queue.
+//!
+//! Counting costs a few relaxed atomic adds per request plus one short lock
+//! of the per-queue map. That map is keyed by client-chosen queue names:
+//! it holds at most [`MAX_QUEUES_PER_MINUTE`] names and is emptied every
+//! minute by the writer; counts for further queues in the same minute go to
+//! the totals only, and the minute row says how many were dropped.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+
+/// Distinct queues one minute's counts can hold.
+pub const MAX_QUEUES_PER_MINUTE: usize = 10_000;
+
+/// Process-wide totals since start.
+#[derive(Debug, Default)]
+pub(crate) struct Totals {
+    pub(crate) push_requests: AtomicU64,
+    pub(crate) push_messages: AtomicU64,
+    pub(crate) push_buffered: AtomicU64,
+    pub(crate) pop_requests: AtomicU64,
+    pub(crate) pop_messages: AtomicU64,
+    pub(crate) pop_empty: AtomicU64,
+    pub(crate) ack_requests: AtomicU64,
+    pub(crate) ack_completed: AtomicU64,
+    pub(crate) ack_failed: AtomicU64,
+    pub(crate) ack_dlq: AtomicU64,
+    pub(crate) ack_refused: AtomicU64,
+    pub(crate) transactions: AtomicU64,
+    pub(crate) db_errors: AtomicU64,
+}
+
+/// A copy of [`Totals`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TotalsSnapshot {
+    /// Push requests answered (any outcome).
+    pub push_requests: u64,
+    /// Messages those pushes stored (duplicates excluded) or spooled.
+    pub push_messages: u64,
+    /// Of them, spooled to disk (maintenance or an outage).
+    pub push_buffered: u64,
+    /// Pop requests answered.
+    pub pop_requests: u64,
+    /// Messages delivered.
+    pub pop_messages: u64,
+    /// Pops answered with nothing.
+    pub pop_empty: u64,
+    /// Ack calls (single and batch, and the transactions' acks).
+    pub ack_requests: u64,
+    /// Acks applied as completed.
+    pub ack_completed: u64,
+    /// Acks applied as failed (retry spent or dead-lettered).
+    pub ack_failed: u64,
+    /// Messages dead-lettered by acks.
+    pub ack_dlq: u64,
+    /// Acks refused (bad lease, unknown message, ...).
+    pub ack_refused: u64,
+    /// Transactions committed.
+    pub transactions: u64,
+    /// Requests that failed on a database error.
+    pub db_errors: u64,
+}
+
+/// One queue's counts for one minute.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueMinute {
+    /// Push requests naming the queue.
+    pub push_requests: u64,
+    /// Messages stored.
+    pub pushed: u64,
+    /// Pop requests.
+    pub pop_requests: u64,
+    /// Messages delivered.
+    pub popped: u64,
+    /// Pops that delivered nothing.
+    pub pop_empty: u64,
+    /// Acks applied as completed.
+    pub acked: u64,
+    /// Acks applied as failed.
+    pub ack_failed: u64,
+    /// Messages dead-lettered.
+    pub dlq: u64,
+    /// Transactions that touched the queue.
+    pub transactions: u64,
+}
+
+/// The most pops a queue had parked at once during the minute is not kept;
+/// the writer samples the parked count when it writes.
+#[derive(Debug, Default)]
+struct Minute {
+    queues: HashMap<String, QueueMinute>,
+    /// Counts for queues past [`MAX_QUEUES_PER_MINUTE`] this minute.
+    dropped: u64,
+}
+
+/// The broker's statistics.
+#[derive(Debug)]
+pub(crate) struct Stats {
+    started: Instant,
+    pub(crate) totals: Totals,
+    minute: Mutex<Minute>,
+    /// Messages per fusion flush.
+    pub(crate) flush_messages: Histogram,
+    /// Seconds from a flush's start to its commit.
+    pub(crate) flush_seconds: Histogram,
+    /// Event-loop lag samples (µs) since the last minute row.
+    lag: Mutex<LagWindow>,
+}
+
+/// Event-loop lag samples of one minute.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct LagWindow {
+    /// Samples taken.
+    pub samples: u64,
+    /// Their sum, µs.
+    pub sum_us: u64,
+    /// The largest, µs.
+    pub max_us: u64,
+}
+
+impl Default for Stats {
+    fn default() -> Stats {
+        Stats {
+            started: Instant::now(),
+            totals: Totals::default(),
+            minute: Mutex::default(),
+            flush_messages: Histogram::new(exponential_buckets(1.0, 4.0, 9)),
+            flush_seconds: Histogram::new(exponential_buckets(0.000_25, 2.0, 14)),
+            lag: Mutex::default(),
+        }
+    }
+}
+
+fn add(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
+}
+
+impl Stats {
+    /// Seconds since the engine started.
+    pub(crate) fn uptime(&self) -> std::time::Duration {
+        self.started.elapsed()
+    }
+
+    /// Add to `queue`'s counts of this minute.
+    fn queue(&self, queue: &str, apply: impl FnOnce(&mut QueueMinute)) {
+        let mut minute = self.minute.lock();
+        if let Some(counts) = minute.queues.get_mut(queue) {
+            apply(counts);
+        } else if minute.queues.len() < MAX_QUEUES_PER_MINUTE {
+            apply(minute.queues.entry(queue.to_owned()).or_default());
+        } else {
+            minute.dropped += 1;
+        }
+    }
+
+    /// A push request stored `per_queue` messages (one entry per queue).
+    pub(crate) fn pushed<'q>(
+        &self,
+        per_queue: impl IntoIterator<Item = (&'q str, u64)>,
+        buffered: bool,
+    ) {
+        add(&self.totals.push_requests, 1);
+        for (queue, messages) in per_queue {
+            add(&self.totals.push_messages, messages);
+            if buffered {
+                add(&self.totals.push_buffered, messages);
+            }
+            self.queue(queue, |counts| {
+                counts.push_requests += 1;
+                counts.pushed += messages;
+            });
+        }
+    }
+
+    /// A pop of `queue` (`None`: a discovery pop that found nothing)
+    /// delivered `messages`.
+    pub(crate) fn popped(&self, queue: Option<&str>, messages: u64) {
+        add(&self.totals.pop_requests, 1);
+        add(&self.totals.pop_messages, messages);
+        if messages == 0 {
+            add(&self.totals.pop_empty, 1);
+        }
+        if let Some(queue) = queue {
+            self.queue(queue, |counts| {
+                counts.pop_requests += 1;
+                counts.popped += messages;
+                if messages == 0 {
+                    counts.pop_empty += 1;
+                }
+            });
+        }
+    }
+
+    /// One ack call's outcomes, per queue: (completed, failed, dlq).
+    pub(crate) fn acked<'q>(
+        &self,
+        per_queue: impl IntoIterator<Item = (&'q str, (u64, u64, u64))>,
+        refused: u64,
+    ) {
+        add(&self.totals.ack_requests, 1);
+        add(&self.totals.ack_refused, refused);
+        for (queue, (completed, failed, dlq)) in per_queue {
+            add(&self.totals.ack_completed, completed);
+            add(&self.totals.ack_failed, failed);
+            add(&self.totals.ack_dlq, dlq);
+            self.queue(queue, |counts| {
+                counts.acked += completed;
+                counts.ack_failed += failed;
+                counts.dlq += dlq;
+            });
+        }
+    }
+
+    /// A transaction committed, touching `queues`.
+    pub(crate) fn transaction<'q>(&self, queues: impl IntoIterator<Item = &'q str>) {
+        add(&self.totals.transactions, 1);
+        for queue in queues {
+            self.queue(queue, |counts| counts.transactions += 1);
+        }
+    }
+
+    /// A request failed on the database.
+    pub(crate) fn db_error(&self) {
+        add(&self.totals.db_errors, 1);
+    }
+
+    /// A fusion flush of `messages` committed after `elapsed`.
+    pub(crate) fn flushed(&self, messages: usize, elapsed: std::time::Duration) {
+        #[expect(clippy::cast_precision_loss, reason = "a histogram sample")]
+        self.flush_messages.observe(messages as f64);
+        self.flush_seconds.observe(elapsed.as_secs_f64());
+    }
+
+    /// One event-loop lag sample.
+    pub(crate) fn event_loop_lag(&self, lag: std::time::Duration) {
+        let us = u64::try_from(lag.as_micros()).unwrap_or(u64::MAX);
+        let mut window = self.lag.lock();
+        window.samples += 1;
+        window.sum_us = window.sum_us.saturating_add(us);
+        window.max_us = window.max_us.max(us);
+    }
+
+    /// The totals now.
+    pub(crate) fn totals(&self) -> TotalsSnapshot {
+        let t = &self.totals;
+        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        TotalsSnapshot {
+            push_requests: get(&t.push_requests),
+            push_messages: get(&t.push_messages),
+            push_buffered: get(&t.push_buffered),
+            pop_requests: get(&t.pop_requests),
+            pop_messages: get(&t.pop_messages),
+            pop_empty: get(&t.pop_empty),
+            ack_requests: get(&t.ack_requests),
+            ack_completed: get(&t.ack_completed),
+            ack_failed: get(&t.ack_failed),
+            ack_dlq: get(&t.ack_dlq),
+            ack_refused: get(&t.ack_refused),
+            transactions: get(&t.transactions),
+            db_errors: get(&t.db_errors),
+        }
+    }
+
+    /// Take the minute's per-queue counts, the count of dropped updates and
+    /// the lag window, leaving them empty.
+    pub(crate) fn take_minute(&self) -> (HashMap<String, QueueMinute>, u64, LagWindow) {
+        let minute = std::mem::take(&mut *self.minute.lock());
+        let lag = std::mem::take(&mut *self.lag.lock());
+        (minute.queues, minute.dropped, lag)
+    }
+
+    /// Put counts back that a failed write could not store, merged with
+    /// what arrived meanwhile (bounded like any minute).
+    pub(crate) fn restore_minute(&self, queues: HashMap<String, QueueMinute>) {
+        for (queue, old) in queues {
+            self.queue(&queue, |counts| {
+                counts.push_requests += old.push_requests;
+                counts.pushed += old.pushed;
+                counts.pop_requests += old.pop_requests;
+                counts.popped += old.popped;
+                counts.pop_empty += old.pop_empty;
+                counts.acked += old.acked;
+                counts.ack_failed += old.ack_failed;
+                counts.dlq += old.dlq;
+                counts.transactions += old.transactions;
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_minute_map_is_capped_and_emptied_by_take() {
+        let stats = Stats::default();
+        for index in 0..MAX_QUEUES_PER_MINUTE + 5 {
+            stats.popped(Some(&format!("q{index}")), 1);
+        }
+        let (queues, dropped, _) = stats.take_minute();
+        assert_eq!(queues.len(), MAX_QUEUES_PER_MINUTE);
+        assert_eq!(dropped, 5);
+        assert_eq!(
+            stats.totals().pop_messages,
+            (MAX_QUEUES_PER_MINUTE + 5) as u64
+        );
+        let (queues, dropped, _) = stats.take_minute();
+        assert!(queues.is_empty());
+        assert_eq!(dropped, 0);
+    }
+
+    #[test]
+    fn counts_land_on_their_queue() {
+        let stats = Stats::default();
+        stats.pushed([("a", 3), ("b", 1)], false);
+        stats.popped(Some("a"), 2);
+        stats.popped(Some("a"), 0);
+        stats.acked([("a", (2, 1, 1))], 1);
+        let (queues, _, _) = stats.take_minute();
+        let a = queues["a"];
+        assert_eq!(
+            (
+                a.pushed,
+                a.popped,
+                a.pop_empty,
+                a.acked,
+                a.ack_failed,
+                a.dlq
+            ),
+            (3, 2, 1, 2, 1, 1)
+        );
+        assert_eq!(queues["b"].pushed, 1);
+        let totals = stats.totals();
+        assert_eq!((totals.push_requests, totals.ack_refused), (1, 1));
+    }
+}

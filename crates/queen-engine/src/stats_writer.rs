@@ -1,0 +1,190 @@
+//! The statistics writer: every `stats_interval` (a minute by default) one
+//! statement (`queen.stats_write_v1`) writes this broker's row and one row
+//! per queue it served in the minute; and the event-loop lag sampler, whose
+//! figures the broker row carries.
+//!
+//! Both are tasks holding a `Weak<Engine>`, so they end with the engine.
+//! A failed write puts the per-queue counts back (bounded like any minute),
+//! so the next write carries them.
+
+use std::sync::Weak;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+use serde_json::{json, Map, Value};
+
+use crate::metrics::ProcessMetrics;
+use crate::stats::{LagWindow, QueueMinute};
+use crate::{Engine, RetentionStats};
+
+/// How often the event loop's lag is sampled.
+const LAG_PERIOD: Duration = Duration::from_millis(100);
+
+/// What the writer remembers between writes: the counters it reports as
+/// differences.
+#[derive(Debug, Default)]
+pub(crate) struct WriterState {
+    last: Mutex<Option<Reported>>,
+}
+
+impl WriterState {
+    /// A write of `minute` committed: the next one reports from its figures.
+    pub(crate) fn written(&self, minute: &Minute<'_>) {
+        *self.last.lock() = Some(Reported {
+            retention: minute.process.retention,
+            cpu: minute.process.cpu,
+            totals: minute.process.totals,
+        });
+    }
+}
+
+/// The cumulative figures the last committed write reported up to.
+#[derive(Debug, Clone, Copy, Default)]
+struct Reported {
+    retention: RetentionStats,
+    cpu: (Duration, Duration),
+    totals: crate::TotalsSnapshot,
+}
+
+/// The minute `at` falls in.
+pub(crate) fn bucket(at: SystemTime) -> SystemTime {
+    let secs = at
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    UNIX_EPOCH + Duration::from_secs(secs - secs % 60)
+}
+
+/// What one write reports.
+pub(crate) struct Minute<'a> {
+    pub(crate) process: &'a ProcessMetrics,
+    pub(crate) queues: &'a std::collections::HashMap<String, QueueMinute>,
+    pub(crate) dropped: u64,
+    pub(crate) lag: LagWindow,
+    pub(crate) cluster: &'a crate::metrics::ClusterMetrics,
+    pub(crate) port: u16,
+    pub(crate) hostname: &'a str,
+}
+
+/// The broker row and the queue rows of one write.
+pub(crate) fn rows(state: &WriterState, minute: &Minute<'_>) -> (Value, Value) {
+    let Minute {
+        process,
+        queues,
+        dropped,
+        lag,
+        cluster,
+        port,
+        hostname,
+    } = *minute;
+    let Reported {
+        retention: retention0,
+        cpu: cpu0,
+        totals: totals0,
+    } = state.last.lock().unwrap_or_default();
+    let t = &process.totals;
+    let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+    let broker = json!({
+        "hostname": hostname,
+        "port": port,
+        "pid": std::process::id(),
+        "cpu_user_us": us(process.cpu.0.saturating_sub(cpu0.0)),
+        "cpu_system_us": us(process.cpu.1.saturating_sub(cpu0.1)),
+        "rss_bytes": process.rss_bytes,
+        "pool_size": process.pool.0,
+        "pool_idle": process.pool.1,
+        "pool_waiting": process.pool.2,
+        "limiter_limit": process.limiter.limit,
+        "limiter_in_flight": process.limiter.in_flight,
+        "event_loop_lag_avg_us": lag.sum_us.checked_div(lag.samples).unwrap_or(0),
+        "event_loop_lag_max_us": lag.max_us,
+        "parked": process.parked_total(),
+        "push_requests": t.push_requests.saturating_sub(totals0.push_requests),
+        "pushed": t.push_messages.saturating_sub(totals0.push_messages),
+        "pop_requests": t.pop_requests.saturating_sub(totals0.pop_requests),
+        "popped": t.pop_messages.saturating_sub(totals0.pop_messages),
+        "pop_empty": t.pop_empty.saturating_sub(totals0.pop_empty),
+        "acked": t.ack_completed.saturating_sub(totals0.ack_completed),
+        "ack_failed": t.ack_failed.saturating_sub(totals0.ack_failed),
+        "dlq": t.ack_dlq.saturating_sub(totals0.ack_dlq),
+        "db_errors": t.db_errors.saturating_sub(totals0.db_errors),
+        "retention_msgs": process.retention.messages.saturating_sub(retention0.messages),
+        "eviction_msgs": process.retention.evicted_messages.saturating_sub(retention0.evicted_messages),
+        "partitions_deleted": process.retention.partitions_removed.saturating_sub(retention0.partitions_removed),
+        "dropped_counts": dropped,
+    });
+    let parked: std::collections::HashMap<&str, usize> = process
+        .parked
+        .iter()
+        .map(|(queue, n)| (queue.as_str(), *n))
+        .collect();
+    let mut names: Vec<&str> = queues.keys().map(String::as_str).collect();
+    // A queue with parked consumers and no traffic still gets its row.
+    for queue in parked.keys() {
+        if !queue.is_empty() && !queues.contains_key(*queue) {
+            names.push(queue);
+        }
+    }
+    let rows: Vec<Value> = names
+        .into_iter()
+        .map(|queue| {
+            let counts = queues.get(queue).copied().unwrap_or_default();
+            let (lag_messages, lag_seconds) = cluster.queue_lag(queue).unwrap_or((0, 0));
+            let mut row = Map::new();
+            row.insert("queue_name".into(), json!(queue));
+            for (key, value) in [
+                ("push_requests", counts.push_requests),
+                ("pushed", counts.pushed),
+                ("pop_requests", counts.pop_requests),
+                ("popped", counts.popped),
+                ("pop_empty", counts.pop_empty),
+                ("acked", counts.acked),
+                ("ack_failed", counts.ack_failed),
+                ("dlq", counts.dlq),
+                ("transactions", counts.transactions),
+            ] {
+                row.insert(key.into(), json!(value));
+            }
+            row.insert(
+                "parked".into(),
+                json!(parked.get(queue).copied().unwrap_or(0)),
+            );
+            row.insert("lag_messages".into(), json!(lag_messages));
+            row.insert("lag_seconds".into(), json!(lag_seconds));
+            Value::Object(row)
+        })
+        .collect();
+    (broker, Value::Array(rows))
+}
+
+/// Write the statistics every `interval` until the engine is gone.
+pub(crate) async fn run(engine: Weak<Engine>, interval: Duration) {
+    let mut ticker = tokio::time::interval(interval.max(Duration::from_millis(100)));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker.tick().await;
+    loop {
+        ticker.tick().await;
+        let Some(engine) = engine.upgrade() else {
+            return;
+        };
+        if engine.is_shutting_down() {
+            return;
+        }
+        if let Err(error) = engine.write_stats().await {
+            tracing::debug!(error = %crate::error_chain(&error), "statistics write failed; the counts wait for the next one");
+        }
+    }
+}
+
+/// Sample how late a timer fires, as the event-loop lag, until the engine
+/// is gone.
+pub(crate) async fn sample_lag(engine: Weak<Engine>) {
+    loop {
+        let asked = Instant::now();
+        tokio::time::sleep(LAG_PERIOD).await;
+        let late = asked.elapsed().saturating_sub(LAG_PERIOD);
+        let Some(engine) = engine.upgrade() else {
+            return;
+        };
+        engine.record_event_loop_lag(late);
+    }
+}

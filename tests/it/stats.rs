@@ -1,0 +1,221 @@
+//! Statistics over time: the per-minute rows each broker writes with one
+//! statement, and their purge by the retention loop.
+
+use queen_engine::EngineConfig;
+use queen_tests::TestBroker;
+use serde_json::json;
+
+use crate::support::{ack_all, configure, pop, push};
+
+/// A broker whose statistics are written only when the test says so.
+fn manual() -> EngineConfig {
+    EngineConfig {
+        stats_interval: None,
+        retention_interval: None,
+        eviction_interval: None,
+        hostname: "stats-host".to_owned(),
+        port: 7001,
+        ..EngineConfig::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_records_the_minute_of_each_queue_and_of_the_broker() {
+    let broker = TestBroker::start_with(manual()).await;
+    configure(
+        &broker,
+        "orders",
+        json!({"retryLimit": 0, "dlqAfterMaxRetries": true}),
+    )
+    .await;
+    push(
+        &broker,
+        "orders",
+        "p1",
+        &[json!(1), json!(2), json!(3), json!(4)],
+    )
+    .await;
+    push(&broker, "orders", "p2", &[json!(5)]).await;
+    push(&broker, "other", "p", &[json!(6)]).await;
+    let popped = pop(&broker, "/api/v1/pop/queue/orders/partition/p1?batch=3")
+        .await
+        .unwrap();
+    ack_all(&broker, &popped, "completed", None).await;
+    let popped = pop(&broker, "/api/v1/pop/queue/orders/partition/p1?batch=1")
+        .await
+        .unwrap();
+    ack_all(&broker, &popped, "failed", None).await;
+    assert!(pop(&broker, "/api/v1/pop/queue/empty-one").await.is_none());
+    // Group g's first contact seeds a cursor on every partition; it leases
+    // one message and acks nothing: all 5 messages are behind it.
+    pop(&broker, "/api/v1/pop/queue/orders?consumerGroup=g&batch=1")
+        .await
+        .unwrap();
+
+    let db = broker.db.client().await;
+    let rows: i64 = db
+        .query_one("SELECT count(*) FROM queen.stats_queue_minute", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 0, "nothing is written per request");
+
+    let written = broker.engine.write_stats().await.unwrap();
+    assert_eq!(written, 3, "orders, other and empty-one");
+    let row = db
+        .query_one(
+            "SELECT broker, push_requests, pushed, pop_requests, popped, pop_empty, acked, \
+                    ack_failed, dlq, partitions, partitions_created, lag_messages \
+               FROM queen.stats_queue_minute WHERE queue_name = 'orders'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "stats-host:7001");
+    let counts: Vec<i64> = (1..9).map(|i| row.get::<_, i64>(i)).collect();
+    assert_eq!(counts, vec![2, 5, 3, 5, 0, 3, 1, 1]);
+    // p1, p2 and the Default partition configure creates.
+    assert_eq!(row.get::<_, i32>(9), 3, "partitions");
+    assert_eq!(row.get::<_, i32>(10), 3, "partitions created this minute");
+    assert_eq!(row.get::<_, i64>(11), 5, "the most lagging group's count");
+    let empty: i64 = db
+        .query_one(
+            "SELECT pop_empty FROM queen.stats_queue_minute WHERE queue_name = 'empty-one'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(empty, 1);
+    let broker_row = db
+        .query_one(
+            "SELECT hostname, port, pushed, popped, acked, dlq, pool_size, rss_bytes, cpu_user_us \
+               FROM queen.stats_broker_minute",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(broker_row.get::<_, String>(0), "stats-host");
+    assert_eq!(broker_row.get::<_, i32>(1), 7001);
+    let totals: Vec<i64> = (2..6).map(|i| broker_row.get::<_, i64>(i)).collect();
+    assert_eq!(totals, vec![6, 5, 3, 1]);
+    assert!(broker_row.get::<_, i32>(6) >= 1);
+    assert!(broker_row.get::<_, i64>(7) > 0);
+
+    // A second write in the same minute adds only what happened since.
+    push(&broker, "orders", "p1", &[json!(7)]).await;
+    broker.engine.write_stats().await.unwrap();
+    let pushed: i64 = db
+        .query_one(
+            "SELECT sum(pushed)::bigint FROM queen.stats_queue_minute WHERE queue_name = 'orders'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let broker_pushed: i64 = db
+        .query_one(
+            "SELECT sum(pushed)::bigint FROM queen.stats_broker_minute",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    // The write may have crossed a minute boundary: sums hold either way.
+    assert_eq!((pushed, broker_pushed), (6, 7));
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_write_keeps_the_counts_for_the_next_one() {
+    let broker = TestBroker::start_with(manual()).await;
+    push(&broker, "kept", "p", &[json!(1), json!(2)]).await;
+    let db = broker.db.client().await;
+    // Make the write fail: the table is locked away from the writer.
+    db.batch_execute("ALTER TABLE queen.stats_queue_minute RENAME TO stats_queue_minute_away")
+        .await
+        .unwrap();
+    assert!(broker.engine.write_stats().await.is_err());
+    db.batch_execute("ALTER TABLE queen.stats_queue_minute_away RENAME TO stats_queue_minute")
+        .await
+        .unwrap();
+    push(&broker, "kept", "p", &[json!(3)]).await;
+    broker.engine.write_stats().await.unwrap();
+    let pushed: i64 = db
+        .query_one(
+            "SELECT sum(pushed)::bigint FROM queen.stats_queue_minute WHERE queue_name = 'kept'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(pushed, 3);
+    let broker_pushed: i64 = db
+        .query_one(
+            "SELECT sum(pushed)::bigint FROM queen.stats_broker_minute",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(broker_pushed, 3);
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_writer_runs_by_itself_and_retention_purges_old_rows() {
+    let broker = TestBroker::start_with(EngineConfig {
+        stats_interval: Some(std::time::Duration::from_millis(200)),
+        stats_retention: std::time::Duration::from_secs(3600),
+        ..manual()
+    })
+    .await;
+    push(&broker, "auto", "p", &[json!(1)]).await;
+    let db = broker.db.client().await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let rows: i64 = db
+            .query_one(
+                "SELECT count(*) FROM queen.stats_queue_minute WHERE queue_name = 'auto'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if rows > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the writer never wrote"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    db.batch_execute(
+        "INSERT INTO queen.stats_queue_minute (bucket, broker, queue_name) \
+             VALUES (now() - interval '2 hours', 'old', 'auto'); \
+         INSERT INTO queen.stats_broker_minute (bucket, broker, hostname) \
+             VALUES (now() - interval '2 hours', 'old', 'old')",
+    )
+    .await
+    .unwrap();
+    let removed = broker.engine.retention_pass().await.unwrap();
+    assert_eq!(removed.stats_rows, 2);
+    let old: i64 = db
+        .query_one(
+            "SELECT (SELECT count(*) FROM queen.stats_queue_minute WHERE broker = 'old') + \
+                    (SELECT count(*) FROM queen.stats_broker_minute WHERE broker = 'old')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(old, 0);
+    let kept: i64 = db
+        .query_one("SELECT count(*) FROM queen.stats_queue_minute", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(kept >= 1, "fresh rows stay");
+    broker.stop().await;
+}
