@@ -50,3 +50,8 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS idx_log_consumers_worker
 CREATE INDEX CONCURRENTLY IF NOT EXISTS idx_log_partitions_queue_empty
     ON queen.log_partitions (queue_id, last_write_at)
     WHERE oldest_live_at IS NULL;
+
+-- The trace-name lookup of the trace views (GET /api/v1/traces/by-name/:name
+-- and /traces/names): trace_names @> ARRAY[name] without reading every trace.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS idx_message_traces_names
+    ON queen.message_traces USING gin (trace_names);

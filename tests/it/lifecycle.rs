@@ -780,7 +780,10 @@ async fn the_consumer_group_views_are_computed_from_the_cursors() {
     assert_eq!(queue_mode["name"], "__QUEUE_MODE__");
     assert_eq!(queue_mode["topics"], json!(["other"]));
     assert_eq!(queue_mode["queueName"], "other");
-    assert_eq!(queue_mode["members"], 0);
+    // members counts the group's cursors (one, caught up, not leased): never
+    // below partitionsWithLag; activeLeases counts live leases.
+    assert_eq!(queue_mode["members"], 1);
+    assert_eq!(queue_mode["activeLeases"], 0);
     assert_eq!(queue_mode["partitionsWithLag"], 0);
     assert_eq!(queue_mode["totalLag"], 0);
     assert_eq!(queue_mode["maxTimeLag"], 0);
@@ -789,6 +792,7 @@ async fn the_consumer_group_views_are_computed_from_the_cursors() {
     assert_eq!(g["name"], "g");
     assert_eq!(g["topics"], json!(["views"]));
     assert_eq!(g["members"], 1);
+    assert_eq!(g["activeLeases"], 1);
     assert_eq!(g["partitionsWithLag"], 1);
     assert_eq!(g["totalLag"], 3);
     assert!(g["maxTimeLag"].as_i64().unwrap() < 60);

@@ -3,6 +3,7 @@
 mod support;
 
 mod ack;
+mod admin;
 mod configure;
 mod dlq;
 mod fuzz_corpus;

@@ -756,6 +756,17 @@ impl Engine {
         self.retention.evict().await
     }
 
+    // ---- admin views ----
+
+    /// Answer an admin view (`procedures/admin.sql`); `None` when what it
+    /// names does not exist.
+    pub async fn admin_view(
+        &self,
+        view: crate::AdminView<'_>,
+    ) -> Result<Option<serde_json::Value>, EngineError> {
+        crate::admin::read(&self.pool, view).await
+    }
+
     // ---- metrics and statistics ----
 
     /// The process series now: every component's figures, no database.

@@ -12,6 +12,7 @@
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 
 mod ack;
+mod admin;
 #[cfg(feature = "bench")]
 #[doc(hidden)]
 pub mod benches;
@@ -47,6 +48,7 @@ mod warm;
 use std::time::Duration;
 
 pub use ack::{AckItem, AckOutcome, AckStatus, LeaseError, INVALID_LEASE};
+pub use admin::AdminView;
 pub use configure::{ConfigureQueue, Configured, QueueSettings, MAX_NAME_BYTES};
 pub use crypto::EncryptionKey;
 pub use dlq::DeadLetter;
@@ -58,6 +60,7 @@ pub use pop::{
     PopRequest, PopTarget, PopWait, Popped, PoppedMessage, SubscriptionMode, QUEUE_MODE_GROUP,
 };
 pub use push::{PushItem, PushOutcome, PushStats, PushStatus, DEFAULT_DEDUP_CACHE_BYTES};
+pub use queen_sql::admin::{QueueSeries, Range as AdminRange};
 pub use queen_sql::dlq::{DlqFilter, DlqTake};
 pub use queen_sql::streams::{QueryRegistration, Registered, StateRow};
 pub use queen_sql::{error_chain, SqlError};

@@ -60,7 +60,7 @@ pub struct GroupSummary {
     /// Queue.
     pub queue: String,
     /// Live leases: partitions held by a consumer right now.
-    pub members: usize,
+    pub leases: usize,
     /// Cursors of the group on the queue.
     pub partitions: usize,
     /// Cursors with unconsumed messages behind them.
@@ -282,7 +282,7 @@ fn summarise(cursors: Vec<CursorLag>, subscriptions: Vec<Subscription>) -> Vec<G
         let summary = summary_of(&mut pairs, &cursor.group, &cursor.queue);
         summary.partitions += 1;
         if cursor.lease_active {
-            summary.members += 1;
+            summary.leases += 1;
         }
         if cursor.offset_lag > 0 {
             summary.partitions_with_lag += 1;
@@ -304,7 +304,7 @@ fn summary_of<'a>(
         .or_insert_with(|| GroupSummary {
             group: group.to_owned(),
             queue: queue.to_owned(),
-            members: 0,
+            leases: 0,
             partitions: 0,
             partitions_with_lag: 0,
             total_lag: 0,

@@ -12,6 +12,7 @@
 //! declared and tested.
 
 use hyper::{Method, StatusCode};
+use queen_engine::AdminView;
 
 use crate::error::HttpError;
 use crate::handlers;
@@ -70,6 +71,20 @@ pub(crate) enum Endpoint {
     SetPopMaintenance,
     Metrics,
     MetricsPrometheus,
+    Overview,
+    ListQueues,
+    GetQueue,
+    Namespaces,
+    Tasks,
+    Status,
+    StatusQueues,
+    StatusQueue,
+    StatusAnalytics,
+    Analytics(handlers::admin::Analytics),
+    TraceNames,
+    TracesByName,
+    MessageTraces,
+    RefreshStats,
 }
 
 /// One row of the route table.
@@ -130,6 +145,7 @@ fn name_field(parameter: &str) -> Option<&'static str> {
         ":queue" => Some("queue"),
         ":partition" => Some("partition"),
         ":group" => Some("consumerGroup"),
+        ":trace_name" => Some("traceName"),
         _ => None,
     }
 }
@@ -150,6 +166,7 @@ const fn route(
     }
 }
 
+use crate::handlers::admin::Analytics as A;
 use Access::{Admin, Public, ReadOnly, ReadWrite};
 use Endpoint as E;
 
@@ -188,6 +205,26 @@ pub(crate) static ROUTES: &[Route] = &[
     route(Method::GET, "/api/v1/status/buffers", E::Buffers, ReadOnly, false),
     route(Method::GET, "/api/v1/system/maintenance/pop", E::GetPopMaintenance, Admin, false),
     route(Method::POST, "/api/v1/system/maintenance/pop", E::SetPopMaintenance, Admin, false),
+    route(Method::GET, "/api/v1/resources/overview", E::Overview, ReadOnly, true),
+    route(Method::GET, "/api/v1/resources/queues", E::ListQueues, ReadOnly, true),
+    route(Method::GET, "/api/v1/resources/queues/:queue", E::GetQueue, ReadOnly, true),
+    route(Method::GET, "/api/v1/resources/namespaces", E::Namespaces, ReadOnly, true),
+    route(Method::GET, "/api/v1/resources/tasks", E::Tasks, ReadOnly, true),
+    route(Method::GET, "/api/v1/status", E::Status, ReadOnly, true),
+    route(Method::GET, "/api/v1/status/queues", E::StatusQueues, ReadOnly, true),
+    route(Method::GET, "/api/v1/status/analytics", E::StatusAnalytics, ReadOnly, true),
+    route(Method::GET, "/api/v1/status/queues/:queue", E::StatusQueue, ReadOnly, true),
+    route(Method::GET, "/api/v1/analytics/system-metrics", E::Analytics(A::SystemMetrics), ReadOnly, false),
+    route(Method::GET, "/api/v1/analytics/worker-metrics", E::Analytics(A::WorkerMetrics), ReadOnly, false),
+    route(Method::GET, "/api/v1/analytics/queue-lag", E::Analytics(A::QueueLag), ReadOnly, true),
+    route(Method::GET, "/api/v1/analytics/queue-ops", E::Analytics(A::QueueOps), ReadOnly, true),
+    route(Method::GET, "/api/v1/analytics/queue-parked-replicas", E::Analytics(A::QueueParked), ReadOnly, true),
+    route(Method::GET, "/api/v1/analytics/retention", E::Analytics(A::Retention), ReadOnly, false),
+    route(Method::GET, "/api/v1/analytics/postgres-stats", E::Analytics(A::PostgresStats), ReadOnly, false),
+    route(Method::GET, "/api/v1/traces/names", E::TraceNames, ReadOnly, true),
+    route(Method::GET, "/api/v1/traces/by-name/:trace_name", E::TracesByName, ReadOnly, true),
+    route(Method::GET, "/api/v1/traces/:partition_id/:transaction_id", E::MessageTraces, ReadOnly, true),
+    route(Method::POST, "/api/v1/stats/refresh", E::RefreshStats, Admin, true),
     route(Method::GET, "/metrics", E::Metrics, Public, false),
     route(Method::GET, "/metrics/prometheus", E::MetricsPrometheus, Public, false),
 ];
@@ -306,6 +343,20 @@ async fn dispatch(
         E::SetPopMaintenance => handlers::maintenance::post_pop(engine, req).await,
         E::Metrics => Ok(handlers::metrics::json(app).await),
         E::MetricsPrometheus => handlers::metrics::prometheus(app, &req).await,
+        E::Overview => handlers::admin::resources(engine, AdminView::Overview).await,
+        E::ListQueues => handlers::admin::resources(engine, AdminView::Queues).await,
+        E::GetQueue => handlers::admin::resources(engine, AdminView::Queue(param(0))).await,
+        E::Namespaces => handlers::admin::resources(engine, AdminView::Namespaces).await,
+        E::Tasks => handlers::admin::resources(engine, AdminView::Tasks).await,
+        E::Status => handlers::admin::status(engine, &req).await,
+        E::StatusQueues => handlers::admin::status_queues(engine, &req).await,
+        E::StatusQueue => handlers::admin::queue_detail(engine, param(0)).await,
+        E::StatusAnalytics => handlers::admin::analytics(engine, &req).await,
+        E::Analytics(which) => handlers::admin::analytics_view(engine, &req, which).await,
+        E::TraceNames => handlers::admin::trace_names(engine, &req).await,
+        E::TracesByName => handlers::admin::traces_by_name(engine, &req, param(0)).await,
+        E::MessageTraces => handlers::admin::message_traces(engine, param(0), param(1)).await,
+        E::RefreshStats => handlers::admin::refresh_stats(engine).await,
     }
 }
 
@@ -565,14 +616,16 @@ mod tests {
                 "POST /api/v1/system/maintenance",
                 "GET /api/v1/system/maintenance/pop",
                 "POST /api/v1/system/maintenance/pop",
+                "POST /api/v1/stats/refresh",
             ]
         );
         assert_eq!(access(Method::GET, "/metrics"), Public);
         assert_eq!(access(Method::GET, "/metrics/prometheus"), Public);
         // Only health, the cluster-wide maintenance switches, the broker's
-        // spool and its metrics (the scrape of one process: the security
-        // issue decides what of the cluster series a tenant sees) are not
-        // tenant data.
+        // spool, the brokers' own statistics (system, worker and retention
+        // series, PostgreSQL's figures) and the metrics (the scrape of one
+        // process: the security issue decides what of the cluster series a
+        // tenant sees) are not tenant data.
         let untenanted: Vec<Endpoint> = ROUTES
             .iter()
             .filter(|route| !route.tenant_scoped)
@@ -587,6 +640,10 @@ mod tests {
                 E::Buffers,
                 E::GetPopMaintenance,
                 E::SetPopMaintenance,
+                E::Analytics(A::SystemMetrics),
+                E::Analytics(A::WorkerMetrics),
+                E::Analytics(A::Retention),
+                E::Analytics(A::PostgresStats),
                 E::Metrics,
                 E::MetricsPrometheus,
             ]

@@ -15,6 +15,7 @@
 //! Nothing above this crate builds SQL text.
 
 pub mod ack;
+pub mod admin;
 pub mod connect;
 pub mod dlq;
 mod error;

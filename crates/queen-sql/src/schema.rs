@@ -311,7 +311,7 @@ mod tests {
     }
 
     #[test]
-    fn embedded_concurrent_files_name_the_four_partial_indexes() {
+    fn embedded_concurrent_files_name_their_indexes() {
         let names: Vec<String> = concurrent_indexes()
             .unwrap()
             .into_iter()
@@ -324,6 +324,7 @@ mod tests {
                 "idx_log_partitions_queue_oldest_txn",
                 "idx_log_consumers_worker",
                 "idx_log_partitions_queue_empty",
+                "idx_message_traces_names",
             ]
         );
     }

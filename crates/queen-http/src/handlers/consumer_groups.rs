@@ -30,7 +30,9 @@
 //!   subscription record or a cursor, `__QUEUE_MODE__` included: `{name,
 //!   topics: [queue], queueName, members, partitionsWithLag, totalLag,
 //!   maxTimeLag, state, subscriptionMode, subscriptionTimestamp,
-//!   subscriptionCreatedAt}`. `members` is the number of live leases (a
+//!   subscriptionCreatedAt, activeLeases}`. `members` counts the group's
+//!   partition cursors on the queue (so it is never below
+//!   `partitionsWithLag`), `activeLeases` the live leases among them (a
 //!   consumer holds one per partition it is processing); `totalLag` is the sum
 //!   of the cursors' offset lags (the reference answered `null`; the cursor
 //!   model makes the number cheap); `maxTimeLag` the largest time lag in
@@ -220,7 +222,8 @@ fn summary(group: &GroupSummary) -> Value {
         "name": group.group,
         "topics": [group.queue],
         "queueName": group.queue,
-        "members": group.members,
+        "members": group.partitions,
+        "activeLeases": group.leases,
         "partitionsWithLag": group.partitions_with_lag,
         "totalLag": group.total_lag,
         "maxTimeLag": group.max_time_lag_seconds,

@@ -2,6 +2,7 @@
 //! engine, encode the reply.
 
 pub(crate) mod ack;
+pub(crate) mod admin;
 pub(crate) mod configure;
 pub(crate) mod consumer_groups;
 pub(crate) mod dlq;

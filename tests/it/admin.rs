@@ -1,0 +1,372 @@
+//! The admin views (wire-api.md §5, dashboard-routes.md) against a known
+//! history: the numbers each view shows, the fields the dashboard reads, and
+//! 400s for malformed filters.
+
+use queen_engine::EngineConfig;
+use queen_tests::TestBroker;
+use serde_json::{json, Value};
+
+use crate::support::{ack_all, expect_status, messages, pop, push};
+
+/// The history every test here starts from:
+/// - `orders` (namespace `shop`, task `billing`, retryLimit 0): p1 holds 5
+///   messages, 3 acked and 1 leased now; p2 holds 2, the first dead-lettered;
+///   its Default partition is empty;
+/// - `other`: one message, never consumed.
+async fn history() -> TestBroker {
+    let broker = TestBroker::start_with(EngineConfig {
+        stats_interval: None,
+        hostname: "admin-host".to_owned(),
+        port: 7002,
+        ..EngineConfig::default()
+    })
+    .await;
+    let reply = broker
+        .client
+        .post_json(
+            "/api/v1/configure",
+            &json!({"queue": "orders", "namespace": "shop", "task": "billing",
+                    "options": {"retryLimit": 0, "leaseTime": 120}}),
+        )
+        .await;
+    expect_status(&reply, 200);
+    push(
+        &broker,
+        "orders",
+        "p1",
+        &[json!(1), json!(2), json!(3), json!(4), json!(5)],
+    )
+    .await;
+    push(&broker, "orders", "p2", &[json!(6), json!(7)]).await;
+    push(&broker, "other", "p", &[json!(8)]).await;
+    let first = pop(&broker, "/api/v1/pop/queue/orders/partition/p1?batch=3")
+        .await
+        .unwrap();
+    ack_all(&broker, &first, "completed", None).await;
+    pop(&broker, "/api/v1/pop/queue/orders/partition/p1?batch=1")
+        .await
+        .unwrap();
+    let failing = pop(&broker, "/api/v1/pop/queue/orders/partition/p2?batch=1")
+        .await
+        .unwrap();
+    let failed = messages(&failing)[0].clone();
+    let reply = broker
+        .client
+        .post_json(
+            "/api/v1/ack",
+            &json!({"transactionId": failed["transactionId"], "partitionId": failed["partitionId"],
+                    "leaseId": failed["leaseId"], "status": "failed", "error": "boom"}),
+        )
+        .await;
+    expect_status(&reply, 200);
+    broker
+}
+
+async fn get(broker: &TestBroker, path: &str) -> Value {
+    let reply = broker.client.get(path).await;
+    expect_status(&reply, 200);
+    reply.json()
+}
+
+fn counts(messages: &Value) -> [i64; 5] {
+    ["total", "pending", "processing", "completed", "deadLetter"].map(|key| {
+        messages[key]
+            .as_i64()
+            .unwrap_or_else(|| panic!("{key} in {messages}"))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_resource_views_count_from_the_cursor_model() {
+    let broker = history().await;
+
+    let queues = get(&broker, "/api/v1/resources/queues").await;
+    let list = queues["queues"].as_array().unwrap();
+    assert_eq!(list.len(), 2);
+    let orders = &list[0];
+    assert_eq!(orders["name"], "orders");
+    assert_eq!(orders["namespace"], "shop");
+    assert_eq!(orders["task"], "billing");
+    assert_eq!(orders["partitions"], 3);
+    assert_eq!(counts(&orders["messages"]), [7, 2, 1, 4, 1]);
+    assert_eq!(counts(&list[1]["messages"]), [1, 1, 0, 0, 0]);
+
+    let queue = get(&broker, "/api/v1/resources/queues/orders").await;
+    assert_eq!(queue["name"], "orders");
+    assert_eq!(queue["config"]["leaseTime"], 120);
+    assert_eq!(queue["config"]["retryLimit"], 0);
+    let partitions = queue["partitions"].as_array().unwrap();
+    let p1 = partitions.iter().find(|p| p["name"] == "p1").unwrap();
+    assert_eq!(counts(&p1["stats"]), [5, 1, 1, 3, 0]);
+    let p2 = partitions.iter().find(|p| p["name"] == "p2").unwrap();
+    assert_eq!(counts(&p2["messages"]), [2, 1, 0, 1, 1]);
+    assert_eq!(counts(&queue["totals"]), [7, 2, 1, 4, 1]);
+
+    let missing = broker.client.get("/api/v1/resources/queues/nope").await;
+    expect_status(&missing, 404);
+    assert_eq!(missing.json(), json!({"error": "Queue not found"}));
+
+    let namespaces = get(&broker, "/api/v1/resources/namespaces").await;
+    assert_eq!(namespaces["namespaces"].as_array().unwrap().len(), 1);
+    assert_eq!(namespaces["namespaces"][0]["namespace"], "shop");
+    assert_eq!(namespaces["namespaces"][0]["queues"], 1);
+    assert_eq!(namespaces["namespaces"][0]["partitions"], 3);
+    assert_eq!(namespaces["namespaces"][0]["messages"]["total"], 7);
+    let tasks = get(&broker, "/api/v1/resources/tasks").await;
+    assert_eq!(tasks["tasks"][0]["task"], "billing");
+    assert_eq!(tasks["tasks"][0]["messages"]["pending"], 2);
+
+    let overview = get(&broker, "/api/v1/resources/overview").await;
+    assert_eq!(overview["queues"], 2);
+    assert_eq!(overview["partitions"], 4);
+    assert_eq!(overview["namespaces"], 1);
+    assert_eq!(overview["tasks"], 1);
+    assert_eq!(counts(&overview["messages"]), [8, 3, 1, 4, 1]);
+    assert!(overview["lag"]["time"]["max"].is_number());
+    assert!(overview["throughput"]["ingestedPerSecond"].is_number());
+    assert_eq!(overview["statsAge"], -1, "no statistics row yet");
+
+    let detail = get(&broker, "/api/v1/status/queues/orders").await;
+    assert_eq!(detail["queue"]["name"], "orders");
+    assert_eq!(detail["queue"]["namespace"], "shop");
+    for key in [
+        "leaseTime",
+        "retryLimit",
+        "retryDelay",
+        "ttl",
+        "maxQueueSize",
+        "deadLetterQueue",
+    ] {
+        assert!(!detail["queue"]["config"][key].is_null(), "config.{key}");
+    }
+    assert_eq!(counts(&detail["totals"]["messages"]), [7, 2, 1, 4, 1]);
+    let p1 = detail["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "p1")
+        .unwrap()
+        .clone();
+    assert_eq!(p1["cursor"]["totalConsumed"], 3);
+    expect_status(&broker.client.get("/api/v1/status/queues/nope").await, 404);
+
+    let status_queues = get(&broker, "/api/v1/status/queues?namespace=shop&limit=500").await;
+    assert_eq!(status_queues["queues"].as_array().unwrap().len(), 1);
+    assert_eq!(status_queues["queues"][0]["messages"]["completed"], 4);
+    assert_eq!(
+        status_queues["pagination"],
+        json!({"limit": 500, "offset": 0})
+    );
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_and_analytics_views_read_the_statistics_rows() {
+    let broker = history().await;
+    let refreshed = broker
+        .client
+        .post_json("/api/v1/stats/refresh", &json!({}))
+        .await;
+    expect_status(&refreshed, 200);
+    assert_eq!(refreshed.json()["success"], true);
+
+    let status = get(&broker, "/api/v1/status").await;
+    assert_eq!(status["timeRange"]["bucketMinutes"], 1);
+    let newest = &status["throughput"][0];
+    assert_eq!(newest["ingested"], 8);
+    assert_eq!(newest["processed"], 3);
+    assert_eq!(newest["dlqCount"], 1);
+    assert_eq!(newest["ackFailed"], 1);
+    for key in [
+        "timestamp",
+        "ingestedPerSecond",
+        "popPerSecond",
+        "processedPerSecond",
+        "avgLagMs",
+        "maxLagMs",
+        "dbErrors",
+        "avgEventLoopLagMs",
+        "maxEventLoopLagMs",
+        "queenCpuUserPct",
+        "queenCpuSysPct",
+        "dbPoolActive",
+        "dbPoolIdle",
+        "dbPoolSize",
+    ] {
+        assert!(!newest[key].is_null(), "throughput[0].{key} in {newest}");
+    }
+    assert_eq!(counts(&status["messages"]), [8, 3, 1, 4, 1]);
+    assert!(
+        status["messages"]["batchEfficiency"]["push"]
+            .as_f64()
+            .unwrap()
+            > 1.0
+    );
+    assert_eq!(status["leases"]["active"], 1);
+    assert_eq!(status["leases"]["partitionsWithLeases"], 1);
+    assert_eq!(status["leases"]["totalBatchSize"], 1);
+    assert_eq!(status["deadLetterQueue"]["totalMessages"], 1);
+    assert_eq!(status["deadLetterQueue"]["affectedPartitions"], 1);
+    assert_eq!(
+        status["deadLetterQueue"]["topErrors"],
+        json!([{"error": "boom", "count": 1}])
+    );
+    assert_eq!(status["workers"].as_array().unwrap().len(), 1);
+    assert!(status["statsAge"].as_i64().unwrap() >= 0);
+    let filtered = get(&broker, "/api/v1/status?queue=other").await;
+    assert_eq!(filtered["throughput"][0]["ingested"], 1);
+    assert_eq!(filtered["messages"]["total"], 1);
+
+    let ops = get(&broker, "/api/v1/analytics/queue-ops").await;
+    assert_eq!(ops["bucketMinutes"], 1);
+    let orders: Vec<&Value> = ops["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["queueName"] == "orders")
+        .collect();
+    assert_eq!(orders.len(), 1);
+    assert_eq!(orders[0]["pushMessages"], 7);
+    assert_eq!(orders[0]["popMessages"], 5);
+    assert_eq!(orders[0]["popEmpty"], 0);
+    assert_eq!(orders[0]["ackFailed"], 1);
+    assert_eq!(orders[0]["partitionCount"], 3);
+    assert!(ops["queues"].as_array().unwrap().contains(&json!("orders")));
+
+    let workers = get(&broker, "/api/v1/analytics/worker-metrics").await;
+    assert_eq!(workers["pointCount"], 1);
+    let point = &workers["timeSeries"][0];
+    assert!(
+        (point["pushPerSecond"].as_f64().unwrap() - 8.0 / 60.0).abs() < 0.01,
+        "{point}"
+    );
+    assert_eq!(point["dlqCount"], 1);
+    assert_eq!(workers["workers"][0]["hostname"], "admin-host");
+
+    let system = get(&broker, "/api/v1/analytics/system-metrics").await;
+    assert_eq!(system["replicaCount"], 1);
+    assert_eq!(system["replicas"][0]["hostname"], "admin-host");
+    assert_eq!(system["replicas"][0]["port"], 7002);
+    let metrics = &system["replicas"][0]["timeSeries"][0]["metrics"];
+    for path in [
+        ["cpu", "user_us"],
+        ["cpu", "system_us"],
+        ["memory", "rss_bytes"],
+        ["database", "pool_size"],
+    ] {
+        assert!(
+            metrics[path[0]][path[1]]["avg"].is_number(),
+            "{path:?} in {metrics}"
+        );
+    }
+    assert!(metrics["memory"]["rss_bytes"]["last"].as_f64().unwrap() > 0.0);
+    assert!(metrics["threadpool"]["db"]["queue_size"]["max"].is_number());
+
+    let lag = get(&broker, "/api/v1/analytics/queue-lag").await;
+    assert!(lag
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|row| row["queueName"] == "orders" && row["avgLagMs"].is_number()));
+    let parked = get(&broker, "/api/v1/analytics/queue-parked-replicas").await;
+    assert!(parked["series"].is_array());
+    let retention = get(&broker, "/api/v1/analytics/retention").await;
+    assert_eq!(retention["totals"]["retentionMsgs"], 0);
+    assert_eq!(retention["series"].as_array().unwrap().len(), 1);
+    let postgres = get(&broker, "/api/v1/analytics/postgres-stats").await;
+    assert_eq!(postgres["database"]["name"], broker.db.name());
+    assert!(postgres["tableSizes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["table"] == "queen.log_segments"));
+    assert!(postgres["cacheSummary"]["tables"].is_object());
+
+    let analytics = get(&broker, "/api/v1/status/analytics?interval=minute").await;
+    assert_eq!(analytics["interval"], "minute");
+    assert_eq!(analytics["dataPoints"][0]["pushed"], 8);
+
+    // Malformed filters are 400s naming the problem.
+    for (path, problem) in [
+        (
+            "/api/v1/status?from=yesterday",
+            "from must be an ISO-8601 timestamp",
+        ),
+        (
+            "/api/v1/analytics/queue-ops?to=12",
+            "to must be an ISO-8601 timestamp",
+        ),
+        (
+            "/api/v1/status/analytics?interval=week",
+            "interval must be minute, hour or day",
+        ),
+        (
+            "/api/v1/status?from=2030-01-01T00:00:00Z&to=2029-01-01T00:00:00Z",
+            "from must not be after to",
+        ),
+    ] {
+        let reply = broker.client.get(path).await;
+        expect_status(&reply, 400);
+        assert_eq!(reply.json()["error"], problem, "{path}");
+    }
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_trace_views_find_traces_by_message_and_by_name() {
+    let broker = history().await;
+    let popped = pop(&broker, "/api/v1/pop/queue/other").await.unwrap();
+    let message = messages(&popped)[0].clone();
+    for (event, names) in [
+        ("info", json!(["checkout", "user-7"])),
+        ("step", json!("checkout")),
+    ] {
+        let reply = broker
+            .client
+            .post_json(
+                "/api/v1/traces",
+                &json!({"transactionId": message["transactionId"], "partitionId": message["partitionId"],
+                        "eventType": event, "traceNames": names, "data": {"text": event}}),
+            )
+            .await;
+        expect_status(&reply, 200);
+    }
+    let path = format!(
+        "/api/v1/traces/{}/{}",
+        message["partitionId"].as_str().unwrap(),
+        message["transactionId"].as_str().unwrap()
+    );
+    let traces = get(&broker, &path).await;
+    let list = traces["traces"].as_array().unwrap();
+    assert_eq!(list.len(), 2);
+    assert_eq!(list[0]["event_type"], "info");
+    assert_eq!(list[0]["data"]["text"], "info");
+    assert_eq!(list[0]["trace_names"], json!(["checkout", "user-7"]));
+    assert!(list[0]["created_at"].as_str().unwrap().ends_with('Z'));
+
+    let by_name = get(&broker, "/api/v1/traces/by-name/checkout?limit=1").await;
+    assert_eq!(by_name["total"], 2);
+    assert_eq!(by_name["traces"].as_array().unwrap().len(), 1);
+    assert_eq!(by_name["traces"][0]["queue_name"], "other");
+    assert_eq!(by_name["traces"][0]["partition_name"], "p");
+    assert_eq!(by_name["traces"][0]["event_type"], "step", "newest first");
+    let none = get(&broker, "/api/v1/traces/by-name/nobody").await;
+    assert_eq!(none["total"], 0);
+
+    let names = get(&broker, "/api/v1/traces/names").await;
+    assert_eq!(names["total"], 2);
+    let checkout = names["trace_names"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["trace_name"] == "checkout")
+        .unwrap()
+        .clone();
+    assert_eq!(checkout["trace_count"], 2);
+    assert_eq!(checkout["message_count"], 1);
+
+    let bad = broker.client.get("/api/v1/traces/not-a-uuid/t").await;
+    expect_status(&bad, 400);
+    assert_eq!(bad.json()["error"], "partitionId must be a UUID");
+    broker.stop().await;
+}
