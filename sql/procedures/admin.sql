@@ -1057,3 +1057,122 @@ BEGIN
             'acked', COALESCE((SELECT sum((x ->> 'acked')::bigint) FROM jsonb_array_elements(v_points) x), 0)));
 END
 $$;
+
+-- queen.admin_message_segments_v1: the segments holding one page of the
+-- message listing (GET /api/v1/messages), newest first: of the filtered
+-- queues' partitions written since p_from, the segments committed in
+-- [p_from, p_to], in created_at order from the newest, as many as cover
+-- p_need messages but never more than p_max_segments. Each partition is read
+-- backwards along its primary key (created_at is monotone in offset), and
+-- only partitions written since p_from are visited (last_write_at is
+-- quantised to a second, hence the slack), so the cost is the window's
+-- segments, never a whole partition. o_more: the cap cut the page short.
+CREATE OR REPLACE FUNCTION queen.admin_message_segments_v1(
+    p_tenant text, p_queue text, p_partition text, p_namespace text, p_task text,
+    p_from timestamptz, p_to timestamptz, p_need integer, p_max_segments integer
+) RETURNS TABLE (
+    o_partition_id uuid, o_queue text, o_partition text, o_namespace text, o_task text,
+    o_base_offset bigint, o_end_offset bigint, o_created_at timestamptz, o_blob bytea,
+    o_more boolean
+)
+LANGUAGE plpgsql
+STABLE
+AS $$
+BEGIN
+    RETURN QUERY
+    WITH candidates AS (
+        SELECT p.id AS pid, q.name AS queue, p.name AS partition, q.namespace, q.task,
+               s.base_offset, s.end_offset, s.msg_count, s.created_at
+          FROM queen.queues q
+          JOIN queen.log_partitions p ON p.queue_id = q.id
+          CROSS JOIN LATERAL (
+              SELECT x.base_offset, x.end_offset, x.msg_count, x.created_at
+                FROM queen.log_segments x
+               WHERE x.partition_id = p.id AND x.created_at >= p_from AND x.created_at <= p_to
+               ORDER BY x.base_offset DESC
+               LIMIT p_need) AS s
+         WHERE q.tenant_id = p_tenant
+           AND (p_queue IS NULL OR q.name = p_queue)
+           AND (p_partition IS NULL OR p.name = p_partition)
+           AND (p_namespace IS NULL OR q.namespace = p_namespace)
+           AND (p_task IS NULL OR q.task = p_task)
+           AND p.last_write_at >= p_from - interval '2 seconds'),
+    ranked AS (
+        SELECT c.*, sum(c.msg_count) OVER (ORDER BY c.created_at DESC, c.pid, c.base_offset DESC
+                                           ROWS UNBOUNDED PRECEDING) - c.msg_count AS before,
+               row_number() OVER (ORDER BY c.created_at DESC, c.pid, c.base_offset DESC) AS n
+          FROM candidates c),
+    chosen AS (
+        SELECT r.* FROM ranked r WHERE r.before < p_need AND r.n <= p_max_segments),
+    more AS (
+        SELECT EXISTS (SELECT 1 FROM ranked r WHERE r.before < p_need AND r.n > p_max_segments) AS cut)
+    SELECT c.pid, c.queue, c.partition, c.namespace, c.task, c.base_offset, c.end_offset,
+           c.created_at, seg.blob, more.cut
+      FROM chosen c
+      JOIN queen.log_segments seg ON seg.partition_id = c.pid AND seg.base_offset = c.base_offset
+      CROSS JOIN more
+     ORDER BY c.created_at DESC, c.pid, c.base_offset DESC;
+END
+$$;
+
+-- queen.admin_message_state_v1: what the listing and the detail need to say
+-- a message's status, for the partitions p_ids and the offsets
+-- [p_min, p_max] of each (parallel arrays):
+--   kind 'cursor': o_group, o_a committed, o_b batch_end, o_active (a live
+--                  lease), o_at its expiry
+--   kind 'dead':   o_group, o_a the offset, o_b retry count, o_error, o_at
+--                  when it was filed
+CREATE OR REPLACE FUNCTION queen.admin_message_state_v1(
+    p_ids uuid[], p_min bigint[], p_max bigint[]
+) RETURNS TABLE (
+    o_kind text, o_partition_id uuid, o_group text, o_a bigint, o_b bigint,
+    o_active boolean, o_at timestamptz, o_error text
+)
+LANGUAGE plpgsql
+STABLE
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    RETURN QUERY
+    SELECT 'cursor'::text, c.partition_id, c.consumer_group, c.committed, c.batch_end,
+           c.worker_id IS NOT NULL AND c.worker_id <> '00000000-0000-0000-0000-000000000000'::uuid
+               AND c.lease_expires_at > v_now AND c.batch_end IS NOT NULL,
+           c.lease_expires_at, NULL::text
+      FROM queen.log_consumers c
+     WHERE c.partition_id = ANY (p_ids);
+    RETURN QUERY
+    SELECT 'dead'::text, d.partition_id, d.consumer_group, d.message_offset, d.retry_count::bigint,
+           false, d.failed_at, d.error
+      FROM unnest(p_ids, p_min, p_max) AS r (pid, lo, hi)
+      JOIN queen.log_dlq d ON d.partition_id = r.pid
+     WHERE d.message_offset BETWEEN r.lo AND r.hi;
+END
+$$;
+
+-- queen.admin_message_locate_v1: the message (p_partition_id, transaction id
+-- hash p_hash) of the tenant: its offset (searched among the partition's
+-- newest p_rows sidecar rows, log_find_txn_v1), queue and partition names and
+-- the queue's id; no row when the partition is not the tenant's or the
+-- message is not found.
+CREATE OR REPLACE FUNCTION queen.admin_message_locate_v1(
+    p_tenant text, p_partition_id uuid, p_hash bytea, p_rows integer
+) RETURNS TABLE (o_offset bigint, o_queue text, o_partition text, o_namespace text, o_task text,
+                 o_queue_id uuid)
+LANGUAGE plpgsql
+STABLE
+AS $$
+DECLARE
+    v_offset bigint;
+BEGIN
+    v_offset := queen.log_find_txn_v1(p_partition_id, p_hash, p_rows);
+    IF v_offset IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT v_offset, q.name, p.name, q.namespace, q.task, q.id
+      FROM queen.log_partitions p
+      JOIN queen.queues q ON q.id = p.queue_id
+     WHERE p.id = p_partition_id AND q.tenant_id = p_tenant;
+END
+$$;

@@ -370,3 +370,269 @@ async fn the_trace_views_find_traces_by_message_and_by_name() {
     assert_eq!(bad.json()["error"], "partitionId must be a UUID");
     broker.stop().await;
 }
+
+/// The message listing's entries of `path`.
+async fn listing(broker: &TestBroker, path: &str) -> Vec<Value> {
+    get(broker, path).await["messages"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+fn statuses(list: &[Value]) -> Vec<(String, i64, String)> {
+    let mut out: Vec<(String, i64, String)> = list
+        .iter()
+        .map(|m| {
+            (
+                m["partition"].as_str().unwrap().to_owned(),
+                m["offset"].as_i64().unwrap(),
+                m["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_message_views_show_status_and_payload_and_move_a_head_to_the_dlq() {
+    let broker = history().await;
+    let page = get(&broker, "/api/v1/messages?queue=orders").await;
+    let list = page["messages"].as_array().unwrap();
+    assert_eq!(list.len(), 7);
+    assert_eq!(
+        page["mode"],
+        json!({"hasQueueMode": true, "busGroupsCount": 0, "type": "queue"})
+    );
+    assert_eq!(page["truncated"], false);
+    let p = |s: &str| s.to_owned();
+    assert_eq!(
+        statuses(list),
+        vec![
+            (p("p1"), 0, p("completed")),
+            (p("p1"), 1, p("completed")),
+            (p("p1"), 2, p("completed")),
+            (p("p1"), 3, p("processing")),
+            (p("p1"), 4, p("pending")),
+            (p("p2"), 0, p("dead_letter")),
+            (p("p2"), 1, p("pending")),
+        ]
+    );
+    let first = &list[0];
+    for key in [
+        "id",
+        "transactionId",
+        "partitionId",
+        "queue",
+        "partition",
+        "createdAt",
+    ] {
+        assert!(first[key].is_string(), "{key} in {first}");
+    }
+    assert_eq!(
+        first["busStatus"],
+        json!({"consumedBy": 0, "totalGroups": 0})
+    );
+    let created: Vec<&str> = list
+        .iter()
+        .map(|m| m["createdAt"].as_str().unwrap())
+        .collect();
+    let mut sorted = created.clone();
+    sorted.sort_by(|a, b| b.cmp(a));
+    assert_eq!(created, sorted, "newest first");
+
+    assert_eq!(
+        listing(&broker, "/api/v1/messages?queue=orders&status=pending")
+            .await
+            .len(),
+        2
+    );
+    assert_eq!(
+        listing(&broker, "/api/v1/messages?queue=orders&status=dead_letter")
+            .await
+            .len(),
+        1
+    );
+    assert_eq!(
+        listing(&broker, "/api/v1/messages?queue=orders&partition=p2")
+            .await
+            .len(),
+        2
+    );
+    assert_eq!(listing(&broker, "/api/v1/messages?ns=shop").await.len(), 7);
+    assert_eq!(listing(&broker, "/api/v1/messages").await.len(), 8);
+    let paged = listing(&broker, "/api/v1/messages?queue=orders&limit=2&offset=1").await;
+    assert_eq!(paged.len(), 2);
+    assert_eq!(paged[0]["id"], list[1]["id"]);
+    assert!(listing(
+        &broker,
+        "/api/v1/messages?from=2999-01-01T00:00:00Z&to=2999-01-02T00:00:00Z"
+    )
+    .await
+    .is_empty());
+    let bad = broker.client.get("/api/v1/messages?status=lost").await;
+    expect_status(&bad, 400);
+
+    let array = get(&broker, "/api/v1/status/queues/orders/messages?limit=3").await;
+    assert_eq!(array.as_array().unwrap().len(), 3);
+    assert_eq!(
+        array[0]["queuePath"].as_str().unwrap().split('/').next(),
+        Some("orders")
+    );
+
+    // Detail: the leased message of p1, with its payload and groups.
+    let leased = list.iter().find(|m| m["status"] == "processing").unwrap();
+    let path = format!(
+        "/api/v1/messages/{}/{}",
+        leased["partitionId"].as_str().unwrap(),
+        leased["transactionId"].as_str().unwrap()
+    );
+    let detail = get(&broker, &path).await;
+    assert_eq!(detail["payload"], 4);
+    assert_eq!(detail["status"], "processing");
+    assert_eq!(detail["isEncrypted"], false);
+    assert_eq!(detail["queueConfig"]["leaseTime"], 120);
+    assert_eq!(detail["retryCount"], 0);
+    assert!(detail["leaseExpiresAt"].is_string());
+    assert_eq!(detail["consumerGroups"][0]["name"], "__QUEUE_MODE__");
+    assert_eq!(detail["consumerGroups"][0]["consumed"], false);
+    assert_eq!(detail["consumerGroups"][0]["leased"], true);
+    let dead = list.iter().find(|m| m["status"] == "dead_letter").unwrap();
+    let dead_path = format!(
+        "/api/v1/messages/{}/{}",
+        dead["partitionId"].as_str().unwrap(),
+        dead["transactionId"].as_str().unwrap()
+    );
+    let dead_detail = get(&broker, &dead_path).await;
+    assert_eq!(dead_detail["errorMessage"], "boom");
+    assert_eq!(dead_detail["payload"], 6);
+    let missing = broker
+        .client
+        .get(&format!(
+            "/api/v1/messages/{}/nope",
+            leased["partitionId"].as_str().unwrap()
+        ))
+        .await;
+    expect_status(&missing, 404);
+    assert_eq!(missing.json(), json!({"error": "Message not found"}));
+
+    // Moving to the DLQ: only a group's next message, and not while leased.
+    let pending_p1 = list
+        .iter()
+        .find(|m| m["partition"] == "p1" && m["status"] == "pending")
+        .unwrap();
+    let to_dlq = |m: &Value| {
+        format!(
+            "/api/v1/messages/{}/{}/dlq",
+            m["partitionId"].as_str().unwrap(),
+            m["transactionId"].as_str().unwrap()
+        )
+    };
+    let refused = broker
+        .client
+        .post_json(&to_dlq(pending_p1), &json!({}))
+        .await;
+    expect_status(&refused, 409);
+    assert!(refused.json()["error"]
+        .as_str()
+        .unwrap()
+        .contains("its next is offset 3"));
+    let leased_refused = broker.client.post_json(&to_dlq(leased), &json!({})).await;
+    expect_status(&leased_refused, 409);
+    assert_eq!(
+        leased_refused.json()["error"],
+        "the message is leased by a consumer now"
+    );
+    let unknown_group = broker
+        .client
+        .post_json(&to_dlq(pending_p1), &json!({"consumerGroup": "g9"}))
+        .await;
+    expect_status(&unknown_group, 409);
+    let pending_p2 = list
+        .iter()
+        .find(|m| m["partition"] == "p2" && m["status"] == "pending")
+        .unwrap();
+    let moved = broker
+        .client
+        .post_json(&to_dlq(pending_p2), &json!({"error": "bad data"}))
+        .await;
+    expect_status(&moved, 200);
+    assert_eq!(moved.json()["success"], true);
+    assert_eq!(
+        listing(
+            &broker,
+            "/api/v1/messages?queue=orders&partition=p2&status=dead_letter"
+        )
+        .await
+        .len(),
+        2
+    );
+    assert!(
+        pop(&broker, "/api/v1/pop/queue/orders/partition/p2")
+            .await
+            .is_none(),
+        "the cursor moved past it"
+    );
+    let dlq = get(&broker, "/api/v1/dlq?queue=orders").await;
+    assert_eq!(dlq["total"], 2);
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_of_an_encrypted_queue_is_shown_decrypted() {
+    let key: queen_engine::EncryptionKey =
+        "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
+            .parse()
+            .unwrap();
+    let broker = TestBroker::start_with(EngineConfig {
+        encryption_key: Some(key),
+        ..EngineConfig::default()
+    })
+    .await;
+    let reply = broker
+        .client
+        .post_json(
+            "/api/v1/configure",
+            &json!({"queue": "secret", "options": {"encryptionEnabled": true}}),
+        )
+        .await;
+    expect_status(&reply, 200);
+    push(&broker, "secret", "p", &[json!({"card": "4111"})]).await;
+    let list = listing(&broker, "/api/v1/messages?queue=secret").await;
+    assert_eq!(list.len(), 1);
+    let path = format!(
+        "/api/v1/messages/{}/{}",
+        list[0]["partitionId"].as_str().unwrap(),
+        list[0]["transactionId"].as_str().unwrap()
+    );
+    let detail = get(&broker, &path).await;
+    assert_eq!(detail["payload"], json!({"card": "4111"}));
+    assert_eq!(detail["isEncrypted"], true);
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_reads_a_bounded_number_of_segments_and_says_when_it_stopped() {
+    let broker = TestBroker::start().await;
+    let segments = queen_engine::MAX_PAGE_SEGMENTS as usize + 10;
+    for i in 0..segments {
+        // One request per message, one after the other: one segment each.
+        push(&broker, "wide", "p", &[json!(i)]).await;
+    }
+    let page = get(&broker, "/api/v1/messages?queue=wide&limit=1000").await;
+    assert_eq!(
+        page["messages"].as_array().unwrap().len(),
+        queen_engine::MAX_PAGE_SEGMENTS as usize
+    );
+    assert_eq!(page["truncated"], true);
+    assert!(page["note"].as_str().unwrap().contains("narrow it"));
+    assert_eq!(
+        page["messages"][0]["offset"],
+        segments as i64 - 1,
+        "newest first"
+    );
+    let small = get(&broker, "/api/v1/messages?queue=wide&limit=10").await;
+    assert_eq!(small["messages"].as_array().unwrap().len(), 10);
+    assert_eq!(small["truncated"], false);
+    broker.stop().await;
+}

@@ -767,6 +767,45 @@ impl Engine {
         crate::admin::read(&self.pool, view).await
     }
 
+    /// One page of the message listing, newest first (see
+    /// `messages.rs`): at most `limit` messages after skipping `offset`,
+    /// only those of `status` when given.
+    pub async fn list_messages(
+        &self,
+        filter: &crate::MessageFilter<'_>,
+        status: Option<crate::MessageStatus>,
+        limit: usize,
+        offset: usize,
+    ) -> Result<crate::MessagePage, EngineError> {
+        self.lifecycle
+            .list_messages(filter, status, limit, offset)
+            .await
+    }
+
+    /// One message with its payload opened, or `None`.
+    pub async fn message(
+        &self,
+        partition_id: Uuid,
+        transaction_id: &str,
+    ) -> Result<Option<crate::MessageDetail>, EngineError> {
+        self.lifecycle.message(partition_id, transaction_id).await
+    }
+
+    /// Move a live message to `group`'s dead-letter queue (its next message
+    /// only, and only while nobody holds it under a lease): filed, and the
+    /// cursor moved past it, so the group's next pop starts after it.
+    pub async fn move_to_dlq(
+        &self,
+        partition_id: Uuid,
+        transaction_id: &str,
+        group: &str,
+        error: &str,
+    ) -> Result<crate::MovedToDlq, EngineError> {
+        self.lifecycle
+            .move_to_dlq(partition_id, transaction_id, group, error)
+            .await
+    }
+
     // ---- metrics and statistics ----
 
     /// The process series now: every component's figures, no database.

@@ -27,6 +27,7 @@ mod hotlist;
 mod lifecycle;
 mod limiter;
 mod maintenance;
+mod messages;
 pub mod metrics;
 pub mod naming;
 mod offload;
@@ -56,10 +57,15 @@ pub use engine::{Engine, Health, MemoryStats, Pushed};
 pub use error::EngineError;
 pub use lifecycle::{CursorLag, GroupDeletion, GroupSummary, SeekTarget, Seeked, Subscription};
 pub use limiter::{LimiterConfig, LimiterStats};
+pub use messages::{
+    GroupView, ListedMessage, MessageDetail, MessagePage, MessageStatus, MovedToDlq,
+    MAX_PAGE_SEGMENTS,
+};
 pub use pop::{
     PopRequest, PopTarget, PopWait, Popped, PoppedMessage, SubscriptionMode, QUEUE_MODE_GROUP,
 };
 pub use push::{PushItem, PushOutcome, PushStats, PushStatus, DEFAULT_DEDUP_CACHE_BYTES};
+pub use queen_sql::admin::MessageFilter;
 pub use queen_sql::admin::{QueueSeries, Range as AdminRange};
 pub use queen_sql::dlq::{DlqFilter, DlqTake};
 pub use queen_sql::streams::{QueryRegistration, Registered, StateRow};

@@ -52,6 +52,10 @@ pub enum HttpError {
     #[error("{0}")]
     NotFound(String),
 
+    /// The request conflicts with the current state of what it names.
+    #[error("{0}")]
+    Conflict(String),
+
     /// The engine failed.
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -98,7 +102,8 @@ impl HttpError {
             | HttpError::EmptyBody
             | HttpError::InvalidJson(_)
             | HttpError::Validation(_)
-            | HttpError::NotFound(_) => response::error(self.status(), &self.to_string()),
+            | HttpError::NotFound(_)
+            | HttpError::Conflict(_) => response::error(self.status(), &self.to_string()),
         }
     }
 
@@ -106,6 +111,7 @@ impl HttpError {
     pub fn status(&self) -> StatusCode {
         match self {
             HttpError::RouteNotFound { .. } | HttpError::NotFound(_) => StatusCode::NOT_FOUND,
+            HttpError::Conflict(_) => StatusCode::CONFLICT,
             HttpError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             HttpError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             HttpError::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,

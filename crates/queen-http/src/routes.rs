@@ -85,6 +85,10 @@ pub(crate) enum Endpoint {
     TracesByName,
     MessageTraces,
     RefreshStats,
+    ListMessages,
+    GetMessage,
+    MessageToDlq,
+    QueueMessages,
 }
 
 /// One row of the route table.
@@ -182,7 +186,10 @@ pub(crate) static ROUTES: &[Route] = &[
     route(Method::POST, "/api/v1/transaction", E::Transaction, ReadWrite, true),
     route(Method::POST, "/api/v1/traces", E::Traces, ReadWrite, true),
     route(Method::GET, "/api/v1/dlq", E::Dlq, ReadOnly, true),
+    route(Method::GET, "/api/v1/messages", E::ListMessages, ReadOnly, true),
+    route(Method::GET, "/api/v1/messages/:partition_id/:transaction_id", E::GetMessage, ReadOnly, true),
     route(Method::DELETE, "/api/v1/messages/:partition_id/:transaction_id", E::DeleteMessage, ReadWrite, true),
+    route(Method::POST, "/api/v1/messages/:partition_id/:transaction_id/dlq", E::MessageToDlq, ReadWrite, true),
     route(Method::POST, "/api/v1/messages/:partition_id/:transaction_id/retry", E::RetryMessage, ReadWrite, true),
     route(Method::POST, "/api/v1/dlq/requeue", E::RequeueDlq, ReadWrite, true),
     route(Method::GET, "/api/v1/pop", E::PopDiscovery, ReadWrite, true),
@@ -214,6 +221,7 @@ pub(crate) static ROUTES: &[Route] = &[
     route(Method::GET, "/api/v1/status/queues", E::StatusQueues, ReadOnly, true),
     route(Method::GET, "/api/v1/status/analytics", E::StatusAnalytics, ReadOnly, true),
     route(Method::GET, "/api/v1/status/queues/:queue", E::StatusQueue, ReadOnly, true),
+    route(Method::GET, "/api/v1/status/queues/:queue/messages", E::QueueMessages, ReadOnly, true),
     route(Method::GET, "/api/v1/analytics/system-metrics", E::Analytics(A::SystemMetrics), ReadOnly, false),
     route(Method::GET, "/api/v1/analytics/worker-metrics", E::Analytics(A::WorkerMetrics), ReadOnly, false),
     route(Method::GET, "/api/v1/analytics/queue-lag", E::Analytics(A::QueueLag), ReadOnly, true),
@@ -357,6 +365,10 @@ async fn dispatch(
         E::TracesByName => handlers::admin::traces_by_name(engine, &req, param(0)).await,
         E::MessageTraces => handlers::admin::message_traces(engine, param(0), param(1)).await,
         E::RefreshStats => handlers::admin::refresh_stats(engine).await,
+        E::ListMessages => handlers::messages::list(engine, &req).await,
+        E::GetMessage => handlers::messages::detail(engine, param(0), param(1)).await,
+        E::MessageToDlq => handlers::messages::move_to_dlq(engine, req, param(0), param(1)).await,
+        E::QueueMessages => handlers::messages::queue_messages(engine, &req, param(0)).await,
     }
 }
 

@@ -326,3 +326,234 @@ pub async fn trace_names(
     )
     .await
 }
+
+/// The filters of the message listing.
+#[derive(Debug, Clone, Copy)]
+pub struct MessageFilter<'a> {
+    /// Only this queue.
+    pub queue: Option<&'a str>,
+    /// Only partitions of this name.
+    pub partition: Option<&'a str>,
+    /// Only queues of this namespace.
+    pub namespace: Option<&'a str>,
+    /// Only queues of this task.
+    pub task: Option<&'a str>,
+    /// Committed at or after.
+    pub from: SystemTime,
+    /// Committed at or before.
+    pub to: SystemTime,
+}
+
+/// One segment of a listing page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageSegment {
+    /// Its partition.
+    pub partition_id: Uuid,
+    /// Queue name.
+    pub queue: String,
+    /// Partition name.
+    pub partition: String,
+    /// The queue's namespace.
+    pub namespace: String,
+    /// The queue's task.
+    pub task: String,
+    /// First offset.
+    pub base_offset: i64,
+    /// Last offset.
+    pub end_offset: i64,
+    /// Commit time.
+    pub created_at: SystemTime,
+    /// The compressed frames.
+    pub blob: Vec<u8>,
+}
+
+/// The segments of one listing page, newest first, covering `need`
+/// messages, at most `max_segments` of them (`admin_message_segments_v1`);
+/// the flag says the cap cut the page short.
+pub async fn message_segments(
+    client: &impl GenericClient,
+    tenant: &str,
+    filter: &MessageFilter<'_>,
+    need: i32,
+    max_segments: i32,
+) -> Result<(Vec<PageSegment>, bool), SqlError> {
+    let rows = client
+        .query_typed(
+            "SELECT * FROM queen.admin_message_segments_v1($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            &[
+                (&tenant, Type::TEXT),
+                (&filter.queue, Type::TEXT),
+                (&filter.partition, Type::TEXT),
+                (&filter.namespace, Type::TEXT),
+                (&filter.task, Type::TEXT),
+                (&filter.from, Type::TIMESTAMPTZ),
+                (&filter.to, Type::TIMESTAMPTZ),
+                (&need, Type::INT4),
+                (&max_segments, Type::INT4),
+            ],
+        )
+        .await?;
+    let mut more = false;
+    let segments = rows
+        .iter()
+        .map(|row| {
+            more |= row.try_get::<_, bool>(9)?;
+            Ok(PageSegment {
+                partition_id: row.try_get(0)?,
+                queue: row.try_get(1)?,
+                partition: row.try_get(2)?,
+                namespace: row.try_get(3)?,
+                task: row.try_get(4)?,
+                base_offset: row.try_get(5)?,
+                end_offset: row.try_get(6)?,
+                created_at: row.try_get(7)?,
+                blob: row.try_get(8)?,
+            })
+        })
+        .collect::<Result<Vec<_>, SqlError>>()?;
+    Ok((segments, more))
+}
+
+/// A row of [`message_state`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MessageState {
+    /// A consumer group's cursor on the partition.
+    Cursor {
+        /// Partition.
+        partition_id: Uuid,
+        /// Group.
+        group: String,
+        /// Every offset at or below is consumed.
+        committed: i64,
+        /// The leased batch's end, if leased.
+        batch_end: Option<i64>,
+        /// A live lease holds `(committed, batch_end]`.
+        active: bool,
+        /// The lease's expiry.
+        lease_expires_at: Option<SystemTime>,
+    },
+    /// A dead letter of the partition in the asked range.
+    Dead {
+        /// Partition.
+        partition_id: Uuid,
+        /// The group it failed in.
+        group: String,
+        /// Its offset.
+        offset: i64,
+        /// Retries it spent.
+        retry_count: i64,
+        /// The error it was filed with.
+        error: Option<String>,
+        /// When.
+        failed_at: SystemTime,
+    },
+}
+
+/// Cursors of the partitions `ids` and their dead letters in `[min, max]`
+/// (parallel slices; `admin_message_state_v1`).
+pub async fn message_state(
+    client: &impl GenericClient,
+    ids: &[Uuid],
+    min: &[i64],
+    max: &[i64],
+) -> Result<Vec<MessageState>, SqlError> {
+    let rows = client
+        .query_typed(
+            "SELECT * FROM queen.admin_message_state_v1($1, $2, $3)",
+            &[
+                (&ids, Type::UUID_ARRAY),
+                (&min, Type::INT8_ARRAY),
+                (&max, Type::INT8_ARRAY),
+            ],
+        )
+        .await?;
+    rows.iter()
+        .map(|row| {
+            let kind: String = row.try_get(0)?;
+            let partition_id: Uuid = row.try_get(1)?;
+            let group: String = row.try_get(2)?;
+            let a: i64 = row.try_get(3)?;
+            Ok(if kind == "cursor" {
+                MessageState::Cursor {
+                    partition_id,
+                    group,
+                    committed: a,
+                    batch_end: row.try_get(4)?,
+                    active: row.try_get(5)?,
+                    lease_expires_at: row.try_get(6)?,
+                }
+            } else {
+                MessageState::Dead {
+                    partition_id,
+                    group,
+                    offset: a,
+                    retry_count: row.try_get::<_, Option<i64>>(4)?.unwrap_or(0),
+                    error: row.try_get(7)?,
+                    failed_at: row
+                        .try_get::<_, Option<SystemTime>>(6)?
+                        .unwrap_or(std::time::UNIX_EPOCH),
+                }
+            })
+        })
+        .collect()
+}
+
+/// Where a message is (`admin_message_locate_v1`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Located {
+    /// Its offset.
+    pub offset: i64,
+    /// Queue name.
+    pub queue: String,
+    /// Partition name.
+    pub partition: String,
+    /// The queue's namespace.
+    pub namespace: String,
+    /// The queue's task.
+    pub task: String,
+    /// The queue's id.
+    pub queue_id: Uuid,
+}
+
+/// Find the tenant's message with transaction-id hash `hash` in partition
+/// `partition_id` among its newest `rows` sidecar rows.
+pub async fn locate_message(
+    client: &impl GenericClient,
+    tenant: &str,
+    partition_id: Uuid,
+    hash: &[u8],
+    rows: i32,
+) -> Result<Option<Located>, SqlError> {
+    let row = client
+        .query_typed_opt(
+            "SELECT * FROM queen.admin_message_locate_v1($1, $2, $3, $4)",
+            &[
+                (&tenant, Type::TEXT),
+                (&partition_id, Type::UUID),
+                (&hash, Type::BYTEA),
+                (&rows, Type::INT4),
+            ],
+        )
+        .await?;
+    row.map(|row| {
+        Ok(Located {
+            offset: row.try_get(0)?,
+            queue: row.try_get(1)?,
+            partition: row.try_get(2)?,
+            namespace: row.try_get(3)?,
+            task: row.try_get(4)?,
+            queue_id: row.try_get(5)?,
+        })
+    })
+    .transpose()
+}
+
+/// A queue's configuration as the admin views show it (`admin_queue_config`).
+pub async fn queue_config(client: &impl GenericClient, queue_id: Uuid) -> Result<Value, SqlError> {
+    always(
+        client,
+        "SELECT queen.admin_queue_config($1)",
+        &[(&queue_id, Type::UUID)],
+    )
+    .await
+}

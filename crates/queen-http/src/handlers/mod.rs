@@ -9,6 +9,7 @@ pub(crate) mod dlq;
 pub(crate) mod health;
 pub(crate) mod lease;
 pub(crate) mod maintenance;
+pub(crate) mod messages;
 pub(crate) mod metrics;
 pub(crate) mod pop;
 pub(crate) mod push;

@@ -1,0 +1,538 @@
+//! The message views: a page of messages with each one's status, one
+//! message with its decrypted payload, and moving a live message to the
+//! dead-letter queue. Built in Rust because they decode frames.
+//!
+//! A page reads segments, never a partition: `admin_message_segments_v1`
+//! picks, newest first, the segments of the window that cover `offset +
+//! limit` messages, at most [`MAX_PAGE_SEGMENTS`]; when that cap cuts the
+//! page short the answer says so (`MessagePage::truncated`) and a narrower
+//! window (queue, partition, time) reads the rest.
+//!
+//! A message's status, from the cursor model: `dead_letter` when a group
+//! filed it in the DLQ; otherwise, against the queue-mode cursor (or, when
+//! the partition has none, its least advanced group): `completed` at or
+//! below the cursor, `processing` inside its live lease, `pending` after.
+
+use std::collections::HashMap;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use queen_sql::admin::{Located, MessageFilter, MessageState, PageSegment};
+use uuid::Uuid;
+
+use crate::lifecycle::Lifecycle;
+use crate::naming::DEFAULT_TENANT;
+use crate::{EngineError, QUEUE_MODE_GROUP};
+
+/// The most segments one page reads.
+pub const MAX_PAGE_SEGMENTS: i32 = 256;
+
+/// Sidecar rows searched for a message's transaction id (as traces do).
+const LOCATE_ROWS: i32 = 10_000;
+
+/// One message's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageStatus {
+    /// Not consumed yet.
+    Pending,
+    /// Leased now.
+    Processing,
+    /// Consumed.
+    Completed,
+    /// Filed in the dead-letter queue.
+    DeadLetter,
+}
+
+impl MessageStatus {
+    /// The wire word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MessageStatus::Pending => "pending",
+            MessageStatus::Processing => "processing",
+            MessageStatus::Completed => "completed",
+            MessageStatus::DeadLetter => "dead_letter",
+        }
+    }
+}
+
+/// One consumer group's view of a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupView {
+    /// The group.
+    pub group: String,
+    /// It consumed the message.
+    pub consumed: bool,
+    /// It holds the message under a live lease now.
+    pub leased: bool,
+    /// Its cursor.
+    pub committed: i64,
+}
+
+/// A listed message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedMessage {
+    /// Message id.
+    pub id: Uuid,
+    /// Transaction id.
+    pub transaction_id: String,
+    /// Partition id.
+    pub partition_id: Uuid,
+    /// Queue.
+    pub queue: String,
+    /// Partition.
+    pub partition: String,
+    /// The queue's namespace.
+    pub namespace: String,
+    /// The queue's task.
+    pub task: String,
+    /// Offset in the partition.
+    pub offset: i64,
+    /// Trace id.
+    pub trace_id: Option<Uuid>,
+    /// Producer `sub`.
+    pub producer_sub: Option<String>,
+    /// Commit time of its segment.
+    pub created_at: SystemTime,
+    /// Its status (see the module).
+    pub status: MessageStatus,
+    /// Its status for the queue-mode group, if that group has a cursor.
+    pub queue_status: Option<MessageStatus>,
+    /// Named groups that consumed it, and named groups with a cursor.
+    pub bus: (usize, usize),
+    /// The lease's expiry when processing.
+    pub lease_expires_at: Option<SystemTime>,
+}
+
+/// A page of the listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessagePage {
+    /// The messages, newest first.
+    pub messages: Vec<ListedMessage>,
+    /// Some partition has a queue-mode cursor.
+    pub has_queue_mode: bool,
+    /// Named groups seen on the page's partitions.
+    pub bus_groups: usize,
+    /// The segment cap cut the page short: narrow the window for the rest.
+    pub truncated: bool,
+}
+
+/// One message in full.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageDetail {
+    /// What the listing shows of it.
+    pub message: ListedMessage,
+    /// The payload, decrypted; `None` when it is sealed and this broker has
+    /// no key.
+    pub payload: Option<Bytes>,
+    /// It was stored sealed.
+    pub encrypted: bool,
+    /// Every group with a cursor on its partition.
+    pub groups: Vec<GroupView>,
+    /// The error it was dead-lettered with, and the retries it spent.
+    pub dead_letter: Option<(Option<String>, i64)>,
+    /// The queue's configuration (the admin views' shape).
+    pub queue_config: serde_json::Value,
+}
+
+/// What moving a message to the DLQ did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MovedToDlq {
+    /// Filed, and the group's cursor moved past it.
+    Moved,
+    /// No such message (or it is older than the sidecar rows kept).
+    NotFound,
+    /// The group has no cursor on the partition yet.
+    NoCursor,
+    /// The message is not the group's next one (`next` is): only the head
+    /// of a group can be dead-lettered without skipping the messages before
+    /// it.
+    NotNext {
+        /// The group's next offset.
+        next: i64,
+        /// The message's offset.
+        offset: i64,
+    },
+    /// Another consumer holds it under a live lease.
+    Leased,
+}
+
+/// One group's cursor on a partition.
+#[derive(Debug, Clone)]
+struct Cursor {
+    group: String,
+    committed: i64,
+    batch_end: Option<i64>,
+    /// A live lease holds `(committed, batch_end]`.
+    active: bool,
+    lease_expires_at: Option<SystemTime>,
+}
+
+impl Cursor {
+    /// Status of `offset` against this cursor.
+    fn status_of(&self, offset: i64) -> MessageStatus {
+        if offset <= self.committed {
+            MessageStatus::Completed
+        } else if self.active && self.batch_end.is_some_and(|end| offset <= end) {
+            MessageStatus::Processing
+        } else {
+            MessageStatus::Pending
+        }
+    }
+}
+
+/// What a message's partition state says of it.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    status: MessageStatus,
+    queue_status: Option<MessageStatus>,
+    /// (named groups that consumed it, named groups with a cursor)
+    bus: (usize, usize),
+    lease_expires_at: Option<SystemTime>,
+}
+
+/// Cursors and dead letters of a set of partitions.
+#[derive(Debug, Default)]
+struct States {
+    cursors: HashMap<Uuid, Vec<Cursor>>,
+    dead: HashMap<(Uuid, i64), (Option<String>, i64)>,
+}
+
+impl States {
+    fn from_rows(rows: Vec<MessageState>) -> States {
+        let mut states = States::default();
+        for row in rows {
+            match row {
+                MessageState::Cursor {
+                    partition_id,
+                    group,
+                    committed,
+                    batch_end,
+                    active,
+                    lease_expires_at,
+                } => states
+                    .cursors
+                    .entry(partition_id)
+                    .or_default()
+                    .push(Cursor {
+                        group,
+                        committed,
+                        batch_end,
+                        active,
+                        lease_expires_at,
+                    }),
+                MessageState::Dead {
+                    partition_id,
+                    offset,
+                    error,
+                    retry_count,
+                    ..
+                } => {
+                    states
+                        .dead
+                        .insert((partition_id, offset), (error, retry_count));
+                }
+            }
+        }
+        states
+    }
+
+    /// What the state of `partition_id` says of `offset`.
+    fn of(&self, partition_id: Uuid, offset: i64) -> Seen {
+        let cursors = self
+            .cursors
+            .get(&partition_id)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let queue_mode = cursors
+            .iter()
+            .find(|cursor| cursor.group == QUEUE_MODE_GROUP);
+        let reference = queue_mode.or_else(|| cursors.iter().min_by_key(|cursor| cursor.committed));
+        let mut status = reference.map_or(MessageStatus::Pending, |c| c.status_of(offset));
+        let lease_expires_at = reference
+            .filter(|_| status == MessageStatus::Processing)
+            .and_then(|c| c.lease_expires_at);
+        if self.dead.contains_key(&(partition_id, offset)) {
+            status = MessageStatus::DeadLetter;
+        }
+        let named: Vec<&Cursor> = cursors
+            .iter()
+            .filter(|cursor| cursor.group != QUEUE_MODE_GROUP)
+            .collect();
+        let consumed = named.iter().filter(|c| offset <= c.committed).count();
+        Seen {
+            status,
+            queue_status: queue_mode.map(|c| c.status_of(offset)),
+            bus: (consumed, named.len()),
+            lease_expires_at,
+        }
+    }
+}
+
+impl Lifecycle {
+    /// One page of the message listing, newest first.
+    pub(crate) async fn list_messages(
+        &self,
+        filter: &MessageFilter<'_>,
+        status: Option<MessageStatus>,
+        limit: usize,
+        offset: usize,
+    ) -> Result<MessagePage, EngineError> {
+        let client = self.client().await?;
+        let need = i32::try_from(limit.saturating_add(offset)).unwrap_or(i32::MAX);
+        let (segments, truncated) = queen_sql::admin::message_segments(
+            &**client,
+            DEFAULT_TENANT,
+            filter,
+            need,
+            MAX_PAGE_SEGMENTS,
+        )
+        .await?;
+        let ids: Vec<Uuid> = segments.iter().map(|s| s.partition_id).collect();
+        let min: Vec<i64> = segments.iter().map(|s| s.base_offset).collect();
+        let max: Vec<i64> = segments.iter().map(|s| s.end_offset).collect();
+        let states =
+            States::from_rows(queen_sql::admin::message_state(&**client, &ids, &min, &max).await?);
+        drop(client);
+        let mut messages = Vec::new();
+        for segment in &segments {
+            let decoded = decode(segment)?;
+            for (frame_offset, frame) in decoded.into_iter().rev() {
+                let seen = states.of(segment.partition_id, frame_offset);
+                if status.is_some_and(|wanted| wanted != seen.status) {
+                    continue;
+                }
+                messages.push(ListedMessage {
+                    status: seen.status,
+                    queue_status: seen.queue_status,
+                    bus: seen.bus,
+                    lease_expires_at: seen.lease_expires_at,
+                    ..frame
+                });
+            }
+        }
+        let has_queue_mode = states
+            .cursors
+            .values()
+            .flatten()
+            .any(|cursor| cursor.group == QUEUE_MODE_GROUP);
+        let mut named: Vec<&str> = states
+            .cursors
+            .values()
+            .flatten()
+            .filter(|cursor| cursor.group != QUEUE_MODE_GROUP)
+            .map(|cursor| cursor.group.as_str())
+            .collect();
+        named.sort_unstable();
+        named.dedup();
+        Ok(MessagePage {
+            messages: messages.into_iter().skip(offset).take(limit).collect(),
+            has_queue_mode,
+            bus_groups: named.len(),
+            truncated,
+        })
+    }
+
+    /// Find a message by partition and transaction id.
+    async fn locate(
+        &self,
+        client: &deadpool_postgres::Object,
+        partition_id: Uuid,
+        transaction_id: &str,
+    ) -> Result<Option<Located>, EngineError> {
+        let hash = queen_frame::txn_hash(transaction_id);
+        Ok(queen_sql::admin::locate_message(
+            &***client,
+            DEFAULT_TENANT,
+            partition_id,
+            &hash,
+            LOCATE_ROWS,
+        )
+        .await?)
+    }
+
+    /// One message with its payload opened, or `None`.
+    pub(crate) async fn message(
+        &self,
+        partition_id: Uuid,
+        transaction_id: &str,
+    ) -> Result<Option<MessageDetail>, EngineError> {
+        let client = self.client().await?;
+        let Some(located) = self.locate(&client, partition_id, transaction_id).await? else {
+            return Ok(None);
+        };
+        let row = match queen_sql::segments::fetch_segment(&**client, partition_id, located.offset)
+            .await
+        {
+            Ok(row) => row,
+            Err(queen_sql::SqlError::SegmentNotFound { .. }) => return Ok(None),
+            Err(error) => return Err(error.into()),
+        };
+        let states = States::from_rows(
+            queen_sql::admin::message_state(
+                &**client,
+                &[partition_id],
+                &[located.offset],
+                &[located.offset],
+            )
+            .await?,
+        );
+        let queue_config = queen_sql::admin::queue_config(&**client, located.queue_id).await?;
+        drop(client);
+        let segment = queen_frame::decompress(&row.blob)?;
+        let start = usize::try_from(located.offset - row.base_offset).unwrap_or(0);
+        let frames = segment.slice(start, 1)?;
+        let Some(frame) = frames.first() else {
+            return Ok(None);
+        };
+        let payload = if frame.encrypted {
+            self.key()
+                .and_then(|key| key.open(frame.payload).ok())
+                .map(Bytes::from)
+        } else {
+            Some(Bytes::copy_from_slice(frame.payload))
+        };
+        let seen = states.of(partition_id, located.offset);
+        let groups = states
+            .cursors
+            .get(&partition_id)
+            .map(|cursors| {
+                cursors
+                    .iter()
+                    .map(|cursor| GroupView {
+                        group: cursor.group.clone(),
+                        consumed: located.offset <= cursor.committed,
+                        leased: cursor.status_of(located.offset) == MessageStatus::Processing,
+                        committed: cursor.committed,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let message = ListedMessage {
+            id: Uuid::from_bytes(frame.message_id),
+            transaction_id: frame.transaction_id.to_owned(),
+            partition_id,
+            queue: located.queue,
+            partition: located.partition,
+            namespace: located.namespace,
+            task: located.task,
+            offset: located.offset,
+            trace_id: frame.trace_id.map(Uuid::from_bytes),
+            producer_sub: frame.producer_sub.map(str::to_owned),
+            created_at: row.created_at,
+            status: seen.status,
+            queue_status: seen.queue_status,
+            bus: seen.bus,
+            lease_expires_at: seen.lease_expires_at,
+        };
+        Ok(Some(MessageDetail {
+            dead_letter: states.dead.get(&(partition_id, located.offset)).cloned(),
+            encrypted: frame.encrypted,
+            payload,
+            groups,
+            queue_config,
+            message,
+        }))
+    }
+
+    /// Move a live message to `group`'s dead-letter queue: allowed for the
+    /// group's next message only, not leased by anyone else.
+    pub(crate) async fn move_to_dlq(
+        &self,
+        partition_id: Uuid,
+        transaction_id: &str,
+        group: &str,
+        error: &str,
+    ) -> Result<MovedToDlq, EngineError> {
+        let client = self.client().await?;
+        let Some(located) = self.locate(&client, partition_id, transaction_id).await? else {
+            return Ok(MovedToDlq::NotFound);
+        };
+        let states = States::from_rows(
+            queen_sql::admin::message_state(&**client, &[partition_id], &[0], &[0]).await?,
+        );
+        let Some(cursor) = states
+            .cursors
+            .get(&partition_id)
+            .and_then(|cursors| cursors.iter().find(|cursor| cursor.group == group))
+        else {
+            return Ok(MovedToDlq::NoCursor);
+        };
+        if cursor.committed + 1 != located.offset {
+            return Ok(MovedToDlq::NotNext {
+                next: cursor.committed + 1,
+                offset: located.offset,
+            });
+        }
+        let row = match queen_sql::segments::fetch_segment(&**client, partition_id, located.offset)
+            .await
+        {
+            Ok(row) => row,
+            Err(queen_sql::SqlError::SegmentNotFound { .. }) => return Ok(MovedToDlq::NotFound),
+            Err(error) => return Err(error.into()),
+        };
+        let segment = queen_frame::decompress(&row.blob)?;
+        let start = usize::try_from(located.offset - row.base_offset).unwrap_or(0);
+        let frames = segment.slice(start, 1)?;
+        let Some(frame) = frames.first() else {
+            return Ok(MovedToDlq::NotFound);
+        };
+        // A lease id nobody holds: the filing is refused if any consumer
+        // holds a live lease on the cursor now.
+        let filed = queen_sql::ack::dlq_head(
+            &**client,
+            &queen_sql::ack::DeadLetter {
+                partition_id,
+                group,
+                lease: Some(Uuid::new_v4()),
+                offset: located.offset,
+                message_id: Uuid::from_bytes(frame.message_id),
+                transaction_id: frame.transaction_id,
+                trace_id: frame.trace_id.map(Uuid::from_bytes),
+                producer_sub: frame.producer_sub,
+                payload: frame.payload,
+                encrypted: frame.encrypted,
+                created_at: row.created_at,
+                error,
+                retry_count: 0,
+            },
+        )
+        .await?;
+        Ok(if filed.applied {
+            MovedToDlq::Moved
+        } else {
+            MovedToDlq::Leased
+        })
+    }
+}
+
+/// The frames of `segment` with their offsets, as listed messages (status
+/// to be filled).
+fn decode(segment: &PageSegment) -> Result<Vec<(i64, ListedMessage)>, EngineError> {
+    let decoded = queen_frame::decompress(&segment.blob)?;
+    let mut out = Vec::new();
+    for (index, frame) in decoded.frames().enumerate() {
+        let frame = frame?;
+        let offset = segment.base_offset + i64::try_from(index).unwrap_or(i64::MAX);
+        out.push((
+            offset,
+            ListedMessage {
+                id: Uuid::from_bytes(frame.message_id),
+                transaction_id: frame.transaction_id.to_owned(),
+                partition_id: segment.partition_id,
+                queue: segment.queue.clone(),
+                partition: segment.partition.clone(),
+                namespace: segment.namespace.clone(),
+                task: segment.task.clone(),
+                offset,
+                trace_id: frame.trace_id.map(Uuid::from_bytes),
+                producer_sub: frame.producer_sub.map(str::to_owned),
+                created_at: segment.created_at,
+                status: MessageStatus::Pending,
+                queue_status: None,
+                bus: (0, 0),
+                lease_expires_at: None,
+            },
+        ));
+    }
+    Ok(out)
+}
