@@ -23,3 +23,4 @@ mod stats;
 mod streams;
 mod txn;
 mod upgrade;
+mod webapp;

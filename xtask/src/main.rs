@@ -72,6 +72,7 @@ pub(crate) fn workspace_root() -> PathBuf {
 fn ci() -> Result<(), String> {
     let started = Instant::now();
     ensure_postgres()?;
+    ensure_chromium()?;
     cargo(&["fmt", "--all", "--check"])?;
     // With the engine's `bench` feature, so its in-crate benches (and the
     // criterion target that needs them) are linted too.
@@ -104,11 +105,7 @@ fn ensure_postgres() -> Result<(), String> {
     if postgres_present() {
         return Ok(());
     }
-    let is_root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0");
-    if !is_root {
+    if !is_root() {
         return Err(
             "PostgreSQL server binaries (initdb, pg_ctl) not found on PATH or under \
              /usr/lib/postgresql/*/bin; install PostgreSQL (apt-get install postgresql)"
@@ -124,6 +121,54 @@ fn ensure_postgres() -> Result<(), String> {
         Ok(())
     } else {
         Err("PostgreSQL still missing after apt-get install".to_owned())
+    }
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
+}
+
+/// The status page test drives headless Chromium through ChromeDriver
+/// (`crates/queen-server/tests/it/page.rs`); install Debian's packages when
+/// they are missing and we may.
+fn ensure_chromium() -> Result<(), String> {
+    let present = || {
+        ["/usr/bin/chromium", "/usr/bin/chromedriver"]
+            .iter()
+            .all(|path| std::path::Path::new(path).is_file())
+    };
+    if present() {
+        return Ok(());
+    }
+    if !is_root() {
+        return Err(
+            "chromium and chromedriver not found (the status page test needs them):              apt-get install chromium chromium-driver"
+                .to_owned(),
+        );
+    }
+    eprintln!("xtask ci: Chromium missing, installing chromium and chromium-driver with apt-get");
+    let install = || {
+        run(Command::new("apt-get")
+            .args([
+                "install",
+                "-y",
+                "--no-install-recommends",
+                "chromium",
+                "chromium-driver",
+            ])
+            .env("DEBIAN_FRONTEND", "noninteractive"))
+    };
+    if install().is_err() {
+        run(Command::new("apt-get").arg("update"))?;
+        install()?;
+    }
+    if present() {
+        Ok(())
+    } else {
+        Err("chromium still missing after apt-get install".to_owned())
     }
 }
 

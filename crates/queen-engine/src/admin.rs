@@ -96,6 +96,7 @@ pub(crate) async fn read(
 ) -> Result<Option<Value>, EngineError> {
     use queen_sql::admin as sql;
     let client = pool.get().await.map_err(queen_sql::SqlError::from)?;
+    let started = std::time::Instant::now();
     let c = &**client;
     let t = DEFAULT_TENANT;
     let answer = match view {
@@ -134,5 +135,6 @@ pub(crate) async fn read(
             Some(sql::trace_names(c, t, limit, offset).await?)
         }
     };
+    crate::stats::warn_if_slow("admin view", started.elapsed());
     Ok(answer)
 }

@@ -202,8 +202,9 @@ impl Limiter {
     }
 
     /// Record one completion of `rtt` observed at `now`, with `in_flight`
-    /// permits out (including this one), and adjust the limit.
-    fn record(&self, state: &mut State, rtt: Duration, now: Instant) {
+    /// permits out (including this one), and adjust the limit. Answers the
+    /// new limit when it shrank (the caller logs it after the lock).
+    fn record(&self, state: &mut State, rtt: Duration, now: Instant) -> Option<usize> {
         while state
             .minima
             .front()
@@ -227,13 +228,13 @@ impl Limiter {
             .last_adjust
             .is_some_and(|at| now.duration_since(at) < ADJUST_EVERY)
         {
-            return;
+            return None;
         }
         let (Some((_, rtt_min)), Some(recent)) = (state.minima.front(), state.rtt_recent) else {
-            return;
+            return None;
         };
         if recent <= 0.0 {
-            return;
+            return None;
         }
         #[allow(clippy::cast_precision_loss)] // in_flight is at most `max`, a small number
         let queued = state.in_flight as f64 * (1.0 - rtt_min.as_secs_f64() / recent);
@@ -243,7 +244,9 @@ impl Limiter {
         } else if queued > self.config.beta && state.limit > self.config.min {
             state.limit -= 1;
             state.last_adjust = Some(now);
+            return Some(state.limit);
         }
+        None
     }
 
     /// Feed one completion without a permit (tests and replays).
@@ -252,7 +255,7 @@ impl Limiter {
         let mut state = self.state.lock();
         let held = state.in_flight;
         state.in_flight = in_flight;
-        self.record(&mut state, rtt, now);
+        let _ = self.record(&mut state, rtt, now);
         state.in_flight = held;
     }
 }
@@ -290,13 +293,26 @@ impl Permit {
         }
         self.done = true;
         let now = Instant::now();
-        {
+        let rtt = now.duration_since(self.started);
+        let shrunk = {
             let mut state = self.limiter.state.lock();
-            if sample {
-                let rtt = now.duration_since(self.started);
-                self.limiter.record(&mut state, rtt, now);
-            }
+            let shrunk = if sample {
+                self.limiter.record(&mut state, rtt, now)
+            } else {
+                None
+            };
             state.in_flight = state.in_flight.saturating_sub(1);
+            shrunk
+        };
+        if sample {
+            crate::stats::warn_if_slow("pop round trip", rtt);
+        }
+        if let Some(limit) = shrunk {
+            tracing::warn!(
+                limit,
+                rtt_ms = rtt.as_secs_f64() * 1000.0,
+                "pop round trips inflate: the serving limiter shrank"
+            );
         }
         // Wake every waiter: the limit may have grown by one as well.
         self.limiter.released.notify_waiters();

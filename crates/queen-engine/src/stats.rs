@@ -17,6 +17,21 @@ use std::time::Instant;
 use parking_lot::Mutex;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 
+/// A statement slower than this is logged as a warning.
+pub(crate) const SLOW_STATEMENT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Warn when `what` (a statement, or a round trip of them) took longer than
+/// [`SLOW_STATEMENT`].
+pub(crate) fn warn_if_slow(what: &'static str, elapsed: std::time::Duration) {
+    if elapsed > SLOW_STATEMENT {
+        tracing::warn!(
+            statement = what,
+            elapsed_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+            "slow statement"
+        );
+    }
+}
+
 /// Distinct queues one minute's counts can hold.
 pub const MAX_QUEUES_PER_MINUTE: usize = 10_000;
 

@@ -56,6 +56,10 @@ pub enum HttpError {
     #[error("{0}")]
     Conflict(String),
 
+    /// The request asks for something it may not have.
+    #[error("{0}")]
+    Forbidden(String),
+
     /// The engine failed.
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -103,7 +107,8 @@ impl HttpError {
             | HttpError::InvalidJson(_)
             | HttpError::Validation(_)
             | HttpError::NotFound(_)
-            | HttpError::Conflict(_) => response::error(self.status(), &self.to_string()),
+            | HttpError::Conflict(_)
+            | HttpError::Forbidden(_) => response::error(self.status(), &self.to_string()),
         }
     }
 
@@ -112,6 +117,7 @@ impl HttpError {
         match self {
             HttpError::RouteNotFound { .. } | HttpError::NotFound(_) => StatusCode::NOT_FOUND,
             HttpError::Conflict(_) => StatusCode::CONFLICT,
+            HttpError::Forbidden(_) => StatusCode::FORBIDDEN,
             HttpError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             HttpError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             HttpError::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,

@@ -26,10 +26,12 @@ mod query;
 mod response;
 mod routes;
 mod server;
+mod static_files;
 mod wire;
 
 pub use error::HttpError;
 pub use server::{serve, ServeOptions, WireDefaults};
+pub use static_files::{Webapp, MAX_FILE_BYTES};
 
 /// The 200 body of a pop, exactly as the broker sends it (public for the
 /// rendering bench and for embedders that serve pops themselves).

@@ -12,6 +12,8 @@ use prometheus_client::registry::Registry;
 
 /// The route label of a request no route matched.
 pub(crate) const UNMATCHED: &str = "unmatched";
+/// The route label of the dashboard's files and the built-in status page.
+pub(crate) const STATIC: &str = "static";
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {

@@ -16,7 +16,7 @@ use queen_engine::AdminView;
 
 use crate::error::HttpError;
 use crate::handlers;
-use crate::metrics::UNMATCHED;
+use crate::metrics::{STATIC, UNMATCHED};
 use crate::query;
 use crate::response::{self, Response};
 use crate::server::{App, Request};
@@ -265,8 +265,16 @@ pub(crate) async fn route_request(app: &App, req: Request) -> Response {
     let started = std::time::Instant::now();
     let method = req.method().clone();
     let (label, res) = route_labelled(app, req).await;
-    app.http_metrics
-        .observe(label, &method, res.status().as_u16(), started.elapsed());
+    let elapsed = started.elapsed();
+    let status = res.status().as_u16();
+    app.http_metrics.observe(label, &method, status, elapsed);
+    tracing::debug!(
+        method = %method,
+        route = label,
+        status,
+        elapsed_ms = elapsed.as_secs_f64() * 1000.0,
+        "request"
+    );
     res
 }
 
@@ -281,6 +289,13 @@ async fn route_labelled(app: &App, req: Request) -> (&'static str, Response) {
         return (UNMATCHED, response::empty(StatusCode::NO_CONTENT));
     }
     let Some((route, params)) = find(&method, &segments) else {
+        if method == Method::GET {
+            if let Some(res) =
+                crate::static_files::serve(app.webapp.as_ref(), &path, &segments).await
+            {
+                return (STATIC, res);
+            }
+        }
         let error = HttpError::RouteNotFound {
             method: method.to_string(),
             path,

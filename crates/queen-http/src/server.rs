@@ -39,6 +39,9 @@ pub struct ServeOptions {
     /// How long a whole request body may take to arrive
     /// (`QUEEN_BODY_TIMEOUT_MS`); past it, 408.
     pub body_timeout: Duration,
+    /// A Queen dashboard build to serve (`QUEEN_WEBAPP_DIR`); without one,
+    /// `GET /` is the built-in status page.
+    pub webapp: Option<crate::Webapp>,
 }
 
 impl Default for ServeOptions {
@@ -49,6 +52,7 @@ impl Default for ServeOptions {
             max_connections: 10_000,
             max_body_bytes_in_flight: 1 << 30,
             body_timeout: Duration::from_secs(30),
+            webapp: None,
         }
     }
 }
@@ -81,6 +85,8 @@ pub(crate) struct App {
     pub(crate) defaults: WireDefaults,
     /// Requests by route and status, for `/metrics`.
     pub(crate) http_metrics: crate::metrics::HttpMetrics,
+    /// The dashboard build, if any.
+    pub(crate) webapp: Option<crate::Webapp>,
 }
 
 /// Serve `listener` until `shutdown` resolves, then stop accepting, ask every
@@ -104,6 +110,7 @@ pub async fn serve(
         engine: Arc::clone(&engine),
         defaults: options.defaults.clone(),
         http_metrics: crate::metrics::HttpMetrics::default(),
+        webapp: options.webapp.clone(),
     });
     loop {
         tokio::select! {

@@ -195,6 +195,15 @@ pub(crate) struct Config {
     /// Log filter (tracing-subscriber EnvFilter syntax, e.g. info,queen_engine=debug).
     #[arg(long, env = "RUST_LOG", default_value = "info")]
     pub(crate) log: String,
+
+    /// Log line format: text (human-readable) or json (one object per line).
+    #[arg(long, env = "QUEEN_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    pub(crate) log_format: String,
+
+    /// A Queen dashboard build (the folder holding its index.html) to serve
+    /// at /; unset, / is the built-in status page.
+    #[arg(long, env = "QUEEN_WEBAPP_DIR")]
+    pub(crate) webapp_dir: Option<std::path::PathBuf>,
 }
 
 /// `1`/`true`/`on`/`yes` or `0`/`false`/`off`/`no`.

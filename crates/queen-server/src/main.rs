@@ -63,11 +63,17 @@ enum ServerError {
     },
     #[error("managed PostgreSQL task failed")]
     Join(#[from] tokio::task::JoinError),
+    #[error("cannot serve the dashboard folder {dir} (QUEEN_WEBAPP_DIR)")]
+    Webapp {
+        dir: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 fn main() -> ExitCode {
     let config = Config::parse();
-    init_tracing(&config.log);
+    init_tracing(&config.log, &config.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -92,6 +98,16 @@ async fn run(config: Config) -> Result<(), ServerError> {
     let mut signals = Signals::install()?.watch();
     // Settings are checked before anything touches PostgreSQL.
     let engine_config = engine_config(&config)?;
+    let webapp = config
+        .webapp_dir
+        .as_deref()
+        .map(|dir| {
+            queen_http::Webapp::open(dir).map_err(|source| ServerError::Webapp {
+                dir: dir.to_owned(),
+                source,
+            })
+        })
+        .transpose()?;
 
     let (db_config, mut cluster) = match config.database_source()? {
         DatabaseSource::External(db_config) => {
@@ -113,7 +129,7 @@ async fn run(config: Config) -> Result<(), ServerError> {
         }
     };
 
-    let served = serve(&config, engine_config, db_config, &mut signals).await;
+    let served = serve(&config, engine_config, webapp, db_config, &mut signals).await;
 
     if let Some(cluster) = cluster.as_mut() {
         tracing::info!("stopping managed PostgreSQL");
@@ -129,6 +145,7 @@ async fn run(config: Config) -> Result<(), ServerError> {
 async fn serve(
     config: &Config,
     engine_config: queen_engine::EngineConfig,
+    webapp: Option<queen_http::Webapp>,
     db_config: tokio_postgres::Config,
     signals: &mut ShutdownRequested,
 ) -> Result<(), ServerError> {
@@ -180,6 +197,7 @@ async fn serve(
             pop_timeout: Duration::from_millis(config.default_timeout),
             subscription_mode: config.default_subscription_mode.clone(),
         },
+        webapp,
     };
     queen_http::serve(listener, Arc::clone(&engine), options, signals.recv()).await;
     tracing::info!("closing the connection pool");
@@ -358,14 +376,21 @@ impl ShutdownRequested {
     }
 }
 
-fn init_tracing(filter: &str) {
+/// Log to stderr: human-readable lines, or one JSON object per line
+/// (`QUEEN_LOG_FORMAT=json`) for a log shipper.
+fn init_tracing(filter: &str, format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().flatten_event(true).init();
+    } else {
+        builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init();
+    }
 }
 
 fn hostname() -> String {

@@ -461,3 +461,51 @@ async fn root_in_an_unreachable_home_gets_a_reachable_default_data_dir() {
     let (status, log) = broker.terminate();
     assert!(status.success(), "{log}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs_are_one_object_per_line_with_a_request_line_and_no_payload() {
+    let scratch = scratch();
+    let db = TestDb::empty().await;
+    let url = db.url();
+    let broker = Broker::start(
+        scratch.path(),
+        &[
+            ("QUEEN_DATABASE_URL", &url),
+            ("QUEEN_LOG_FORMAT", "json"),
+            ("RUST_LOG", "info,queen_http=debug"),
+        ],
+    )
+    .await;
+    let secret = "payload-marker-7f3a";
+    let pushed = broker
+        .client
+        .post_json(
+            "/api/v1/push",
+            &serde_json::json!({"items": [{"queue": "logged", "payload": {"s": secret}}]}),
+        )
+        .await;
+    assert_eq!(pushed.status, 201);
+    let (status, log) = tokio::task::spawn_blocking(move || broker.terminate())
+        .await
+        .unwrap();
+    assert!(status.success(), "{log}");
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| {
+            serde_json::from_str(line).unwrap_or_else(|error| panic!("not JSON ({error}): {line}"))
+        })
+        .collect();
+    assert!(lines
+        .iter()
+        .any(|line| line["message"] == "queen is listening"));
+    let request = lines
+        .iter()
+        .find(|line| line["message"] == "request" && line["route"] == "/api/v1/push")
+        .unwrap_or_else(|| panic!("no request line for the push:\n{log}"));
+    assert_eq!(request["level"], "DEBUG");
+    assert_eq!(request["status"], 201);
+    assert_eq!(request["method"], "POST");
+    assert!(request["elapsed_ms"].is_number());
+    assert!(!log.contains(secret), "a payload reached the log");
+}

@@ -6,4 +6,5 @@ mod faults;
 mod harness;
 mod inspect;
 mod metrics;
+mod page;
 mod sdk;
