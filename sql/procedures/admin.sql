@@ -419,7 +419,8 @@ CREATE OR REPLACE FUNCTION queen.admin_queue_series(
     o_pop_requests bigint, o_popped bigint, o_pop_empty bigint, o_acked bigint,
     o_ack_failed bigint, o_dlq bigint, o_transactions bigint, o_parked bigint,
     o_lag_seconds_avg double precision, o_lag_seconds_max bigint, o_partitions bigint,
-    o_partitions_created bigint
+    o_partitions_created bigint, o_retention bigint, o_completed_retention bigint,
+    o_eviction bigint, o_partitions_deleted bigint
 )
 LANGUAGE plpgsql
 STABLE
@@ -432,7 +433,9 @@ BEGIN
            sum(s.ack_failed)::bigint, sum(s.dlq)::bigint, sum(s.transactions)::bigint,
            max(s.parked)::bigint,
            avg(s.lag_seconds)::double precision, max(s.lag_seconds)::bigint,
-           max(s.partitions)::bigint, max(s.partitions_created)::bigint
+           max(s.partitions)::bigint, max(s.partitions_created)::bigint,
+           sum(s.retention_msgs)::bigint, sum(s.completed_retention_msgs)::bigint,
+           sum(s.eviction_msgs)::bigint, sum(s.partitions_deleted)::bigint
       FROM queen.stats_queue_minute s
       LEFT JOIN queen.queues q ON q.tenant_id = s.tenant_id AND q.name = s.queue_name
      WHERE s.tenant_id = p_tenant AND s.bucket >= p_from AND s.bucket < p_to
@@ -750,8 +753,7 @@ END
 $$;
 
 -- queen.admin_queue_ops_v1: GET /api/v1/analytics/queue-ops, per (bucket,
--- queue). partitionsDeleted is 0 per queue: the cleanup counts only per
--- broker (analytics/retention).
+-- queue).
 CREATE OR REPLACE FUNCTION queen.admin_queue_ops_v1(
     p_tenant text, p_from timestamptz, p_to timestamptz, p_queue text
 ) RETURNS jsonb
@@ -773,7 +775,7 @@ BEGIN
                'ackMessages', a.o_acked, 'ackFailed', a.o_ack_failed, 'dlqCount', a.o_dlq,
                'transactions', a.o_transactions, 'parkedCount', a.o_parked,
                'partitionCount', a.o_partitions, 'partitionsCreated', a.o_partitions_created,
-               'partitionsDeleted', 0,
+               'partitionsDeleted', a.o_partitions_deleted,
                'avgLagMs', round(COALESCE(a.o_lag_seconds_avg, 0) * 1000),
                'maxLagMs', COALESCE(a.o_lag_seconds_max, 0) * 1000)
              ORDER BY a.o_bucket, a.o_queue), '[]'::jsonb)
@@ -812,11 +814,11 @@ END
 $$;
 
 -- queen.admin_retention_v1: GET /api/v1/analytics/retention, from the
--- broker rows (the sweeping broker counts what its passes removed).
--- completedRetentionMsgs is 0: a retention step reports the messages it
--- removed without splitting them by rule, so they are all retentionMsgs.
-CREATE OR REPLACE FUNCTION queen.admin_retention_v1(p_from timestamptz, p_to timestamptz)
-RETURNS jsonb
+-- queue rows (the sweeping broker counts what its passes removed of each
+-- queue), for the tenant's queues (p_queue: one of them).
+CREATE OR REPLACE FUNCTION queen.admin_retention_v1(
+    p_tenant text, p_from timestamptz, p_to timestamptz, p_queue text
+) RETURNS jsonb
 LANGUAGE plpgsql
 STABLE
 AS $$
@@ -827,20 +829,20 @@ DECLARE
 BEGIN
     SELECT COALESCE(jsonb_agg(jsonb_build_object(
                'bucket', queen.admin_iso(x.bucket), 'retentionMsgs', x.retention,
-               'completedRetentionMsgs', 0, 'evictionMsgs', x.eviction,
+               'completedRetentionMsgs', x.completed, 'evictionMsgs', x.eviction,
                'partitionsDeleted', x.deleted)
              ORDER BY x.bucket), '[]'::jsonb),
            jsonb_build_object('retentionMsgs', COALESCE(sum(x.retention), 0),
-                              'completedRetentionMsgs', 0,
+                              'completedRetentionMsgs', COALESCE(sum(x.completed), 0),
                               'evictionMsgs', COALESCE(sum(x.eviction), 0),
                               'partitionsDeleted', COALESCE(sum(x.deleted), 0),
-                              'eventCount', count(*) FILTER (WHERE x.retention + x.eviction + x.deleted > 0))
+                              'eventCount', count(*) FILTER (WHERE x.retention + x.completed + x.eviction + x.deleted > 0))
       INTO v_series, v_totals
-      FROM (SELECT queen.admin_bucket(s.bucket, v_minutes) AS bucket,
-                   sum(s.retention_msgs)::bigint AS retention, sum(s.eviction_msgs)::bigint AS eviction,
-                   sum(s.partitions_deleted)::bigint AS deleted
-              FROM queen.stats_broker_minute s
-             WHERE s.bucket >= p_from AND s.bucket < p_to
+      FROM (SELECT a.o_bucket AS bucket, sum(a.o_retention)::bigint AS retention,
+                   sum(a.o_completed_retention)::bigint AS completed,
+                   sum(a.o_eviction)::bigint AS eviction,
+                   sum(a.o_partitions_deleted)::bigint AS deleted
+              FROM queen.admin_queue_series(p_tenant, p_from, p_to, v_minutes, p_queue, NULL, NULL) a
              GROUP BY 1) AS x;
     RETURN jsonb_build_object('bucketMinutes', v_minutes, 'series', v_series, 'totals', v_totals);
 END

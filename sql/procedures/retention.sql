@@ -34,13 +34,13 @@
 -- conditions hold for a prefix (created_at and end_offset are monotone), so
 -- what goes is a prefix. Moves log_start and oldest_live_at. The caller
 -- holds the partition row's lock.
-CREATE OR REPLACE FUNCTION queen.log_drop_prefix_v1(
+CREATE OR REPLACE FUNCTION queen.log_drop_prefix_v2(
     p_pid          uuid,
     p_cut_time     timestamptz,
     p_cut_done     timestamptz,
     p_consumed     bigint,
     p_max_segments integer
-) RETURNS TABLE (o_segments integer, o_messages bigint, o_more boolean)
+) RETURNS TABLE (o_segments integer, o_messages bigint, o_more boolean, o_time_messages bigint)
 LANGUAGE plpgsql
 VOLATILE
 AS $$
@@ -63,10 +63,11 @@ BEGIN
            AND s.base_offset = head.base_offset
            AND (s.created_at < p_cut_time
                 OR (s.created_at < p_cut_done AND s.end_offset <= p_consumed))
-        RETURNING s.end_offset, s.msg_count
+        RETURNING s.end_offset, s.msg_count, s.created_at < p_cut_time AS by_time
     )
-    SELECT max(gone.end_offset), count(*), coalesce(sum(gone.msg_count), 0)
-      INTO v_gone_end, o_segments, o_messages
+    SELECT max(gone.end_offset), count(*), coalesce(sum(gone.msg_count), 0),
+           coalesce(sum(gone.msg_count) FILTER (WHERE gone.by_time), 0)
+      INTO v_gone_end, o_segments, o_messages, o_time_messages
       FROM gone;
     o_more := o_segments >= p_max_segments;
     IF o_segments > 0 THEN
@@ -81,6 +82,24 @@ BEGIN
          WHERE p.id = p_pid;
     END IF;
     RETURN NEXT;
+END;
+$$;
+
+-- v1: v2 without the split by rule, for brokers of the previous version.
+CREATE OR REPLACE FUNCTION queen.log_drop_prefix_v1(
+    p_pid          uuid,
+    p_cut_time     timestamptz,
+    p_cut_done     timestamptz,
+    p_consumed     bigint,
+    p_max_segments integer
+) RETURNS TABLE (o_segments integer, o_messages bigint, o_more boolean)
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT d.o_segments, d.o_messages, d.o_more
+      FROM queen.log_drop_prefix_v2(p_pid, p_cut_time, p_cut_done, p_consumed, p_max_segments) d;
 END;
 $$;
 
@@ -134,7 +153,7 @@ BEGIN
 END;
 $$;
 
-CREATE OR REPLACE FUNCTION queen.log_retention_step_v1(
+CREATE OR REPLACE FUNCTION queen.log_retention_step_v2(
     p_max_partitions integer,
     p_max_segments   integer
 ) RETURNS TABLE (
@@ -143,7 +162,8 @@ CREATE OR REPLACE FUNCTION queen.log_retention_step_v1(
     o_segments        integer,
     o_messages        bigint,
     o_txn_rows        integer,
-    o_more            boolean
+    o_more            boolean,
+    o_by_queue        jsonb
 )
 LANGUAGE plpgsql
 VOLATILE
@@ -160,9 +180,11 @@ DECLARE
     v_gone_msgs bigint;
     v_more      boolean;
     v_purged    integer := 0;
+    v_by_time   bigint;
+    v_name      text;
 BEGIN
     o_skipped := false; o_partitions := 0; o_segments := 0; o_messages := 0;
-    o_txn_rows := 0; o_more := false;
+    o_txn_rows := 0; o_more := false; o_by_queue := '{}'::jsonb;
     IF NOT pg_try_advisory_xact_lock(c_lock) THEN
         o_skipped := true;
         RETURN NEXT;
@@ -171,7 +193,8 @@ BEGIN
 
     -- 1. Segments.
     FOR v_part IN
-        SELECT p.id, p.queue_id, q.retention_seconds, q.completed_retention_seconds
+        SELECT p.id, p.queue_id, q.name AS queue_name, q.retention_seconds,
+               q.completed_retention_seconds
           FROM queen.queues q
           CROSS JOIN LATERAL (
               SELECT p.id, p.queue_id
@@ -218,12 +241,19 @@ BEGIN
                 v_consumed := NULL;
             END IF;
         END IF;
-        SELECT d.o_segments, d.o_messages, d.o_more INTO v_gone_n, v_gone_msgs, v_more
-          FROM queen.log_drop_prefix_v1(v_part.id, v_cut_time, v_cut_done, v_consumed,
+        SELECT d.o_segments, d.o_messages, d.o_more, d.o_time_messages
+          INTO v_gone_n, v_gone_msgs, v_more, v_by_time
+          FROM queen.log_drop_prefix_v2(v_part.id, v_cut_time, v_cut_done, v_consumed,
                                         p_max_segments) d;
         IF v_gone_n = 0 THEN
             CONTINUE;
         END IF;
+        -- Per queue: [messages past retentionSeconds, messages consumed and
+        -- past completedRetentionSeconds].
+        v_name := v_part.queue_name;
+        o_by_queue := o_by_queue || jsonb_build_object(v_name, jsonb_build_array(
+            COALESCE((o_by_queue -> v_name ->> 0)::bigint, 0) + v_by_time,
+            COALESCE((o_by_queue -> v_name ->> 1)::bigint, 0) + v_gone_msgs - v_by_time));
         o_more := o_more OR v_more;
         o_partitions := o_partitions + 1;
         -- A full list of partitions with work done: there may be more.
@@ -271,12 +301,34 @@ BEGIN
 END;
 $$;
 
+-- v1: v2 without the per-queue counts, for brokers of the previous version.
+CREATE OR REPLACE FUNCTION queen.log_retention_step_v1(
+    p_max_partitions integer,
+    p_max_segments   integer
+) RETURNS TABLE (
+    o_skipped         boolean,
+    o_partitions      integer,
+    o_segments        integer,
+    o_messages        bigint,
+    o_txn_rows        integer,
+    o_more            boolean
+)
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT r.o_skipped, r.o_partitions, r.o_segments, r.o_messages, r.o_txn_rows, r.o_more
+      FROM queen.log_retention_step_v2(p_max_partitions, p_max_segments) r;
+END;
+$$;
+
 -- The eviction loop's one step (EVICTION_INTERVAL): queue option
 -- maxWaitTimeSeconds removes the messages no group consumed within that
 -- many seconds, whatever retentionEnabled says. Same work-list, bounds,
 -- row locks and prefix rule as the retention step; its own advisory lock
 -- ("QUEENEVI"), so one session evicts at a time.
-CREATE OR REPLACE FUNCTION queen.log_eviction_step_v1(
+CREATE OR REPLACE FUNCTION queen.log_eviction_step_v2(
     p_max_partitions integer,
     p_max_segments   integer
 ) RETURNS TABLE (
@@ -284,7 +336,8 @@ CREATE OR REPLACE FUNCTION queen.log_eviction_step_v1(
     o_partitions integer,
     o_segments   integer,
     o_messages   bigint,
-    o_more       boolean
+    o_more       boolean,
+    o_by_queue   jsonb
 )
 LANGUAGE plpgsql
 VOLATILE
@@ -296,13 +349,15 @@ DECLARE
     v_drop record;
 BEGIN
     o_skipped := false; o_partitions := 0; o_segments := 0; o_messages := 0; o_more := false;
+    o_by_queue := '{}'::jsonb;
     IF NOT pg_try_advisory_xact_lock(c_lock) THEN
         o_skipped := true;
         RETURN NEXT;
         RETURN;
     END IF;
     FOR v_part IN
-        SELECT p.id, v_now - make_interval(secs => q.max_wait_time_seconds) AS cutoff
+        SELECT p.id, q.name AS queue_name,
+               v_now - make_interval(secs => q.max_wait_time_seconds) AS cutoff
           FROM queen.queues q
           CROSS JOIN LATERAL (
               SELECT p.id
@@ -320,9 +375,11 @@ BEGIN
             CONTINUE;
         END IF;
         SELECT * INTO v_drop
-          FROM queen.log_drop_prefix_v1(v_part.id, v_part.cutoff, '-infinity', NULL,
+          FROM queen.log_drop_prefix_v2(v_part.id, v_part.cutoff, '-infinity', NULL,
                                         p_max_segments);
         IF v_drop.o_segments > 0 THEN
+            o_by_queue := o_by_queue || jsonb_build_object(v_part.queue_name,
+                COALESCE((o_by_queue ->> v_part.queue_name)::bigint, 0) + v_drop.o_messages);
             o_partitions := o_partitions + 1;
             o_segments := o_segments + v_drop.o_segments;
             o_messages := o_messages + v_drop.o_messages;
@@ -330,6 +387,27 @@ BEGIN
         END IF;
     END LOOP;
     RETURN NEXT;
+END;
+$$;
+
+-- v1: v2 without the per-queue counts, for brokers of the previous version.
+CREATE OR REPLACE FUNCTION queen.log_eviction_step_v1(
+    p_max_partitions integer,
+    p_max_segments   integer
+) RETURNS TABLE (
+    o_skipped    boolean,
+    o_partitions integer,
+    o_segments   integer,
+    o_messages   bigint,
+    o_more       boolean
+)
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT e.o_skipped, e.o_partitions, e.o_segments, e.o_messages, e.o_more
+      FROM queen.log_eviction_step_v2(p_max_partitions, p_max_segments) e;
 END;
 $$;
 
@@ -359,22 +437,23 @@ $$;
 -- key), then the row, whose cascade takes the cursors. A push that was
 -- waiting for the row lock finds no row once this commits and creates the
 -- partition again, under a new id.
-CREATE OR REPLACE FUNCTION queen.log_partition_cleanup_step_v1(
+CREATE OR REPLACE FUNCTION queen.log_partition_cleanup_step_v2(
     p_idle_seconds   integer,
     p_max_partitions integer
-) RETURNS integer
+) RETURNS TABLE (o_removed integer, o_by_queue jsonb)
 LANGUAGE plpgsql
 VOLATILE
 AS $$
 DECLARE
     v_cutoff  timestamptz := clock_timestamp() - make_interval(secs => p_idle_seconds);
     v_part    record;
-    v_removed integer := 0;
     v_cursors bigint;
     v_locked  bigint;
 BEGIN
+    o_removed := 0;
+    o_by_queue := '{}'::jsonb;
     FOR v_part IN
-        SELECT p.id
+        SELECT p.id, q.name AS queue_name
           FROM queen.queues q
           CROSS JOIN LATERAL (
               SELECT p.id
@@ -405,8 +484,24 @@ BEGIN
         END IF;
         DELETE FROM queen.log_txns t WHERE t.partition_id = v_part.id;
         DELETE FROM queen.log_partitions p WHERE p.id = v_part.id;
-        v_removed := v_removed + 1;
+        o_removed := o_removed + 1;
+        o_by_queue := o_by_queue || jsonb_build_object(v_part.queue_name,
+            COALESCE((o_by_queue ->> v_part.queue_name)::integer, 0) + 1);
     END LOOP;
-    RETURN v_removed;
+    RETURN NEXT;
+END;
+$$;
+
+-- v1: the count alone, for brokers of the previous version.
+CREATE OR REPLACE FUNCTION queen.log_partition_cleanup_step_v1(
+    p_idle_seconds   integer,
+    p_max_partitions integer
+) RETURNS integer
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+BEGIN
+    RETURN (SELECT c.o_removed
+              FROM queen.log_partition_cleanup_step_v2(p_idle_seconds, p_max_partitions) c);
 END;
 $$;

@@ -46,7 +46,7 @@ $$;
 --             (hostname, port, pid, cpu_user_us, ...); missing keys are 0
 --   p_queues  an array of objects: queue_name and the stats_queue_minute
 --             counters (push_requests, pushed, ..., parked, lag_messages,
---             lag_seconds)
+--             lag_seconds, retention_msgs, ..., partitions_deleted)
 -- A queue row also records the queue's partition count and how many of its
 -- partitions were created in the minute (read here, one pass over each named
 -- queue's partitions). Rows of the same (bucket, broker) add up.
@@ -116,17 +116,22 @@ BEGIN
     INSERT INTO queen.stats_queue_minute AS s (
         bucket, broker, tenant_id, queue_name, push_requests, pushed, pop_requests, popped,
         pop_empty, acked, ack_failed, dlq, transactions, parked, lag_messages, lag_seconds,
-        partitions, partitions_created)
+        partitions, partitions_created, retention_msgs, completed_retention_msgs, eviction_msgs,
+        partitions_deleted)
     SELECT p_bucket, p_broker_id, p_tenant, r.queue_name,
            COALESCE(r.push_requests, 0), COALESCE(r.pushed, 0), COALESCE(r.pop_requests, 0),
            COALESCE(r.popped, 0), COALESCE(r.pop_empty, 0), COALESCE(r.acked, 0),
            COALESCE(r.ack_failed, 0), COALESCE(r.dlq, 0), COALESCE(r.transactions, 0),
            COALESCE(r.parked, 0), COALESCE(r.lag_messages, 0), COALESCE(r.lag_seconds, 0),
-           COALESCE(pc.partitions, 0), COALESCE(pc.created, 0)
+           COALESCE(pc.partitions, 0), COALESCE(pc.created, 0),
+           COALESCE(r.retention_msgs, 0), COALESCE(r.completed_retention_msgs, 0),
+           COALESCE(r.eviction_msgs, 0), COALESCE(r.partitions_deleted, 0)
       FROM jsonb_to_recordset(p_queues) AS r (
                queue_name text, push_requests bigint, pushed bigint, pop_requests bigint,
                popped bigint, pop_empty bigint, acked bigint, ack_failed bigint, dlq bigint,
-               transactions bigint, parked integer, lag_messages bigint, lag_seconds bigint)
+               transactions bigint, parked integer, lag_messages bigint, lag_seconds bigint,
+               retention_msgs bigint, completed_retention_msgs bigint, eviction_msgs bigint,
+               partitions_deleted bigint)
       LEFT JOIN LATERAL (
           SELECT count(*)::integer AS partitions,
                  (count(*) FILTER (WHERE p.created_at >= p_bucket
@@ -150,7 +155,11 @@ BEGIN
         lag_messages = EXCLUDED.lag_messages,
         lag_seconds = EXCLUDED.lag_seconds,
         partitions = EXCLUDED.partitions,
-        partitions_created = greatest(s.partitions_created, EXCLUDED.partitions_created);
+        partitions_created = greatest(s.partitions_created, EXCLUDED.partitions_created),
+        retention_msgs = s.retention_msgs + EXCLUDED.retention_msgs,
+        completed_retention_msgs = s.completed_retention_msgs + EXCLUDED.completed_retention_msgs,
+        eviction_msgs = s.eviction_msgs + EXCLUDED.eviction_msgs,
+        partitions_deleted = s.partitions_deleted + EXCLUDED.partitions_deleted;
     GET DIAGNOSTICS v_rows = ROW_COUNT;
     RETURN v_rows;
 END

@@ -32,6 +32,11 @@ CREATE TABLE IF NOT EXISTS queen.stats_queue_minute (
     lag_seconds       bigint      NOT NULL DEFAULT 0,
     partitions        integer     NOT NULL DEFAULT 0,
     partitions_created integer    NOT NULL DEFAULT 0,
+    -- What this broker's retention and eviction passes removed of the queue.
+    retention_msgs    bigint      NOT NULL DEFAULT 0,
+    completed_retention_msgs bigint NOT NULL DEFAULT 0,
+    eviction_msgs     bigint      NOT NULL DEFAULT 0,
+    partitions_deleted bigint     NOT NULL DEFAULT 0,
     PRIMARY KEY (bucket, broker, tenant_id, queue_name)
 );
 

@@ -219,3 +219,152 @@ async fn the_writer_runs_by_itself_and_retention_purges_old_rows() {
     assert!(kept >= 1, "fresh rows stay");
     broker.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parked_consumers_are_sampled_per_queue_when_the_minute_is_written() {
+    let broker = TestBroker::start_with(manual()).await;
+    push(&broker, "parkq", "p", &[json!(1)]).await;
+    // Drain it, then park two long-polls on the empty queue.
+    let popped = pop(&broker, "/api/v1/pop/queue/parkq?autoAck=true")
+        .await
+        .unwrap();
+    assert_eq!(popped["messages"].as_array().unwrap().len(), 1);
+    let mut parked = Vec::new();
+    for _ in 0..2 {
+        let client = broker.client.clone();
+        parked.push(tokio::spawn(async move {
+            client
+                .get("/api/v1/pop/queue/parkq?wait=true&timeout=3000&autoAck=true")
+                .await
+                .status
+        }));
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while broker.engine.process_metrics().parked_total() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the pops never parked"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    broker.engine.write_stats().await.unwrap();
+    let db = broker.db.client().await;
+    let row = db
+        .query_one(
+            "SELECT parked FROM queen.stats_queue_minute WHERE queue_name = 'parkq'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i32>(0), 2);
+    let reply = broker
+        .client
+        .get("/api/v1/analytics/queue-parked-replicas?queue=parkq")
+        .await;
+    let series = reply.json()["series"].clone();
+    assert_eq!(series[0]["parkedCount"], 2, "{series}");
+    assert_eq!(series[0]["hostname"], "stats-host");
+    for pop in parked {
+        assert_eq!(pop.await.unwrap(), 204);
+    }
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_eviction_and_cleanup_are_counted_per_queue() {
+    let broker = TestBroker::start_with(EngineConfig {
+        partition_idle: Some(std::time::Duration::from_secs(3600)),
+        ..manual()
+    })
+    .await;
+    // by_time: 2 messages past retentionSeconds; done: 1 consumed message
+    // past completedRetentionSeconds (and 1 unconsumed that stays); evict: 2
+    // messages past maxWaitTimeSeconds; empty: an idle empty partition.
+    configure(
+        &broker,
+        "by-time",
+        json!({"retentionEnabled": true, "retentionSeconds": 60}),
+    )
+    .await;
+    configure(
+        &broker,
+        "done",
+        json!({"retentionEnabled": true, "completedRetentionSeconds": 60}),
+    )
+    .await;
+    configure(&broker, "evict", json!({"maxWaitTimeSeconds": 60})).await;
+    push(&broker, "by-time", "p", &[json!(1)]).await;
+    push(&broker, "by-time", "p", &[json!(2)]).await;
+    push(&broker, "done", "p", &[json!(1)]).await;
+    push(&broker, "done", "p", &[json!(2)]).await;
+    let popped = pop(&broker, "/api/v1/pop/queue/done?batch=1&autoAck=true")
+        .await
+        .unwrap();
+    assert_eq!(popped["messages"].as_array().unwrap().len(), 1);
+    push(&broker, "evict", "p", &[json!(1), json!(2)]).await;
+    let db = broker.db.client().await;
+    db.batch_execute(
+        "UPDATE queen.log_segments SET created_at = created_at - interval '2 hours';
+         UPDATE queen.log_partitions SET oldest_live_at = oldest_live_at - interval '2 hours',
+                                         last_write_at = last_write_at - interval '2 hours';",
+    )
+    .await
+    .unwrap();
+    let retained = broker.engine.retention_pass().await.unwrap();
+    assert_eq!(retained.messages, 3, "{retained:?}");
+    let evicted = broker.engine.eviction_pass().await.unwrap();
+    assert_eq!(evicted.evicted_messages, 2, "{evicted:?}");
+    broker.engine.write_stats().await.unwrap();
+    let rows = db
+        .query(
+            "SELECT queue_name, retention_msgs, completed_retention_msgs, eviction_msgs, \
+                    partitions_deleted \
+               FROM queen.stats_queue_minute ORDER BY queue_name",
+            &[],
+        )
+        .await
+        .unwrap();
+    let counts: std::collections::HashMap<String, [i64; 4]> = rows
+        .iter()
+        .map(|row| {
+            (
+                row.get::<_, String>(0),
+                [row.get(1), row.get(2), row.get(3), row.get(4)],
+            )
+        })
+        .collect();
+    assert_eq!(counts["by-time"][..3], [2, 0, 0]);
+    assert_eq!(counts["done"][..3], [0, 1, 0]);
+    assert_eq!(counts["evict"][..3], [0, 0, 2]);
+    // The Default partitions configure created are empty and idle: removed.
+    let deleted: i64 = counts.values().map(|c| c[3]).sum();
+    assert_eq!(deleted, i64::try_from(retained.partitions_removed).unwrap());
+    assert!(deleted >= 3, "{counts:?}");
+
+    let view = broker
+        .client
+        .get("/api/v1/analytics/retention")
+        .await
+        .json();
+    assert_eq!(view["totals"]["retentionMsgs"], 2);
+    assert_eq!(view["totals"]["completedRetentionMsgs"], 1);
+    assert_eq!(view["totals"]["evictionMsgs"], 2);
+    assert_eq!(view["totals"]["partitionsDeleted"], deleted);
+    let by_queue = broker
+        .client
+        .get("/api/v1/analytics/retention?queue=done")
+        .await
+        .json();
+    assert_eq!(by_queue["totals"]["completedRetentionMsgs"], 1);
+    assert_eq!(by_queue["totals"]["retentionMsgs"], 0);
+    let ops = broker
+        .client
+        .get("/api/v1/analytics/queue-ops?queue=evict")
+        .await
+        .json();
+    assert!(
+        ops["series"][0]["partitionsDeleted"].as_i64().unwrap() >= 1,
+        "{ops}"
+    );
+    broker.stop().await;
+}

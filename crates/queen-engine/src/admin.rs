@@ -120,7 +120,7 @@ pub(crate) async fn read(
         }
         AdminView::WorkerMetrics(range) => Some(sql::worker_metrics(c, &range).await?),
         AdminView::QueueSeries(kind, range) => Some(sql::queue_series(c, t, kind, &range).await?),
-        AdminView::Retention(range) => Some(sql::retention(c, &range).await?),
+        AdminView::Retention(range) => Some(sql::retention(c, t, &range).await?),
         AdminView::PostgresStats => Some(sql::postgres_stats(c).await?),
         AdminView::MessageTraces {
             partition_id,

@@ -201,6 +201,7 @@ impl Engine {
             config.eviction_interval,
             config.partition_idle,
             config.stats_retention,
+            Arc::clone(&stats),
         );
         Engine {
             cluster: ClusterCache::default(),

@@ -89,6 +89,8 @@ pub(crate) struct Retention {
     partition_idle: Option<Duration>,
     /// Age past which statistics rows are purged.
     stats_retention: Duration,
+    /// Where per-queue removals are counted for the statistics rows.
+    stats: Arc<crate::stats::Stats>,
     counters: Arc<Counters>,
     stop: watch::Sender<bool>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
@@ -104,6 +106,7 @@ impl Retention {
         eviction: Option<Duration>,
         partition_idle: Option<Duration>,
         stats_retention: Duration,
+        stats: Arc<crate::stats::Stats>,
     ) -> Retention {
         let counters = Arc::new(Counters::default());
         let (stop, stopped) = watch::channel(false);
@@ -123,6 +126,7 @@ impl Retention {
             Some(tokio::spawn(run(
                 pool.clone(),
                 Arc::clone(&counters),
+                Arc::clone(&stats),
                 sweep,
                 interval,
                 stopped.clone(),
@@ -133,6 +137,7 @@ impl Retention {
             pool,
             partition_idle,
             stats_retention,
+            stats,
             counters,
             stop,
             tasks: Mutex::new(tasks),
@@ -145,12 +150,12 @@ impl Retention {
             partition_idle: self.partition_idle,
             stats_retention: self.stats_retention,
         };
-        pass(&self.pool, &self.counters, sweep).await
+        pass(&self.pool, &self.counters, &self.stats, sweep).await
     }
 
     /// Run one eviction pass now.
     pub(crate) async fn evict(&self) -> Result<RetentionStats, EngineError> {
-        pass(&self.pool, &self.counters, Sweep::Eviction).await
+        pass(&self.pool, &self.counters, &self.stats, Sweep::Eviction).await
     }
 
     /// What retention removed since start.
@@ -172,6 +177,7 @@ impl Retention {
 async fn run(
     pool: deadpool_postgres::Pool,
     counters: Arc<Counters>,
+    stats: Arc<crate::stats::Stats>,
     sweep: Sweep,
     interval: Duration,
     mut stopped: watch::Receiver<bool>,
@@ -184,7 +190,7 @@ async fn run(
             _ = ticker.tick() => {}
             _ = stopped.changed() => return,
         }
-        if let Err(error) = pass(&pool, &counters, sweep).await {
+        if let Err(error) = pass(&pool, &counters, &stats, sweep).await {
             if error.is_transient() {
                 tracing::debug!(error = %crate::error_chain(&error), ?sweep, "pass failed");
             } else {
@@ -200,6 +206,7 @@ async fn run(
 async fn pass(
     pool: &deadpool_postgres::Pool,
     counters: &Counters,
+    stats: &crate::stats::Stats,
     sweep: Sweep,
 ) -> Result<RetentionStats, EngineError> {
     counters.lock().passes += 1;
@@ -217,6 +224,9 @@ async fn pass(
                     MAX_SEGMENTS_PER_STEP,
                 )
                 .await?;
+                for (queue, by_time, completed) in &step.by_queue {
+                    stats.retained(queue, *by_time, *completed);
+                }
                 let removed = RetentionStats {
                     segments: u64::from(step.segments),
                     messages: step.messages,
@@ -232,6 +242,9 @@ async fn pass(
                     MAX_SEGMENTS_PER_STEP,
                 )
                 .await?;
+                for (queue, messages) in &step.by_queue {
+                    stats.evicted(queue, *messages);
+                }
                 let removed = RetentionStats {
                     evicted_segments: u64::from(step.segments),
                     evicted_messages: step.messages,
@@ -269,8 +282,11 @@ async fn pass(
         let idle = i32::try_from(idle.as_secs()).unwrap_or(i32::MAX);
         let gone =
             queen_sql::retention::cleanup_step(&**client, idle, MAX_PARTITIONS_PER_STEP).await?;
+        for (queue, partitions) in &gone.by_queue {
+            stats.partitions_removed(queue, *partitions);
+        }
         let step = RetentionStats {
-            partitions_removed: u64::from(gone),
+            partitions_removed: u64::from(gone.removed),
             ..RetentionStats::default()
         };
         counters.lock().add(&step);

@@ -105,6 +105,16 @@ pub struct QueueMinute {
     pub dlq: u64,
     /// Transactions that touched the queue.
     pub transactions: u64,
+    /// Messages retention removed past `retentionSeconds` (this broker's
+    /// sweeps).
+    pub retention_msgs: u64,
+    /// Messages retention removed consumed and past
+    /// `completedRetentionSeconds`.
+    pub completed_retention_msgs: u64,
+    /// Messages eviction removed (`maxWaitTimeSeconds`).
+    pub eviction_msgs: u64,
+    /// Empty idle partitions removed.
+    pub partitions_deleted: u64,
 }
 
 /// The most pops a queue had parked at once during the minute is not kept;
@@ -242,6 +252,24 @@ impl Stats {
         }
     }
 
+    /// What one retention step removed of `queue`.
+    pub(crate) fn retained(&self, queue: &str, by_time: u64, completed: u64) {
+        self.queue(queue, |counts| {
+            counts.retention_msgs += by_time;
+            counts.completed_retention_msgs += completed;
+        });
+    }
+
+    /// What one eviction step removed of `queue`.
+    pub(crate) fn evicted(&self, queue: &str, messages: u64) {
+        self.queue(queue, |counts| counts.eviction_msgs += messages);
+    }
+
+    /// Partitions of `queue` one cleanup step removed.
+    pub(crate) fn partitions_removed(&self, queue: &str, partitions: u64) {
+        self.queue(queue, |counts| counts.partitions_deleted += partitions);
+    }
+
     /// A request failed on the database.
     pub(crate) fn db_error(&self) {
         add(&self.totals.db_errors, 1);
@@ -306,6 +334,10 @@ impl Stats {
                 counts.ack_failed += old.ack_failed;
                 counts.dlq += old.dlq;
                 counts.transactions += old.transactions;
+                counts.retention_msgs += old.retention_msgs;
+                counts.completed_retention_msgs += old.completed_retention_msgs;
+                counts.eviction_msgs += old.eviction_msgs;
+                counts.partitions_deleted += old.partitions_deleted;
             });
         }
     }

@@ -141,6 +141,10 @@ pub(crate) fn rows(state: &WriterState, minute: &Minute<'_>) -> (Value, Value) {
                 ("ack_failed", counts.ack_failed),
                 ("dlq", counts.dlq),
                 ("transactions", counts.transactions),
+                ("retention_msgs", counts.retention_msgs),
+                ("completed_retention_msgs", counts.completed_retention_msgs),
+                ("eviction_msgs", counts.eviction_msgs),
+                ("partitions_deleted", counts.partitions_deleted),
             ] {
                 row.insert(key.into(), json!(value));
             }

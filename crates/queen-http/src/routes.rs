@@ -227,7 +227,7 @@ pub(crate) static ROUTES: &[Route] = &[
     route(Method::GET, "/api/v1/analytics/queue-lag", E::Analytics(A::QueueLag), ReadOnly, true),
     route(Method::GET, "/api/v1/analytics/queue-ops", E::Analytics(A::QueueOps), ReadOnly, true),
     route(Method::GET, "/api/v1/analytics/queue-parked-replicas", E::Analytics(A::QueueParked), ReadOnly, true),
-    route(Method::GET, "/api/v1/analytics/retention", E::Analytics(A::Retention), ReadOnly, false),
+    route(Method::GET, "/api/v1/analytics/retention", E::Analytics(A::Retention), ReadOnly, true),
     route(Method::GET, "/api/v1/analytics/postgres-stats", E::Analytics(A::PostgresStats), ReadOnly, false),
     route(Method::GET, "/api/v1/traces/names", E::TraceNames, ReadOnly, true),
     route(Method::GET, "/api/v1/traces/by-name/:trace_name", E::TracesByName, ReadOnly, true),
@@ -649,8 +649,8 @@ mod tests {
         assert_eq!(access(Method::GET, "/metrics"), Public);
         assert_eq!(access(Method::GET, "/metrics/prometheus"), Public);
         // Only health, the cluster-wide maintenance switches, the broker's
-        // spool, the brokers' own statistics (system, worker and retention
-        // series, PostgreSQL's figures) and the metrics (the scrape of one
+        // spool, the brokers' own statistics (system and worker series,
+        // PostgreSQL's figures) and the metrics (the scrape of one
         // process: the security issue decides what of the cluster series a
         // tenant sees) are not tenant data.
         let untenanted: Vec<Endpoint> = ROUTES
@@ -669,7 +669,6 @@ mod tests {
                 E::SetPopMaintenance,
                 E::Analytics(A::SystemMetrics),
                 E::Analytics(A::WorkerMetrics),
-                E::Analytics(A::Retention),
                 E::Analytics(A::PostgresStats),
                 E::Metrics,
                 E::MetricsPrometheus,

@@ -251,13 +251,19 @@ pub enum QueueSeries {
 }
 
 /// `GET /analytics/retention` (`admin_retention_v1`).
-pub async fn retention(client: &impl GenericClient, range: &Range<'_>) -> Result<Value, SqlError> {
+pub async fn retention(
+    client: &impl GenericClient,
+    tenant: &str,
+    range: &Range<'_>,
+) -> Result<Value, SqlError> {
     always(
         client,
-        "SELECT queen.admin_retention_v1($1, $2)",
+        "SELECT queen.admin_retention_v1($1, $2, $3, $4)",
         &[
+            (&tenant, Type::TEXT),
             (&range.from, Type::TIMESTAMPTZ),
             (&range.to, Type::TIMESTAMPTZ),
+            (&range.queue, Type::TEXT),
         ],
     )
     .await

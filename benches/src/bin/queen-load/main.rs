@@ -20,7 +20,9 @@
 //! - `soak` (`soak.rs`, not part of `all`): minutes of pushes and consumes
 //!   with retention sweeping every few seconds, sampling the storage sizes;
 //! - `streams` (`streams.rs`, not part of `all`): stream cycles per second
-//!   with 1, 10 and 100 state ops per cycle.
+//!   with 1, 10 and 100 state ops per cycle;
+//! - `observe` (`observe.rs`, not part of `all`): push throughput with and
+//!   without statistics rows and a scrape every second.
 //!
 //! Shared pieces: `env.rs` (cluster and broker lifecycle), `http.rs` (one
 //! keep-alive connection), `payload.rs` (request bodies), `matrix.rs` (the
@@ -38,6 +40,7 @@ mod error;
 mod http;
 mod latency;
 mod matrix;
+mod observe;
 mod payload;
 mod pop;
 mod push;
@@ -85,6 +88,9 @@ enum Command {
     /// Stream cycles per second with 1, 10 and 100 state ops per cycle (not
     /// in `all`).
     Streams(ScenarioArgs<streams::StreamsOpts>),
+    /// Push throughput with and without statistics rows every second and a
+    /// scrape every second (not in `all`).
+    Observe(ScenarioArgs<observe::ObserveOpts>),
     /// Every scenario on one cluster: ceiling, push, pop, latency; then push
     /// as a ratio to the ceiling and issue 6's targets.
     All(AllArgs),
@@ -111,6 +117,7 @@ enum Part {
     Latency(latency::LatencyOpts),
     Soak(soak::SoakOpts),
     Streams(streams::StreamsOpts),
+    Observe(observe::ObserveOpts),
 }
 
 impl Part {
@@ -122,6 +129,7 @@ impl Part {
             Part::Latency(_) => "latency",
             Part::Soak(_) => "soak",
             Part::Streams(_) => "streams",
+            Part::Observe(_) => "observe",
         }
     }
 
@@ -133,6 +141,7 @@ impl Part {
             Part::Latency(opts) => opts.validate(),
             Part::Soak(opts) => opts.validate(),
             Part::Streams(opts) => opts.validate(),
+            Part::Observe(opts) => opts.validate(),
         }
     }
 
@@ -144,6 +153,7 @@ impl Part {
             Part::Latency(opts) => opts.settings(bodies),
             Part::Soak(opts) => opts.settings(),
             Part::Streams(opts) => opts.settings(),
+            Part::Observe(opts) => opts.settings(),
         }
     }
 
@@ -161,6 +171,7 @@ impl Part {
             Part::Latency(opts) => latency::run(env, common, opts, bodies, report).await,
             Part::Soak(opts) => soak::run(env, common, opts, report).await,
             Part::Streams(opts) => streams::run(env, common, opts, report).await,
+            Part::Observe(opts) => observe::run(env, common, opts, report).await,
         }
     }
 }
@@ -184,6 +195,7 @@ fn main() -> ExitCode {
         Command::Latency(args) => ("latency", args.common, vec![Part::Latency(args.opts)]),
         Command::Soak(args) => ("soak", args.common, vec![Part::Soak(args.opts)]),
         Command::Streams(args) => ("streams", args.common, vec![Part::Streams(args.opts)]),
+        Command::Observe(args) => ("observe", args.common, vec![Part::Observe(args.opts)]),
         Command::All(args) => (
             "all",
             args.common,

@@ -75,7 +75,7 @@ impl Latency {
 #[derive(Debug, Serialize)]
 pub(crate) struct Report {
     pub(crate) tool: &'static str,
-    /// `push`, `pop`, `latency`, `ceiling`, `soak`, `streams` or `all`.
+    /// `push`, `pop`, `latency`, `ceiling`, `soak`, `streams`, `observe` or `all`.
     pub(crate) scenario: &'static str,
     pub(crate) started_at_unix: u64,
     pub(crate) machine: Machine,
@@ -97,6 +97,8 @@ pub(crate) struct Report {
     pub(crate) soak: Vec<crate::soak::SoakResult>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) streams: Vec<crate::streams::StreamsResult>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) observe: Vec<crate::observe::ObserveResult>,
     /// Issue 6's targets, for those whose figures this run measured.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) targets: Vec<Target>,
@@ -177,6 +179,7 @@ impl Report {
             latency: Vec::new(),
             soak: Vec::new(),
             streams: Vec::new(),
+            observe: Vec::new(),
             targets: Vec::new(),
             skipped: Vec::new(),
             disturbed: Vec::new(),
@@ -193,6 +196,7 @@ impl Report {
             && self.latency.is_empty()
             && self.soak.is_empty()
             && self.streams.is_empty()
+            && self.observe.is_empty()
             && self.skipped.is_empty()
     }
 
@@ -328,6 +332,12 @@ impl Report {
             &self.streams,
             "streams: POST /streams/v1/cycle, state upserts and one sink push per cycle",
             crate::streams::table,
+        );
+        section(
+            &mut out,
+            &self.observe,
+            "observe: push throughput, quiet vs statistics rows and a scrape every second",
+            crate::observe::table,
         );
         list(&mut out, "issue 6 targets", &self.targets, |t| {
             format!(
