@@ -446,6 +446,36 @@ BEGIN
 END
 $$;
 
+-- queen.admin_workers: each broker of the statistics rows in [p_from, p_to)
+-- with its averages and its latest figures (the workers[] of the status and
+-- worker-metrics views).
+CREATE OR REPLACE FUNCTION queen.admin_workers(p_from timestamptz, p_to timestamptz)
+RETURNS jsonb
+LANGUAGE plpgsql
+STABLE
+AS $$
+BEGIN
+    RETURN COALESCE((
+        SELECT jsonb_agg(jsonb_build_object(
+                   'hostname', w.hostname, 'port', w.port, 'workerId', w.broker,
+                   'avgEventLoopLagMs', round(w.loop_avg / 1000.0, 3),
+                   'maxEventLoopLagMs', round(w.loop_max / 1000.0, 3),
+                   'freeSlots', w.free_slots, 'dbConnections', w.db_connections,
+                   'jobQueueSize', w.waiting, 'lastSeen', queen.admin_iso(w.last_seen))
+                 ORDER BY w.broker)
+          FROM (SELECT s.broker, max(s.hostname) AS hostname, max(s.port) AS port,
+                       avg(s.event_loop_lag_avg_us) AS loop_avg,
+                       max(s.event_loop_lag_max_us) AS loop_max,
+                       (array_agg(s.limiter_limit - s.limiter_in_flight ORDER BY s.bucket DESC))[1] AS free_slots,
+                       (array_agg(s.pool_size ORDER BY s.bucket DESC))[1] AS db_connections,
+                       (array_agg(s.pool_waiting ORDER BY s.bucket DESC))[1] AS waiting,
+                       max(s.bucket) AS last_seen
+                  FROM queen.stats_broker_minute s
+                 WHERE s.bucket >= p_from AND s.bucket < p_to
+                 GROUP BY s.broker) AS w), '[]'::jsonb);
+END
+$$;
+
 -- queen.admin_status_v1: GET /api/v1/status.
 CREATE OR REPLACE FUNCTION queen.admin_status_v1(
     p_tenant text, p_from timestamptz, p_to timestamptz,
@@ -540,23 +570,7 @@ BEGIN
        AND (p_namespace IS NULL OR q.namespace = p_namespace)
        AND (p_task IS NULL OR q.task = p_task);
 
-    SELECT COALESCE(jsonb_agg(jsonb_build_object(
-               'hostname', w.hostname, 'port', w.port, 'workerId', w.broker,
-               'avgEventLoopLagMs', round(w.loop_avg / 1000.0, 3),
-               'maxEventLoopLagMs', round(w.loop_max / 1000.0, 3),
-               'freeSlots', w.free_slots, 'dbConnections', w.db_connections,
-               'jobQueueSize', w.waiting, 'lastSeen', queen.admin_iso(w.last_seen))
-             ORDER BY w.broker), '[]'::jsonb)
-      INTO v_workers
-      FROM (SELECT s.broker, max(s.hostname) AS hostname, max(s.port) AS port,
-                   avg(s.event_loop_lag_avg_us) AS loop_avg, max(s.event_loop_lag_max_us) AS loop_max,
-                   (array_agg(s.limiter_limit - s.limiter_in_flight ORDER BY s.bucket DESC))[1] AS free_slots,
-                   (array_agg(s.pool_size ORDER BY s.bucket DESC))[1] AS db_connections,
-                   (array_agg(s.pool_waiting ORDER BY s.bucket DESC))[1] AS waiting,
-                   max(s.bucket) AS last_seen
-              FROM queen.stats_broker_minute s
-             WHERE s.bucket >= p_from AND s.bucket < p_to
-             GROUP BY s.broker) AS w;
+    v_workers := queen.admin_workers(p_from, p_to);
 
     SELECT COALESCE(jsonb_agg(jsonb_build_object(
                'name', x.o_queue, 'pushed', x.pushed, 'popped', x.popped, 'acked', x.acked)
@@ -709,23 +723,7 @@ BEGIN
               FROM queen.stats_broker_minute s
              WHERE s.bucket >= p_from AND s.bucket < p_to
              GROUP BY 1) AS x;
-    SELECT COALESCE(jsonb_agg(jsonb_build_object(
-               'hostname', w.hostname, 'workerId', w.broker, 'port', w.port,
-               'avgEventLoopLagMs', round(w.loop_avg / 1000.0, 3),
-               'maxEventLoopLagMs', round(w.loop_max / 1000.0, 3),
-               'freeSlots', w.free_slots, 'dbConnections', w.db_connections,
-               'jobQueueSize', w.waiting, 'lastSeen', queen.admin_iso(w.last_seen))
-             ORDER BY w.broker), '[]'::jsonb)
-      INTO v_workers
-      FROM (SELECT s.broker, max(s.hostname) AS hostname, max(s.port) AS port,
-                   avg(s.event_loop_lag_avg_us) AS loop_avg, max(s.event_loop_lag_max_us) AS loop_max,
-                   (array_agg(s.limiter_limit - s.limiter_in_flight ORDER BY s.bucket DESC))[1] AS free_slots,
-                   (array_agg(s.pool_size ORDER BY s.bucket DESC))[1] AS db_connections,
-                   (array_agg(s.pool_waiting ORDER BY s.bucket DESC))[1] AS waiting,
-                   max(s.bucket) AS last_seen
-              FROM queen.stats_broker_minute s
-             WHERE s.bucket >= p_from AND s.bucket < p_to
-             GROUP BY s.broker) AS w;
+    v_workers := queen.admin_workers(p_from, p_to);
     RETURN jsonb_build_object('bucketMinutes', v_minutes,
                               'pointCount', jsonb_array_length(v_series),
                               'timeSeries', v_series, 'workers', v_workers);

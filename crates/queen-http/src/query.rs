@@ -6,6 +6,9 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::time::{Duration, SystemTime};
+
+use crate::error::HttpError;
 
 /// A parsed query string. A repeated key keeps its first value.
 #[derive(Debug, Default)]
@@ -50,6 +53,44 @@ impl Query {
         self.str(key)
             .and_then(|value| value.trim().parse().ok())
             .unwrap_or(default)
+    }
+
+    /// An ISO-8601 instant, if present; anything else is 400 naming `key`.
+    pub(crate) fn instant(&self, key: &str) -> Result<Option<SystemTime>, HttpError> {
+        self.non_empty(key)
+            .map(|text| {
+                crate::wire::parse_timestamp(text).ok_or_else(|| {
+                    HttpError::Validation(format!("{key} must be an ISO-8601 timestamp"))
+                })
+            })
+            .transpose()
+    }
+
+    /// A name filter (queue, partition, ...), if present, under the one name
+    /// rule.
+    pub(crate) fn name(&self, key: &str) -> Result<Option<&str>, HttpError> {
+        match self.non_empty(key) {
+            Some(value) => {
+                crate::wire::name(key, value)?;
+                Ok(Some(value))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// `from` and `to`: `to` defaults to now, `from` to `window` before
+    /// `to`; `from` after `to` is 400.
+    pub(crate) fn window(&self, window: Duration) -> Result<(SystemTime, SystemTime), HttpError> {
+        let to = self.instant("to")?.unwrap_or_else(SystemTime::now);
+        let from = self
+            .instant("from")?
+            .unwrap_or_else(|| to.checked_sub(window).unwrap_or(to));
+        if from > to {
+            return Err(HttpError::Validation(
+                "from must not be after to".to_owned(),
+            ));
+        }
+        Ok((from, to))
     }
 }
 

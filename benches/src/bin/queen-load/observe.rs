@@ -85,6 +85,10 @@ pub(crate) struct ObserveResult {
     pub(crate) messages_per_second: f64,
     pub(crate) scrapes: u64,
     pub(crate) scrape_ms_max: f64,
+    /// Broker CPU time per message stored, µs.
+    pub(crate) broker_us_per_message: f64,
+    /// PostgreSQL CPU time per message stored, µs.
+    pub(crate) postgres_us_per_message: f64,
 }
 
 pub(crate) async fn run(
@@ -94,11 +98,24 @@ pub(crate) async fn run(
     report: &mut Report,
 ) -> Result<()> {
     for round in 0..opts.rounds() {
-        for observed in [false, true] {
+        // ABBA: every other round runs the observed case first, so a drift
+        // of the machine across a round weighs on both kinds alike.
+        let order = if round % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        for observed in order {
             let result = run_case(env, common, opts, round, observed).await?;
             eprintln!(
-                "queen-load: observe round {round}: {} {:.0} msg/s ({} scrapes, slowest {:.1} ms)",
-                result.kind, result.messages_per_second, result.scrapes, result.scrape_ms_max
+                "queen-load: observe round {round}: {} {:.0} msg/s, broker {:.2} us/msg, \
+                 postgres {:.2} us/msg ({} scrapes, slowest {:.1} ms)",
+                result.kind,
+                result.messages_per_second,
+                result.broker_us_per_message,
+                result.postgres_us_per_message,
+                result.scrapes,
+                result.scrape_ms_max
             );
             report.observe.push(result);
         }
@@ -114,10 +131,35 @@ pub(crate) async fn run(
     };
     let (quiet, observed) = (mean("quiet"), mean("observed"));
     eprintln!(
-        "queen-load: observe: quiet {quiet:.0} msg/s, observed {observed:.0} msg/s, cost {:.1}%",
-        (1.0 - observed / quiet) * 100.0
+        "queen-load: observe: quiet {quiet:.0} msg/s, observed {observed:.0} msg/s, cost {:.1}%, \
+         median of the rounds' costs {:.1}%",
+        (1.0 - observed / quiet) * 100.0,
+        median_cost(&report.observe)
     );
     Ok(())
+}
+
+/// The median over rounds of each round's throughput cost (1 - observed /
+/// quiet), in percent: pairs within a round share the machine's state.
+fn median_cost(results: &[ObserveResult]) -> f64 {
+    let rounds = results.iter().map(|r| r.round).max().map_or(0, |n| n + 1);
+    let mut costs: Vec<f64> = (0..rounds)
+        .filter_map(|round| {
+            let rate = |kind: &str| {
+                results
+                    .iter()
+                    .find(|r| r.round == round && r.kind == kind)
+                    .map(|r| r.messages_per_second)
+            };
+            Some((1.0 - rate("observed")? / rate("quiet")?) * 100.0)
+        })
+        .collect();
+    costs.sort_by(f64::total_cmp);
+    match costs.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => costs[n / 2],
+        n => (costs[n / 2 - 1] + costs[n / 2]) / 2.0,
+    }
 }
 
 async fn run_case(
@@ -186,10 +228,14 @@ async fn run_case(
     };
     // Let connections and the first flushes settle before measuring.
     tokio::time::sleep(Duration::from_millis(500)).await;
+    let pids = crate::env::pids(&brokers);
+    let postmaster = env.postmaster_pid()?;
     let before = messages.load(Ordering::Relaxed);
+    let cpu_before = crate::cpu::sample(&pids, postmaster);
     let started = Instant::now();
     tokio::time::sleep(Duration::from_secs_f64(opts.duration())).await;
     let measured = messages.load(Ordering::Relaxed) - before;
+    let cpu = crate::cpu::usage(&cpu_before, &crate::cpu::sample(&pids, postmaster));
     let seconds = started.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     for task in tasks {
@@ -209,6 +255,8 @@ async fn run_case(
         messages_per_second: measured as f64 / seconds,
         scrapes,
         scrape_ms_max: slowest.as_secs_f64() * 1000.0,
+        broker_us_per_message: cpu.broker * seconds * 1e6 / (measured.max(1) as f64),
+        postgres_us_per_message: cpu.postgres * seconds * 1e6 / (measured.max(1) as f64),
     })
 }
 
@@ -218,6 +266,8 @@ pub(crate) fn table(results: &[ObserveResult]) -> String {
         ("round", 6),
         ("case", 9),
         ("msg/s", 10),
+        ("broker us/msg", 14),
+        ("pg us/msg", 10),
         ("scrapes", 8),
         ("max scrape ms", 14),
     ]);
@@ -226,23 +276,34 @@ pub(crate) fn table(results: &[ObserveResult]) -> String {
             r.round.to_string(),
             r.kind.to_owned(),
             fixed(r.messages_per_second, 0),
+            fixed(r.broker_us_per_message, 2),
+            fixed(r.postgres_us_per_message, 2),
             r.scrapes.to_string(),
             fixed(r.scrape_ms_max, 1),
         ]);
     }
-    let mean = |kind: &str| {
-        let rates: Vec<f64> = results
+    let mean = |kind: &str, field: fn(&ObserveResult) -> f64| {
+        let values: Vec<f64> = results
             .iter()
             .filter(|r| r.kind == kind)
-            .map(|r| r.messages_per_second)
+            .map(field)
             .collect();
-        rates.iter().sum::<f64>() / rates.len().max(1) as f64
+        values.iter().sum::<f64>() / values.len().max(1) as f64
     };
-    let (quiet, observed) = (mean("quiet"), mean("observed"));
+    let rate = |r: &ObserveResult| r.messages_per_second;
+    let cpu = |r: &ObserveResult| r.broker_us_per_message + r.postgres_us_per_message;
     let mut out = table.finish();
     out.push_str(&format!(
-        "mean: quiet {quiet:.0} msg/s, observed {observed:.0} msg/s; cost {:.1}% (target < 2%)\n",
-        (1.0 - observed / quiet) * 100.0
+        "mean: quiet {:.0} msg/s, observed {:.0} msg/s: throughput cost {:.1}% (median over \
+         rounds {:.1}%; target < 2%); CPU per message (broker + PostgreSQL) {:.2} vs {:.2} us: \
+         {:+.1}%\n",
+        mean("quiet", rate),
+        mean("observed", rate),
+        (1.0 - mean("observed", rate) / mean("quiet", rate)) * 100.0,
+        median_cost(results),
+        mean("quiet", cpu),
+        mean("observed", cpu),
+        (mean("observed", cpu) / mean("quiet", cpu) - 1.0) * 100.0
     ));
     out
 }

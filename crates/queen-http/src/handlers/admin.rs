@@ -6,7 +6,7 @@
 //! before `to`, `to` to now); anything else is 400 naming the field. Page
 //! sizes are clamped to 1..=1000, offsets to 0 and above.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use hyper::StatusCode;
 use queen_engine::{AdminRange, AdminView, Engine, QueueSeries};
@@ -19,46 +19,15 @@ use crate::server::Request;
 /// The default window of the status and analytics views.
 const DEFAULT_WINDOW: Duration = Duration::from_secs(3600);
 
-/// The `from` / `to` of `query`.
-fn window(query: &Query) -> Result<(SystemTime, SystemTime), HttpError> {
-    let instant = |field: &'static str| {
-        query
-            .non_empty(field)
-            .map(|text| {
-                crate::wire::parse_timestamp(text).ok_or_else(|| {
-                    HttpError::Validation(format!("{field} must be an ISO-8601 timestamp"))
-                })
-            })
-            .transpose()
-    };
-    let to = instant("to")?.unwrap_or_else(SystemTime::now);
-    let from = instant("from")?.unwrap_or_else(|| to.checked_sub(DEFAULT_WINDOW).unwrap_or(to));
-    if from > to {
-        return Err(HttpError::Validation(
-            "from must not be after to".to_owned(),
-        ));
-    }
-    Ok((from, to))
-}
-
 /// The window and the queue / namespace / task filters of `query`.
 fn range(query: &Query) -> Result<AdminRange<'_>, HttpError> {
-    let (from, to) = window(query)?;
-    let name = |field: &'static str| -> Result<Option<&str>, HttpError> {
-        match query.non_empty(field) {
-            Some(value) => {
-                crate::wire::name(field, value)?;
-                Ok(Some(value))
-            }
-            None => Ok(None),
-        }
-    };
+    let (from, to) = query.window(DEFAULT_WINDOW)?;
     Ok(AdminRange {
         from,
         to,
-        queue: name("queue")?,
-        namespace: name("namespace")?,
-        task: name("task")?,
+        queue: query.name("queue")?,
+        namespace: query.name("namespace")?,
+        task: query.name("task")?,
     })
 }
 

@@ -40,22 +40,12 @@ pub(crate) async fn list(engine: &Engine, req: &Request) -> Result<Response, Htt
     let query = Query::parse(req.uri().query());
     let limit = query.int("limit", 100).clamp(1, 1000);
     let offset = query.int("offset", 0).max(0);
-    let instant = |field: &'static str| {
-        query
-            .non_empty(field)
-            .map(|text| {
-                crate::wire::parse_timestamp(text).ok_or_else(|| {
-                    HttpError::Validation(format!("{field} must be an ISO-8601 timestamp"))
-                })
-            })
-            .transpose()
-    };
     let filter = DlqFilter {
         queue: query.non_empty("queue"),
         group: query.non_empty("consumerGroup"),
         partition: query.non_empty("partition"),
-        from: instant("from")?,
-        to: instant("to")?,
+        from: query.instant("from")?,
+        to: query.instant("to")?,
     };
     let (letters, total) = engine.dead_letters(&filter, limit, offset).await?;
     let messages: Vec<serde_json::Value> = letters

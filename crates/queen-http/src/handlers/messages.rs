@@ -83,37 +83,17 @@ fn mode(has_queue_mode: bool, bus_groups: usize) -> Value {
     json!({"hasQueueMode": has_queue_mode, "busGroupsCount": bus_groups, "type": kind})
 }
 
-/// The listing's filters from `query`.
+/// The listing's filters from `query` (`ns` or `namespace`).
 fn filter(query: &Query) -> Result<MessageFilter<'_>, HttpError> {
-    let instant = |field: &'static str| {
-        query
-            .non_empty(field)
-            .map(|text| {
-                crate::wire::parse_timestamp(text).ok_or_else(|| {
-                    HttpError::Validation(format!("{field} must be an ISO-8601 timestamp"))
-                })
-            })
-            .transpose()
-    };
-    let to = instant("to")?.unwrap_or_else(SystemTime::now);
-    let from = instant("from")?.unwrap_or_else(|| to.checked_sub(DEFAULT_WINDOW).unwrap_or(to));
-    let name = |field: &'static str| -> Result<Option<&str>, HttpError> {
-        match query.non_empty(field) {
-            Some(text) => {
-                crate::wire::name(field, text)?;
-                Ok(Some(text))
-            }
-            None => Ok(None),
-        }
-    };
+    let (from, to) = query.window(DEFAULT_WINDOW)?;
     Ok(MessageFilter {
-        queue: name("queue")?,
-        partition: name("partition")?,
-        namespace: match name("ns")? {
+        queue: query.name("queue")?,
+        partition: query.name("partition")?,
+        namespace: match query.name("ns")? {
             Some(ns) => Some(ns),
-            None => name("namespace")?,
+            None => query.name("namespace")?,
         },
-        task: name("task")?,
+        task: query.name("task")?,
         from,
         to,
     })
