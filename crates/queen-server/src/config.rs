@@ -75,6 +75,16 @@ pub(crate) struct Config {
     #[arg(long, env = "QUEEN_ENCRYPTION_KEY", hide_env_values = true)]
     pub(crate) encryption_key: Option<String>,
 
+    /// A file holding the encryption key (64 hex characters, surrounding
+    /// whitespace ignored), instead of QUEEN_ENCRYPTION_KEY.
+    #[arg(long, env = "QUEEN_ENCRYPTION_KEY_FILE")]
+    pub(crate) encryption_key_file: Option<std::path::PathBuf>,
+
+    /// The previous encryption key, during a rotation: payloads it sealed
+    /// still open; new payloads are sealed with QUEEN_ENCRYPTION_KEY.
+    #[arg(long, env = "QUEEN_ENCRYPTION_KEY_OLD", hide_env_values = true)]
+    pub(crate) encryption_key_old: Option<String>,
+
     /// zstd compression level of new segments.
     #[arg(long, env = "QUEEN_V2_ZSTD_LEVEL", default_value_t = 3)]
     pub(crate) zstd_level: i32,

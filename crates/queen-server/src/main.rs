@@ -63,6 +63,14 @@ enum ServerError {
     },
     #[error("managed PostgreSQL task failed")]
     Join(#[from] tokio::task::JoinError),
+    #[error("{0}")]
+    Key(String),
+    #[error("cannot read the encryption key file {path} (QUEEN_ENCRYPTION_KEY_FILE)")]
+    KeyFile {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot serve the dashboard folder {dir} (QUEEN_WEBAPP_DIR)")]
     Webapp {
         dir: std::path::PathBuf,
@@ -206,11 +214,7 @@ async fn serve(
 }
 
 fn engine_config(config: &Config) -> Result<queen_engine::EngineConfig, ServerError> {
-    let encryption_key = config
-        .encryption_key
-        .as_deref()
-        .map(str::parse::<queen_engine::EncryptionKey>)
-        .transpose()?;
+    let encryption_key = encryption_key(config)?;
     Ok(queen_engine::EngineConfig {
         server_name: format!("queen-{}", hostname()),
         encryption_key,
@@ -240,6 +244,50 @@ fn engine_config(config: &Config) -> Result<queen_engine::EngineConfig, ServerEr
         hostname: hostname(),
         port: config.port,
     })
+}
+
+/// The at-rest key: from `QUEEN_ENCRYPTION_KEY` or the file
+/// `QUEEN_ENCRYPTION_KEY_FILE` names (not both), with
+/// `QUEEN_ENCRYPTION_KEY_OLD` as the previous key it still opens payloads
+/// with. A malformed key stops the boot naming its variable (never its value).
+fn encryption_key(config: &Config) -> Result<Option<queen_engine::EncryptionKey>, ServerError> {
+    let parse = |text: &str, var: &str| {
+        text.parse::<queen_engine::EncryptionKey>().map_err(|_| {
+            ServerError::Key(format!(
+                "{var} must be 64 hexadecimal characters (32 bytes)"
+            ))
+        })
+    };
+    let key = match (&config.encryption_key, &config.encryption_key_file) {
+        (Some(_), Some(_)) => {
+            return Err(ServerError::Key(
+                "set QUEEN_ENCRYPTION_KEY or QUEEN_ENCRYPTION_KEY_FILE, not both".to_owned(),
+            ))
+        }
+        (Some(text), None) => Some(parse(text, "QUEEN_ENCRYPTION_KEY")?),
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path).map_err(|source| ServerError::KeyFile {
+                path: path.clone(),
+                source,
+            })?;
+            Some(parse(&text, "the content of QUEEN_ENCRYPTION_KEY_FILE")?)
+        }
+        (None, None) => None,
+    };
+    let old = config
+        .encryption_key_old
+        .as_deref()
+        .map(|text| parse(text, "QUEEN_ENCRYPTION_KEY_OLD"))
+        .transpose()?;
+    match (key, old) {
+        (None, Some(_)) => Err(ServerError::Key(
+            "QUEEN_ENCRYPTION_KEY_OLD needs the new key in QUEEN_ENCRYPTION_KEY or \
+             QUEEN_ENCRYPTION_KEY_FILE"
+                .to_owned(),
+        )),
+        (Some(key), Some(old)) => Ok(Some(key.with_previous(old))),
+        (key, None) => Ok(key),
+    }
 }
 
 /// The spool's settings (`serve` creates its directory).

@@ -5,6 +5,7 @@ mod boot;
 mod faults;
 mod harness;
 mod inspect;
+mod keys;
 mod metrics;
 mod page;
 mod sdk;
