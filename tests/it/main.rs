@@ -4,6 +4,7 @@ mod support;
 
 mod ack;
 mod admin;
+mod auth;
 mod configure;
 mod dlq;
 mod fuzz_corpus;

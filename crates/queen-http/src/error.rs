@@ -60,6 +60,10 @@ pub enum HttpError {
     #[error("{0}")]
     Forbidden(String),
 
+    /// The request carries no valid token where one is required.
+    #[error("{0}")]
+    Unauthorized(String),
+
     /// The engine failed.
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -108,7 +112,8 @@ impl HttpError {
             | HttpError::Validation(_)
             | HttpError::NotFound(_)
             | HttpError::Conflict(_)
-            | HttpError::Forbidden(_) => response::error(self.status(), &self.to_string()),
+            | HttpError::Forbidden(_)
+            | HttpError::Unauthorized(_) => response::error(self.status(), &self.to_string()),
         }
     }
 
@@ -118,6 +123,7 @@ impl HttpError {
             HttpError::RouteNotFound { .. } | HttpError::NotFound(_) => StatusCode::NOT_FOUND,
             HttpError::Conflict(_) => StatusCode::CONFLICT,
             HttpError::Forbidden(_) => StatusCode::FORBIDDEN,
+            HttpError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             HttpError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             HttpError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             HttpError::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,

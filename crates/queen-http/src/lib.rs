@@ -14,6 +14,7 @@
 // allows them in tests).
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 
+mod auth;
 mod body;
 mod error;
 #[cfg(feature = "fuzz")]
@@ -29,7 +30,16 @@ mod server;
 mod static_files;
 mod wire;
 
+pub use auth::{Auth, AuthConfig, JwtAlgorithm};
 pub use error::HttpError;
+pub use routes::Access;
+
+/// The route table as (method, pattern, access level), in match order: for
+/// tests that walk every route.
+#[doc(hidden)]
+pub fn route_table() -> Vec<(&'static str, &'static str, Access)> {
+    routes::table()
+}
 pub use server::{serve, ServeOptions, WireDefaults};
 pub use static_files::{Webapp, MAX_FILE_BYTES};
 

@@ -8,8 +8,9 @@
 //! segment starting with `:` is a parameter. The first route in table order
 //! whose method and pattern match wins, so static segments are listed before
 //! parameters (`/consumer-groups/lagging` before `/consumer-groups/:group`).
-//! The security issue enforces `access` and `tenant_scoped`; today they are
-//! declared and tested.
+//! With auth on, `access` is enforced before the name rule and the handler
+//! (`auth.rs`); `tenant_scoped` is declared and tested, and enforced by the
+//! tenants work of the security issue.
 
 use hyper::{Method, StatusCode};
 use queen_engine::AdminView;
@@ -23,7 +24,7 @@ use crate::server::{App, Request};
 
 /// Who may call a route (wire-api.md §1: PUB, RO, RW, ADM).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Access {
+pub enum Access {
     /// No token needed.
     Public,
     /// `read-only` and above.
@@ -98,10 +99,7 @@ pub(crate) struct Route {
     /// The path; a segment `:name` is a parameter.
     pub(crate) pattern: &'static str,
     pub(crate) endpoint: Endpoint,
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "declared now, enforced by the security issue")
-    )]
+    /// Who may call it (enforced with `JWT_ENABLED`, `auth.rs`).
     pub(crate) access: Access,
     /// Whether what it reads or writes belongs to one tenant.
     #[cfg_attr(
@@ -237,6 +235,14 @@ pub(crate) static ROUTES: &[Route] = &[
     route(Method::GET, "/metrics/prometheus", E::MetricsPrometheus, Public, false),
 ];
 
+/// The table as (method, pattern, access).
+pub(crate) fn table() -> Vec<(&'static str, &'static str, Access)> {
+    ROUTES
+        .iter()
+        .map(|route| (route.method.as_str(), route.pattern, route.access))
+        .collect()
+}
+
 /// The route `method` and `segments` reach, with its parameters in pattern
 /// order.
 pub(crate) fn find<'s>(
@@ -288,7 +294,13 @@ async fn route_labelled(app: &App, req: Request) -> (&'static str, Response) {
     if method == Method::OPTIONS {
         return (UNMATCHED, response::empty(StatusCode::NO_CONTENT));
     }
-    let Some((route, params)) = find(&method, &segments) else {
+    let found = find(&method, &segments);
+    if let (Some(auth), Some((route, _))) = (&app.auth, &found) {
+        if let Err(error) = auth.authorize(req.headers(), &path, route.access) {
+            return (route.pattern, error.into_response());
+        }
+    }
+    let Some((route, params)) = found else {
         if method == Method::GET {
             if let Some(res) =
                 crate::static_files::serve(app.webapp.as_ref(), &path, &segments).await

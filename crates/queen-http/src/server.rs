@@ -42,6 +42,8 @@ pub struct ServeOptions {
     /// A Queen dashboard build to serve (`QUEEN_WEBAPP_DIR`); without one,
     /// `GET /` is the built-in status page.
     pub webapp: Option<crate::Webapp>,
+    /// JWT verification (`JWT_ENABLED`); `None`: every route is open.
+    pub auth: Option<Arc<crate::Auth>>,
 }
 
 impl Default for ServeOptions {
@@ -53,6 +55,7 @@ impl Default for ServeOptions {
             max_body_bytes_in_flight: 1 << 30,
             body_timeout: Duration::from_secs(30),
             webapp: None,
+            auth: None,
         }
     }
 }
@@ -87,6 +90,8 @@ pub(crate) struct App {
     pub(crate) http_metrics: crate::metrics::HttpMetrics,
     /// The dashboard build, if any.
     pub(crate) webapp: Option<crate::Webapp>,
+    /// JWT verification, when auth is on.
+    pub(crate) auth: Option<Arc<crate::Auth>>,
 }
 
 /// Serve `listener` until `shutdown` resolves, then stop accepting, ask every
@@ -111,6 +116,7 @@ pub async fn serve(
         defaults: options.defaults.clone(),
         http_metrics: crate::metrics::HttpMetrics::default(),
         webapp: options.webapp.clone(),
+        auth: options.auth.clone(),
     });
     loop {
         tokio::select! {

@@ -85,6 +85,68 @@ pub(crate) struct Config {
     #[arg(long, env = "QUEEN_ENCRYPTION_KEY_OLD", hide_env_values = true)]
     pub(crate) encryption_key_old: Option<String>,
 
+    /// Require a JWT on every route above public (wire-api.md §0.5).
+    #[arg(long, env = "JWT_ENABLED", default_value_t = false)]
+    pub(crate) jwt_enabled: bool,
+
+    /// Token algorithms: auto, HS256, RS256 or EdDSA.
+    #[arg(long, env = "JWT_ALGORITHM", default_value = "auto")]
+    pub(crate) jwt_algorithm: String,
+
+    /// HS256 secret.
+    #[arg(long, env = "JWT_SECRET", hide_env_values = true)]
+    pub(crate) jwt_secret: Option<String>,
+
+    /// RS256 or EdDSA public key, PEM (\n escapes allowed).
+    #[arg(long, env = "JWT_PUBLIC_KEY")]
+    pub(crate) jwt_public_key: Option<String>,
+
+    /// A JWKS URL: not supported yet; the boot refuses it rather than run
+    /// without the keys it names.
+    #[arg(long, env = "JWT_JWKS_URL")]
+    pub(crate) jwt_jwks_url: Option<String>,
+
+    /// Required token issuer (iss); unset: not checked.
+    #[arg(long, env = "JWT_ISSUER")]
+    pub(crate) jwt_issuer: Option<String>,
+
+    /// Required token audience (aud); unset: not checked.
+    #[arg(long, env = "JWT_AUDIENCE")]
+    pub(crate) jwt_audience: Option<String>,
+
+    /// Seconds of clock skew allowed on exp and nbf.
+    #[arg(long, env = "JWT_CLOCK_SKEW", default_value_t = 30)]
+    pub(crate) jwt_clock_skew: u64,
+
+    /// Paths served without a token, comma-separated (exact, or a prefix for
+    /// an entry ending in /).
+    #[arg(
+        long,
+        env = "JWT_SKIP_PATHS",
+        default_value = "/health,/metrics/prometheus,/metrics,/"
+    )]
+    pub(crate) jwt_skip_paths: String,
+
+    /// The claim naming one role.
+    #[arg(long, env = "JWT_ROLES_CLAIM", default_value = "role")]
+    pub(crate) jwt_roles_claim: String,
+
+    /// The claim holding an array of roles.
+    #[arg(long, env = "JWT_ROLES_ARRAY_CLAIM", default_value = "roles")]
+    pub(crate) jwt_roles_array_claim: String,
+
+    /// The admin role's name.
+    #[arg(long, env = "JWT_ROLE_ADMIN", default_value = "admin")]
+    pub(crate) jwt_role_admin: String,
+
+    /// The read-write role's name.
+    #[arg(long, env = "JWT_ROLE_READ_WRITE", default_value = "read-write")]
+    pub(crate) jwt_role_read_write: String,
+
+    /// The read-only role's name.
+    #[arg(long, env = "JWT_ROLE_READ_ONLY", default_value = "read-only")]
+    pub(crate) jwt_role_read_only: String,
+
     /// zstd compression level of new segments.
     #[arg(long, env = "QUEEN_V2_ZSTD_LEVEL", default_value_t = 3)]
     pub(crate) zstd_level: i32,

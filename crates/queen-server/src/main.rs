@@ -106,6 +106,7 @@ async fn run(config: Config) -> Result<(), ServerError> {
     let mut signals = Signals::install()?.watch();
     // Settings are checked before anything touches PostgreSQL.
     let engine_config = engine_config(&config)?;
+    let auth = auth(&config)?;
     let webapp = config
         .webapp_dir
         .as_deref()
@@ -137,7 +138,14 @@ async fn run(config: Config) -> Result<(), ServerError> {
         }
     };
 
-    let served = serve(&config, engine_config, webapp, db_config, &mut signals).await;
+    let served = serve(
+        &config,
+        engine_config,
+        (webapp, auth),
+        db_config,
+        &mut signals,
+    )
+    .await;
 
     if let Some(cluster) = cluster.as_mut() {
         tracing::info!("stopping managed PostgreSQL");
@@ -153,7 +161,7 @@ async fn run(config: Config) -> Result<(), ServerError> {
 async fn serve(
     config: &Config,
     engine_config: queen_engine::EngineConfig,
-    webapp: Option<queen_http::Webapp>,
+    (webapp, auth): (Option<queen_http::Webapp>, Option<Arc<queen_http::Auth>>),
     db_config: tokio_postgres::Config,
     signals: &mut ShutdownRequested,
 ) -> Result<(), ServerError> {
@@ -206,6 +214,7 @@ async fn serve(
             subscription_mode: config.default_subscription_mode.clone(),
         },
         webapp,
+        auth,
     };
     queen_http::serve(listener, Arc::clone(&engine), options, signals.recv()).await;
     tracing::info!("closing the connection pool");
@@ -288,6 +297,48 @@ fn encryption_key(config: &Config) -> Result<Option<queen_engine::EncryptionKey>
         (Some(key), Some(old)) => Ok(Some(key.with_previous(old))),
         (key, None) => Ok(key),
     }
+}
+
+/// The JWT verifier, when `JWT_ENABLED`; a setting it cannot use stops the
+/// boot naming it.
+fn auth(config: &Config) -> Result<Option<Arc<queen_http::Auth>>, ServerError> {
+    if !config.jwt_enabled {
+        return Ok(None);
+    }
+    if config.jwt_jwks_url.is_some() {
+        return Err(ServerError::Key(
+            "JWT_JWKS_URL is not supported yet: give the key in JWT_PUBLIC_KEY".to_owned(),
+        ));
+    }
+    let algorithm = config
+        .jwt_algorithm
+        .parse::<queen_http::JwtAlgorithm>()
+        .map_err(ServerError::Key)?;
+    let optional = |value: &Option<String>| value.clone().filter(|text| !text.is_empty());
+    let auth = queen_http::Auth::new(queen_http::AuthConfig {
+        algorithm,
+        secret: optional(&config.jwt_secret),
+        public_key: optional(&config.jwt_public_key),
+        issuer: optional(&config.jwt_issuer),
+        audience: optional(&config.jwt_audience),
+        clock_skew: Duration::from_secs(config.jwt_clock_skew),
+        skip_paths: config
+            .jwt_skip_paths
+            .split(',')
+            .map(str::trim)
+            .filter(|path| !path.is_empty())
+            .map(str::to_owned)
+            .collect(),
+        role_claim: config.jwt_roles_claim.clone(),
+        roles_claim: config.jwt_roles_array_claim.clone(),
+        role_names: [
+            config.jwt_role_admin.clone(),
+            config.jwt_role_read_write.clone(),
+            config.jwt_role_read_only.clone(),
+        ],
+    })
+    .map_err(ServerError::Key)?;
+    Ok(Some(Arc::new(auth)))
 }
 
 /// The spool's settings (`serve` creates its directory).

@@ -82,11 +82,38 @@ impl Client {
         path: &str,
         body: Bytes,
     ) -> Result<Reply, Box<dyn std::error::Error + Send + Sync>> {
-        let req = hyper::Request::builder()
+        self.try_send_with(method, path, body, &[]).await
+    }
+
+    /// [`Client::send`] with extra request `headers`.
+    pub async fn send_with(
+        &self,
+        method: Method,
+        path: &str,
+        body: Bytes,
+        headers: &[(&str, &str)],
+    ) -> Reply {
+        self.try_send_with(method, path, body, headers)
+            .await
+            .unwrap_or_else(|error| panic!("request to {}{path} failed: {error}", self.base))
+    }
+
+    /// [`Client::try_send`] with extra request `headers`.
+    pub async fn try_send_with(
+        &self,
+        method: Method,
+        path: &str,
+        body: Bytes,
+        headers: &[(&str, &str)],
+    ) -> Result<Reply, Box<dyn std::error::Error + Send + Sync>> {
+        let mut req = hyper::Request::builder()
             .method(method)
             .uri(format!("{}{path}", self.base))
-            .header(hyper::header::CONTENT_TYPE, "application/json")
-            .body(Full::new(body))?;
+            .header(hyper::header::CONTENT_TYPE, "application/json");
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        let req = req.body(Full::new(body))?;
         let res = self.inner.request(req).await?;
         let status = res.status();
         let headers = res.headers().clone();

@@ -391,3 +391,64 @@ async fn the_python_stream_sdk_aggregates_windows_exactly_across_a_broker_restar
     let (status, log) = broker.terminate();
     assert!(status.success(), "broker exit status {status}:\n{log}");
 }
+
+/// Issue 18: the official Python client with a bearer token against a broker
+/// with `JWT_ENABLED` (HS256): read-write works, no token is 401, read-only
+/// pushing is 403 (`tests/sdk/auth_e2e.py`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_python_sdk_sends_its_bearer_token() {
+    let python = tokio::task::spawn_blocking(sdk_python)
+        .await
+        .expect("venv task")
+        .unwrap_or_else(|error| panic!("cannot prepare the Python SDK environment: {error}"));
+    let secret = "sdk-auth-test-secret";
+    let token = |role: &str| {
+        let exp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            + 600;
+        jsonwebtoken::encode(
+            &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+            &serde_json::json!({"sub": "sdk", "role": role, "exp": exp}),
+            &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
+        )
+        .unwrap()
+    };
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let db = TestDb::empty().await;
+    let url = db.url();
+    let broker = Broker::start(
+        scratch.path(),
+        &[
+            ("QUEEN_DATABASE_URL", &url),
+            ("JWT_ENABLED", "true"),
+            ("JWT_SECRET", secret),
+        ],
+    )
+    .await;
+    let script = workspace_root().join("tests/sdk/auth_e2e.py");
+    let base = broker.client.base().to_owned();
+    let (rw, ro) = (token("read-write"), token("read-only"));
+    let run = tokio::task::spawn_blocking(move || {
+        run_limited(
+            Command::new(&python)
+                .arg(&script)
+                .env("QUEEN_URL", &base)
+                .env("QUEEN_TOKEN_RW", &rw)
+                .env("QUEEN_TOKEN_RO", &ro)
+                .env("NO_PROXY", "127.0.0.1,localhost"),
+            SCRIPT_LIMIT,
+        )
+    })
+    .await
+    .expect("script task")
+    .unwrap_or_else(|error| panic!("{error}"));
+    assert!(
+        run.ok() && run.stdout.contains("auth: all scenarios passed"),
+        "{}",
+        run.describe()
+    );
+    let (status, log) = broker.terminate();
+    assert!(status.success(), "broker exit status {status}:\n{log}");
+}

@@ -1,0 +1,282 @@
+//! JWT authentication and the access levels of the route table
+//! (wire-api.md §0.5, §1).
+//!
+//! With auth on (`JWT_ENABLED`), a route whose level is above public needs
+//! `Authorization: Bearer <jwt>` (the prefix in any case, or a bare token),
+//! verified with `jsonwebtoken`: HS256 with `JWT_SECRET`, RS256 or EdDSA
+//! with the PEM in `JWT_PUBLIC_KEY`, or `auto` (whichever of those the
+//! token's header names and the broker holds a key for). `exp` and `nbf`
+//! are checked with `JWT_CLOCK_SKEW` of leeway (30 s); `iss` and `aud` when
+//! configured. The token's roles (the `role` claim, a string, or the `roles`
+//! claim, an array; names configurable) give its level, the highest of
+//! them: admin ⊇ read-write ⊇ read-only.
+//!
+//! Answers, worded as the contract words them: no token 401 `Authentication
+//! required`; a bad one 401 (`Token has expired`, `Invalid token
+//! signature`, ...); a level below the route's 403 `Insufficient
+//! permissions`. `JWT_SKIP_PATHS` lists paths served without a token (exact,
+//! or a prefix for an entry ending in `/`, `/` itself being exact).
+//!
+//! Nothing here logs a token or a claim.
+
+use std::time::Duration;
+
+use hyper::header::AUTHORIZATION;
+use hyper::HeaderMap;
+use jsonwebtoken::errors::ErrorKind;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+
+use crate::error::HttpError;
+use crate::routes::Access;
+
+/// Which algorithms tokens may use (`JWT_ALGORITHM`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JwtAlgorithm {
+    /// HS256, RS256 or EdDSA, by the token's header, among the keys held.
+    Auto,
+    /// HMAC-SHA256 with `JWT_SECRET`.
+    Hs256,
+    /// RSA with `JWT_PUBLIC_KEY`.
+    Rs256,
+    /// Ed25519 with `JWT_PUBLIC_KEY`.
+    EdDsa,
+}
+
+impl std::str::FromStr for JwtAlgorithm {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<JwtAlgorithm, String> {
+        match text.to_ascii_lowercase().as_str() {
+            "auto" => Ok(JwtAlgorithm::Auto),
+            "hs256" => Ok(JwtAlgorithm::Hs256),
+            "rs256" => Ok(JwtAlgorithm::Rs256),
+            "eddsa" => Ok(JwtAlgorithm::EdDsa),
+            other => Err(format!(
+                "JWT_ALGORITHM must be auto, HS256, RS256 or EdDSA, not {other}"
+            )),
+        }
+    }
+}
+
+/// The auth settings.
+#[derive(Debug, Clone)]
+pub struct AuthConfig {
+    /// `JWT_ALGORITHM`.
+    pub algorithm: JwtAlgorithm,
+    /// `JWT_SECRET` (HS256).
+    pub secret: Option<String>,
+    /// `JWT_PUBLIC_KEY`, PEM (RS256 or EdDSA).
+    pub public_key: Option<String>,
+    /// `JWT_ISSUER`: tokens must carry this `iss`.
+    pub issuer: Option<String>,
+    /// `JWT_AUDIENCE`: tokens must carry this `aud`.
+    pub audience: Option<String>,
+    /// `JWT_CLOCK_SKEW`.
+    pub clock_skew: Duration,
+    /// `JWT_SKIP_PATHS`.
+    pub skip_paths: Vec<String>,
+    /// `JWT_ROLES_CLAIM`: a string claim naming one role.
+    pub role_claim: String,
+    /// `JWT_ROLES_ARRAY_CLAIM`: an array claim of roles.
+    pub roles_claim: String,
+    /// `JWT_ROLE_ADMIN`, `JWT_ROLE_READ_WRITE`, `JWT_ROLE_READ_ONLY`.
+    pub role_names: [String; 3],
+}
+
+impl Default for AuthConfig {
+    fn default() -> AuthConfig {
+        AuthConfig {
+            algorithm: JwtAlgorithm::Auto,
+            secret: None,
+            public_key: None,
+            issuer: None,
+            audience: None,
+            clock_skew: Duration::from_secs(30),
+            skip_paths: ["/health", "/metrics/prometheus", "/metrics", "/"]
+                .map(str::to_owned)
+                .to_vec(),
+            role_claim: "role".to_owned(),
+            roles_claim: "roles".to_owned(),
+            role_names: ["admin", "read-write", "read-only"].map(str::to_owned),
+        }
+    }
+}
+
+/// Verified tokens' keys and rules.
+pub struct Auth {
+    keys: Vec<(Algorithm, DecodingKey)>,
+    config: AuthConfig,
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Auth")
+            .field(
+                "algorithms",
+                &self.keys.iter().map(|(a, _)| *a).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl Auth {
+    /// The verifier `config` describes; an error names what is missing or
+    /// malformed (never a key's content).
+    pub fn new(config: AuthConfig) -> Result<Auth, String> {
+        let mut keys = Vec::new();
+        let wants = |algorithm: JwtAlgorithm| {
+            config.algorithm == algorithm || config.algorithm == JwtAlgorithm::Auto
+        };
+        if wants(JwtAlgorithm::Hs256) {
+            if let Some(secret) = &config.secret {
+                keys.push((
+                    Algorithm::HS256,
+                    DecodingKey::from_secret(secret.as_bytes()),
+                ));
+            } else if config.algorithm == JwtAlgorithm::Hs256 {
+                return Err("JWT_ALGORITHM HS256 needs JWT_SECRET".to_owned());
+            }
+        }
+        if let Some(pem) = &config.public_key {
+            let pem = pem.replace("\\n", "\n");
+            if wants(JwtAlgorithm::Rs256) {
+                match DecodingKey::from_rsa_pem(pem.as_bytes()) {
+                    Ok(key) => keys.push((Algorithm::RS256, key)),
+                    Err(_) if config.algorithm == JwtAlgorithm::Auto => {}
+                    Err(_) => {
+                        return Err("JWT_PUBLIC_KEY is not an RSA public key in PEM".to_owned())
+                    }
+                }
+            }
+            if wants(JwtAlgorithm::EdDsa) {
+                match DecodingKey::from_ed_pem(pem.as_bytes()) {
+                    Ok(key) => keys.push((Algorithm::EdDSA, key)),
+                    Err(_) if config.algorithm == JwtAlgorithm::Auto => {}
+                    Err(_) => {
+                        return Err("JWT_PUBLIC_KEY is not an Ed25519 public key in PEM".to_owned())
+                    }
+                }
+            }
+            if keys.iter().all(|(a, _)| *a == Algorithm::HS256) {
+                return Err(
+                    "JWT_PUBLIC_KEY is neither an RSA nor an Ed25519 public key in PEM".to_owned(),
+                );
+            }
+        } else if matches!(config.algorithm, JwtAlgorithm::Rs256 | JwtAlgorithm::EdDsa) {
+            return Err("JWT_ALGORITHM RS256 and EdDSA need JWT_PUBLIC_KEY".to_owned());
+        }
+        if keys.is_empty() {
+            return Err("JWT_ENABLED needs JWT_SECRET or JWT_PUBLIC_KEY".to_owned());
+        }
+        Ok(Auth { keys, config })
+    }
+
+    /// Whether `path` is served without a token.
+    fn skipped(&self, path: &str) -> bool {
+        self.config.skip_paths.iter().any(|entry| {
+            if entry != "/" && entry.ends_with('/') {
+                path.starts_with(entry.as_str())
+            } else {
+                path == entry
+            }
+        })
+    }
+
+    /// Let a request of `path` with `headers` reach a route of level
+    /// `access`, or answer why not.
+    pub(crate) fn authorize(
+        &self,
+        headers: &HeaderMap,
+        path: &str,
+        access: Access,
+    ) -> Result<(), HttpError> {
+        if access == Access::Public || self.skipped(path) {
+            return Ok(());
+        }
+        let token = bearer(headers)
+            .ok_or_else(|| HttpError::Unauthorized("Authentication required".to_owned()))?;
+        let claims = self.verify(token)?;
+        if self.level(&claims).is_some_and(|level| level >= access) {
+            Ok(())
+        } else {
+            Err(HttpError::Forbidden("Insufficient permissions".to_owned()))
+        }
+    }
+
+    /// The claims of a token signed by one of the keys.
+    fn verify(&self, token: &str) -> Result<serde_json::Value, HttpError> {
+        let invalid = |message: &str| HttpError::Unauthorized(message.to_owned());
+        let header = jsonwebtoken::decode_header(token).map_err(|_| invalid("Invalid token"))?;
+        let (algorithm, key) = self
+            .keys
+            .iter()
+            .find(|(algorithm, _)| *algorithm == header.alg)
+            .ok_or_else(|| invalid("Invalid token algorithm"))?;
+        let mut validation = Validation::new(*algorithm);
+        validation.leeway = self.config.clock_skew.as_secs();
+        validation.validate_nbf = true;
+        validation.required_spec_claims.clear();
+        validation.required_spec_claims.insert("exp".to_owned());
+        match &self.config.issuer {
+            Some(issuer) => validation.set_issuer(&[issuer]),
+            None => validation.iss = None,
+        }
+        match &self.config.audience {
+            Some(audience) => validation.set_audience(&[audience]),
+            None => validation.validate_aud = false,
+        }
+        jsonwebtoken::decode::<serde_json::Value>(token, key, &validation)
+            .map(|data| data.claims)
+            .map_err(|error| {
+                invalid(match error.kind() {
+                    ErrorKind::ExpiredSignature => "Token has expired",
+                    ErrorKind::ImmatureSignature => "Token is not valid yet",
+                    ErrorKind::InvalidSignature => "Invalid token signature",
+                    ErrorKind::InvalidIssuer => "Invalid token issuer",
+                    ErrorKind::InvalidAudience => "Invalid token audience",
+                    ErrorKind::MissingRequiredClaim(_) => "Token has no expiry",
+                    _ => "Invalid token",
+                })
+            })
+    }
+
+    /// The highest level the token's roles grant.
+    fn level(&self, claims: &serde_json::Value) -> Option<Access> {
+        let [admin, read_write, read_only] = &self.config.role_names;
+        let of = |role: &str| {
+            if role == admin {
+                Some(Access::Admin)
+            } else if role == read_write {
+                Some(Access::ReadWrite)
+            } else if role == read_only {
+                Some(Access::ReadOnly)
+            } else {
+                None
+            }
+        };
+        let single = claims
+            .get(&self.config.role_claim)
+            .and_then(serde_json::Value::as_str)
+            .and_then(of);
+        let many = claims
+            .get(&self.config.roles_claim)
+            .and_then(serde_json::Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(serde_json::Value::as_str)
+            .filter_map(of)
+            .max();
+        single.max(many)
+    }
+}
+
+/// The token of `Authorization: Bearer <token>` (any case) or a bare token.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(AUTHORIZATION)?.to_str().ok()?.trim();
+    let token = match value.split_once(' ') {
+        Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => token.trim(),
+        Some(_) => return None,
+        None => value,
+    };
+    (!token.is_empty()).then_some(token)
+}
