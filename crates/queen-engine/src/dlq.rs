@@ -42,13 +42,7 @@ impl Lifecycle {
         let letters = rows
             .into_iter()
             .map(|row| {
-                let data = if row.encrypted {
-                    self.key()
-                        .and_then(|key| key.open(&row.payload).ok())
-                        .map(Bytes::from)
-                } else {
-                    Some(Bytes::from(row.payload.clone()))
-                };
+                let data = self.open_payload(row.encrypted, &row.payload);
                 DeadLetter { row, data }
             })
             .collect();

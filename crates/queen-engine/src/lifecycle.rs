@@ -87,9 +87,17 @@ impl Lifecycle {
         Lifecycle { pool, at_rest }
     }
 
-    /// The at-rest key, for opening sealed dead-letter payloads.
-    pub(crate) fn key(&self) -> Option<&crate::crypto::EncryptionKey> {
-        self.at_rest.key()
+    /// A stored payload as the admin views show it: opened when `encrypted`
+    /// (`None` when this broker has no key that opens it), else as stored.
+    pub(crate) fn open_payload(&self, encrypted: bool, payload: &[u8]) -> Option<bytes::Bytes> {
+        if encrypted {
+            self.at_rest
+                .key()
+                .and_then(|key| key.open(payload).ok())
+                .map(bytes::Bytes::from)
+        } else {
+            Some(bytes::Bytes::copy_from_slice(payload))
+        }
     }
 
     /// A pooled connection.

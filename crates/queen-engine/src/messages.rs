@@ -360,12 +360,9 @@ impl Lifecycle {
         let Some(located) = self.locate(&client, partition_id, transaction_id).await? else {
             return Ok(None);
         };
-        let row = match queen_sql::segments::fetch_segment(&**client, partition_id, located.offset)
-            .await
-        {
-            Ok(row) => row,
-            Err(queen_sql::SqlError::SegmentNotFound { .. }) => return Ok(None),
-            Err(error) => return Err(error.into()),
+        let Some((row, segment, start)) = segment_at(&client, partition_id, located.offset).await?
+        else {
+            return Ok(None);
         };
         let states = States::from_rows(
             queen_sql::admin::message_state(
@@ -378,19 +375,11 @@ impl Lifecycle {
         );
         let queue_config = queen_sql::admin::queue_config(&**client, located.queue_id).await?;
         drop(client);
-        let segment = queen_frame::decompress(&row.blob)?;
-        let start = usize::try_from(located.offset - row.base_offset).unwrap_or(0);
         let frames = segment.slice(start, 1)?;
         let Some(frame) = frames.first() else {
             return Ok(None);
         };
-        let payload = if frame.encrypted {
-            self.key()
-                .and_then(|key| key.open(frame.payload).ok())
-                .map(Bytes::from)
-        } else {
-            Some(Bytes::copy_from_slice(frame.payload))
-        };
+        let payload = self.open_payload(frame.encrypted, frame.payload);
         let seen = states.of(partition_id, located.offset);
         let groups = states
             .cursors
@@ -463,15 +452,10 @@ impl Lifecycle {
                 offset: located.offset,
             });
         }
-        let row = match queen_sql::segments::fetch_segment(&**client, partition_id, located.offset)
-            .await
-        {
-            Ok(row) => row,
-            Err(queen_sql::SqlError::SegmentNotFound { .. }) => return Ok(MovedToDlq::NotFound),
-            Err(error) => return Err(error.into()),
+        let Some((row, segment, start)) = segment_at(&client, partition_id, located.offset).await?
+        else {
+            return Ok(MovedToDlq::NotFound);
         };
-        let segment = queen_frame::decompress(&row.blob)?;
-        let start = usize::try_from(located.offset - row.base_offset).unwrap_or(0);
         let frames = segment.slice(start, 1)?;
         let Some(frame) = frames.first() else {
             return Ok(MovedToDlq::NotFound);
@@ -503,6 +487,24 @@ impl Lifecycle {
             MovedToDlq::Leased
         })
     }
+}
+
+/// The segment of `partition_id` holding `offset`, inflated, with the index
+/// of that offset's frame in it; `None` when no segment holds it (retention
+/// removed it).
+async fn segment_at(
+    client: &deadpool_postgres::Object,
+    partition_id: Uuid,
+    offset: i64,
+) -> Result<Option<(queen_sql::segments::SegmentRow, queen_frame::Segment, usize)>, EngineError> {
+    let row = match queen_sql::segments::fetch_segment(&***client, partition_id, offset).await {
+        Ok(row) => row,
+        Err(queen_sql::SqlError::SegmentNotFound { .. }) => return Ok(None),
+        Err(error) => return Err(error.into()),
+    };
+    let segment = queen_frame::decompress(&row.blob)?;
+    let start = usize::try_from(offset - row.base_offset).unwrap_or(0);
+    Ok(Some((row, segment, start)))
 }
 
 /// The frames of `segment` with their offsets, as listed messages (status

@@ -120,16 +120,11 @@ pub(crate) async fn run(
             report.observe.push(result);
         }
     }
-    let mean = |kind: &str| {
-        let rates: Vec<f64> = report
-            .observe
-            .iter()
-            .filter(|r| r.kind == kind)
-            .map(|r| r.messages_per_second)
-            .collect();
-        rates.iter().sum::<f64>() / rates.len().max(1) as f64
-    };
-    let (quiet, observed) = (mean("quiet"), mean("observed"));
+    let rate = |r: &ObserveResult| r.messages_per_second;
+    let (quiet, observed) = (
+        mean(&report.observe, "quiet", rate),
+        mean(&report.observe, "observed", rate),
+    );
     eprintln!(
         "queen-load: observe: quiet {quiet:.0} msg/s, observed {observed:.0} msg/s, cost {:.1}%, \
          median of the rounds' costs {:.1}%",
@@ -137,6 +132,16 @@ pub(crate) async fn run(
         median_cost(&report.observe)
     );
     Ok(())
+}
+
+/// The mean of `field` over the cases of `kind`.
+fn mean(results: &[ObserveResult], kind: &str, field: fn(&ObserveResult) -> f64) -> f64 {
+    let values: Vec<f64> = results
+        .iter()
+        .filter(|r| r.kind == kind)
+        .map(field)
+        .collect();
+    values.iter().sum::<f64>() / values.len().max(1) as f64
 }
 
 /// The median over rounds of each round's throughput cost (1 - observed /
@@ -282,14 +287,7 @@ pub(crate) fn table(results: &[ObserveResult]) -> String {
             fixed(r.scrape_ms_max, 1),
         ]);
     }
-    let mean = |kind: &str, field: fn(&ObserveResult) -> f64| {
-        let values: Vec<f64> = results
-            .iter()
-            .filter(|r| r.kind == kind)
-            .map(field)
-            .collect();
-        values.iter().sum::<f64>() / values.len().max(1) as f64
-    };
+    let mean = |kind: &str, field: fn(&ObserveResult) -> f64| mean(results, kind, field);
     let rate = |r: &ObserveResult| r.messages_per_second;
     let cpu = |r: &ObserveResult| r.broker_us_per_message + r.postgres_us_per_message;
     let mut out = table.finish();

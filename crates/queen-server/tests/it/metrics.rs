@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use crate::faults::{own_cluster, scratch};
 use crate::harness::Broker;
-use crate::sdk::{run_limited, sdk_python, workspace_root};
+use crate::sdk::{python, run_limited, workspace_root};
 
 /// One parsed sample: name, labels, value.
 #[derive(Debug)]
@@ -21,10 +21,7 @@ struct Sample {
 
 /// Parse `text` with both parsers; panics with the parser's complaint.
 async fn parse(text: &str) -> Vec<Sample> {
-    let python = tokio::task::spawn_blocking(sdk_python)
-        .await
-        .unwrap()
-        .unwrap_or_else(|error| panic!("cannot prepare the Python environment: {error}"));
+    let python = python().await;
     let file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(file.path(), text).unwrap();
     let script = workspace_root().join("tests/sdk/prom_parse.py");

@@ -122,6 +122,15 @@ pub(crate) fn run_limited(cmd: &mut Command, limit: Duration) -> Result<Finished
     })
 }
 
+/// The environment's interpreter, for an async test (panics with the reason
+/// when the environment cannot be prepared).
+pub(crate) async fn python() -> PathBuf {
+    tokio::task::spawn_blocking(sdk_python)
+        .await
+        .expect("venv task")
+        .unwrap_or_else(|error| panic!("cannot prepare the Python SDK environment: {error}"))
+}
+
 /// The environment's interpreter, creating the environment when needed.
 /// Once per process; across processes a file lock lets one build it.
 pub(crate) fn sdk_python() -> Result<PathBuf, String> {
@@ -239,10 +248,7 @@ fn venv_ready(venv: &Path, python: &Path, wanted: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_python_sdk_pushes_consumes_acks_dead_letters_renews_and_commits() {
-    let python = tokio::task::spawn_blocking(sdk_python)
-        .await
-        .expect("venv task")
-        .unwrap_or_else(|error| panic!("cannot prepare the Python SDK environment: {error}"));
+    let python = python().await;
 
     let scratch = tempfile::tempdir().expect("temp dir");
     let db = TestDb::empty().await;
@@ -304,10 +310,7 @@ async fn the_official_python_sdk_pushes_consumes_acks_dead_letters_renews_and_co
 /// window's aggregate arrives in the sink exactly once and exactly right.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_stream_sdk_aggregates_windows_exactly_across_a_broker_restart() {
-    let python = tokio::task::spawn_blocking(sdk_python)
-        .await
-        .expect("venv task")
-        .unwrap_or_else(|error| panic!("cannot prepare the Python SDK environment: {error}"));
+    let python = python().await;
     let scratch = tempfile::tempdir().expect("temp dir");
     let db = TestDb::empty().await;
     let url = db.url();
@@ -397,10 +400,7 @@ async fn the_python_stream_sdk_aggregates_windows_exactly_across_a_broker_restar
 /// pushing is 403 (`tests/sdk/auth_e2e.py`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_python_sdk_sends_its_bearer_token() {
-    let python = tokio::task::spawn_blocking(sdk_python)
-        .await
-        .expect("venv task")
-        .unwrap_or_else(|error| panic!("cannot prepare the Python SDK environment: {error}"));
+    let python = python().await;
     let secret = "sdk-auth-test-secret";
     let token = |role: &str| {
         let exp = std::time::SystemTime::now()
