@@ -14,6 +14,8 @@
 --                     that offset, in one transaction; log_dlq_head_v2 does
 --                     it only while no other worker holds a live lease.
 --   log_lease_extend_v1  extends a lease on every partition it holds.
+--   *_v2 (at the end)  the same, guarded by the caller's tenant: what the
+--                     broker calls; partition_in_tenant_v1 is the guard.
 --
 -- An ack whose lease is no longer the live one (another worker re-claimed the
 -- batch after expiry) is refused: the batch belongs to the new holder. An ack
@@ -442,5 +444,117 @@ BEGIN
                  LIMIT p_rows) r
          CROSS JOIN LATERAL queen.log_unnest_hashes(r.hashes) u
          WHERE u.h = p_hash);
+END;
+$$;
+
+-- ---- tenant-guarded entry points (the security issue) ----
+--
+-- A partition id and a lease id are enough to ack, extend or trace a message,
+-- so every call that names a partition by id checks that it belongs to the
+-- caller's tenant first: a token of tenant A holding tenant B's ids changes
+-- nothing of B's. The _v1 functions stay, unguarded, for brokers of the
+-- previous version during a rolling upgrade.
+
+-- Whether partition p_pid belongs to a queue of tenant p_tenant.
+CREATE OR REPLACE FUNCTION queen.partition_in_tenant_v1(p_pid uuid, p_tenant text)
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE
+AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1
+                     FROM queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id
+                    WHERE p.id = p_pid AND q.tenant_id = p_tenant);
+END;
+$$;
+
+-- log_ack_batch_v1 of a partition of p_tenant; another tenant's partition
+-- answers o_acked false (the broker then resolves the items one by one, and
+-- log_ack_v2 refuses them too).
+CREATE OR REPLACE FUNCTION queen.log_ack_batch_v2(
+    p_tenant    text,
+    p_pid       uuid,
+    p_group     text,
+    p_lease     uuid,
+    p_batch_end bigint
+) RETURNS TABLE (o_acked boolean, o_pending boolean)
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+BEGIN
+    IF NOT queen.partition_in_tenant_v1(p_pid, p_tenant) THEN
+        o_acked := false; o_pending := false; RETURN NEXT;
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT * FROM queen.log_ack_batch_v1(p_pid, p_group, p_lease, p_batch_end);
+END;
+$$;
+
+-- log_ack_v1 of a partition of p_tenant; another tenant's partition answers
+-- not_found for every item, exactly as a partition that does not exist.
+CREATE OR REPLACE FUNCTION queen.log_ack_v2(
+    p_tenant        text,
+    p_pid           uuid,
+    p_group         text,
+    p_lease         uuid,
+    p_hashes        bytea,
+    p_statuses      text[],
+    p_errors        text[],
+    p_failed_to_dlq boolean
+) RETURNS TABLE (
+    o_idx            integer,
+    o_result         text,
+    o_offset         bigint,
+    o_lease_released boolean,
+    o_dlq_offset     bigint,
+    o_dlq_base       bigint,
+    o_dlq_blob       bytea,
+    o_dlq_created_at timestamptz,
+    o_dlq_error      text,
+    o_retry_count    integer,
+    o_pending        boolean,
+    o_queue          text,
+    o_partition      text
+)
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+BEGIN
+    IF NOT queen.partition_in_tenant_v1(p_pid, p_tenant) THEN
+        FOR v_i IN 0 .. coalesce(array_length(p_statuses, 1), 0) - 1 LOOP
+            o_idx := v_i; o_result := 'not_found'; RETURN NEXT;
+        END LOOP;
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT * FROM queen.log_ack_v1(
+        p_pid, p_group, p_lease, p_hashes, p_statuses, p_errors, p_failed_to_dlq);
+END;
+$$;
+
+-- log_lease_extend_v1 restricted to the partitions of p_tenant the lease
+-- holds (of p_pids, when given): another tenant's lease is not found.
+CREATE OR REPLACE FUNCTION queen.log_lease_extend_v2(
+    p_tenant  text,
+    p_lease   uuid,
+    p_seconds integer,
+    p_pids    uuid[]
+) RETURNS TABLE (o_expires_at timestamptz, o_found boolean)
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    v_pids uuid[];
+BEGIN
+    IF p_pids IS NOT NULL THEN
+        v_pids := ARRAY(SELECT u.pid FROM unnest(p_pids) u(pid)
+                         WHERE queen.partition_in_tenant_v1(u.pid, p_tenant));
+    ELSE
+        v_pids := ARRAY(SELECT c.partition_id
+                          FROM queen.log_consumers c
+                          JOIN queen.log_partitions p ON p.id = c.partition_id
+                          JOIN queen.queues q ON q.id = p.queue_id
+                         WHERE c.worker_id = p_lease AND q.tenant_id = p_tenant);
+    END IF;
+    RETURN QUERY SELECT * FROM queen.log_lease_extend_v1(p_lease, p_seconds, v_pids);
 END;
 $$;

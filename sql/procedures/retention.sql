@@ -34,6 +34,18 @@
 -- conditions hold for a prefix (created_at and end_offset are monotone), so
 -- what goes is a prefix. Moves log_start and oldest_live_at. The caller
 -- holds the partition row's lock.
+-- queen.queue_key_v1: the key a broker knows queue (p_tenant, p_name) by in
+-- memory, exactly as naming::queue_key builds it: the bare name for tenant
+-- 'default', else tenant, U+001F, name (neither can hold a control
+-- character). The retention steps key their per-queue counts by it.
+CREATE OR REPLACE FUNCTION queen.queue_key_v1(p_tenant text, p_name text)
+RETURNS text
+LANGUAGE sql
+IMMUTABLE
+AS $$
+    SELECT CASE WHEN p_tenant = 'default' THEN p_name ELSE p_tenant || chr(31) || p_name END
+$$;
+
 CREATE OR REPLACE FUNCTION queen.log_drop_prefix_v2(
     p_pid          uuid,
     p_cut_time     timestamptz,
@@ -193,7 +205,7 @@ BEGIN
 
     -- 1. Segments.
     FOR v_part IN
-        SELECT p.id, p.queue_id, q.name AS queue_name, q.retention_seconds,
+        SELECT p.id, p.queue_id, queen.queue_key_v1(q.tenant_id, q.name) AS queue_name, q.retention_seconds,
                q.completed_retention_seconds
           FROM queen.queues q
           CROSS JOIN LATERAL (
@@ -356,7 +368,7 @@ BEGIN
         RETURN;
     END IF;
     FOR v_part IN
-        SELECT p.id, q.name AS queue_name,
+        SELECT p.id, queen.queue_key_v1(q.tenant_id, q.name) AS queue_name,
                v_now - make_interval(secs => q.max_wait_time_seconds) AS cutoff
           FROM queen.queues q
           CROSS JOIN LATERAL (
@@ -453,7 +465,7 @@ BEGIN
     o_removed := 0;
     o_by_queue := '{}'::jsonb;
     FOR v_part IN
-        SELECT p.id, q.name AS queue_name
+        SELECT p.id, queen.queue_key_v1(q.tenant_id, q.name) AS queue_name
           FROM queen.queues q
           CROSS JOIN LATERAL (
               SELECT p.id

@@ -41,10 +41,31 @@ BEGIN
 END
 $$;
 
+-- queen.metrics_cluster_v2: metrics_cluster_v1 of every tenant, each row
+-- with its tenant (the operator's /metrics labels every queue series with
+-- it, so two tenants' queues of one name are two series).
+CREATE OR REPLACE FUNCTION queen.metrics_cluster_v2()
+RETURNS TABLE (o_tenant text, o_kind text, o_queue text, o_group text,
+               o_a bigint, o_b bigint, o_c bigint)
+LANGUAGE plpgsql
+STABLE
+AS $$
+DECLARE
+    v_tenant text;
+BEGIN
+    FOR v_tenant IN SELECT DISTINCT q.tenant_id FROM queen.queues q ORDER BY 1 LOOP
+        RETURN QUERY
+        SELECT v_tenant, m.o_kind, m.o_queue, m.o_group, m.o_a, m.o_b, m.o_c
+          FROM queen.metrics_cluster_v1(v_tenant) m;
+    END LOOP;
+END
+$$;
+
 -- queen.stats_write_v1: one broker's statistics of one minute, in one call.
 --   p_broker  one object: the stats_broker_minute columns but bucket
 --             (hostname, port, pid, cpu_user_us, ...); missing keys are 0
---   p_queues  an array of objects: queue_name and the stats_queue_minute
+--   p_queues  an array of objects: queue_name (and tenant_id, else p_tenant:
+--             brokers before tenants send none) and the stats_queue_minute
 --             counters (push_requests, pushed, ..., parked, lag_messages,
 --             lag_seconds, retention_msgs, ..., partitions_deleted)
 -- A queue row also records the queue's partition count and how many of its
@@ -118,7 +139,7 @@ BEGIN
         pop_empty, acked, ack_failed, dlq, transactions, parked, lag_messages, lag_seconds,
         partitions, partitions_created, retention_msgs, completed_retention_msgs, eviction_msgs,
         partitions_deleted)
-    SELECT p_bucket, p_broker_id, p_tenant, r.queue_name,
+    SELECT p_bucket, p_broker_id, COALESCE(r.tenant_id, p_tenant), r.queue_name,
            COALESCE(r.push_requests, 0), COALESCE(r.pushed, 0), COALESCE(r.pop_requests, 0),
            COALESCE(r.popped, 0), COALESCE(r.pop_empty, 0), COALESCE(r.acked, 0),
            COALESCE(r.ack_failed, 0), COALESCE(r.dlq, 0), COALESCE(r.transactions, 0),
@@ -127,7 +148,7 @@ BEGIN
            COALESCE(r.retention_msgs, 0), COALESCE(r.completed_retention_msgs, 0),
            COALESCE(r.eviction_msgs, 0), COALESCE(r.partitions_deleted, 0)
       FROM jsonb_to_recordset(p_queues) AS r (
-               queue_name text, push_requests bigint, pushed bigint, pop_requests bigint,
+               tenant_id text, queue_name text, push_requests bigint, pushed bigint, pop_requests bigint,
                popped bigint, pop_empty bigint, acked bigint, ack_failed bigint, dlq bigint,
                transactions bigint, parked integer, lag_messages bigint, lag_seconds bigint,
                retention_msgs bigint, completed_retention_msgs bigint, eviction_msgs bigint,
@@ -138,7 +159,7 @@ BEGIN
                                      AND p.created_at < p_bucket + interval '1 minute'))::integer AS created
             FROM queen.queues q
             JOIN queen.log_partitions p ON p.queue_id = q.id
-           WHERE q.tenant_id = p_tenant AND q.name = r.queue_name
+           WHERE q.tenant_id = COALESCE(r.tenant_id, p_tenant) AND q.name = r.queue_name
       ) AS pc ON true
      WHERE r.queue_name IS NOT NULL
     ON CONFLICT (bucket, broker, tenant_id, queue_name) DO UPDATE SET

@@ -234,7 +234,7 @@ async fn every_route_of_the_table_answers_its_level_and_refuses_the_one_below() 
         (Access::Admin, hs256(&claims("admin"))),
     ];
     let no_role = hs256(&json!({"sub": "s", "exp": now() + 600}));
-    for (method, pattern, access) in queen_http::route_table() {
+    for (method, pattern, access, _) in queen_http::route_table() {
         let method: Method = method.parse().unwrap();
         let path = path_of(pattern);
         let send = |token: Option<String>| {

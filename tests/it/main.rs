@@ -22,6 +22,7 @@ mod queue_options;
 mod retention;
 mod stats;
 mod streams;
+mod tenants;
 mod txn;
 mod upgrade;
 mod webapp;

@@ -894,6 +894,7 @@ async fn a_push_after_shutdown_answers_an_error() {
     let broker = TestBroker::start().await;
     broker.engine.shutdown().await;
     let item = queen_engine::PushItem {
+        tenant: queen_engine::naming::default_tenant(),
         queue: "late".to_owned(),
         partition: "p".to_owned(),
         transaction_id: None,
@@ -1025,6 +1026,7 @@ async fn large_compression_leaves_the_worker_thread_free() {
     }
     let items: Vec<queen_engine::PushItem> = (0..4)
         .map(|i| queen_engine::PushItem {
+            tenant: queen_engine::naming::default_tenant(),
             queue: "heavy".to_owned(),
             partition: format!("p{i}"),
             transaction_id: None,
@@ -1051,6 +1053,7 @@ async fn large_compression_leaves_the_worker_thread_free() {
     let popped = broker
         .engine
         .pop(queen_engine::PopRequest {
+            tenant: queen_engine::naming::default_tenant(),
             target: queen_engine::PopTarget::Queue {
                 queue: "heavy".to_owned(),
             },

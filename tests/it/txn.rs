@@ -266,6 +266,7 @@ async fn a_large_transactional_push_is_checked_for_repeated_ids_in_one_pass() {
     use queen_engine::{EngineError, PushItem, TxnOp};
     let broker = TestBroker::start().await;
     let item = |i: usize| PushItem {
+        tenant: queen_engine::naming::default_tenant(),
         queue: "bulk".to_owned(),
         partition: "p".to_owned(),
         transaction_id: Some(format!("t{i}")),
@@ -277,7 +278,7 @@ async fn a_large_transactional_push_is_checked_for_repeated_ids_in_one_pass() {
     let started = std::time::Instant::now();
     let results = broker
         .engine
-        .transaction(vec![TxnOp::Push((0..n).map(item).collect())])
+        .transaction("default", vec![TxnOp::Push((0..n).map(item).collect())])
         .await
         .unwrap();
     assert!(
@@ -297,7 +298,7 @@ async fn a_large_transactional_push_is_checked_for_repeated_ids_in_one_pass() {
     items.push(item(n + 10));
     let refused = broker
         .engine
-        .transaction(vec![TxnOp::Push(items)])
+        .transaction("default", vec![TxnOp::Push(items)])
         .await
         .unwrap_err();
     match refused {

@@ -48,6 +48,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // 3. Push three messages to one partition.
     let items = (1..=3)
         .map(|n| PushItem {
+            tenant: queen_engine::naming::default_tenant(),
             queue: "embedded.demo".to_owned(),
             partition: "orders".to_owned(),
             transaction_id: Some(format!("order-{n}")),
@@ -65,6 +66,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // 4. Pop them under a lease.
     let popped = engine
         .pop(PopRequest {
+            tenant: queen_engine::naming::default_tenant(),
             target: PopTarget::Queue {
                 queue: "embedded.demo".to_owned(),
             },
@@ -100,7 +102,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             lease_id: Some(lease),
         })
         .collect();
-    let outcomes = engine.ack(QUEUE_MODE_GROUP, acks).await?;
+    let outcomes = engine
+        .ack(queen_engine::naming::DEFAULT_TENANT, QUEUE_MODE_GROUP, acks)
+        .await?;
     assert!(outcomes.iter().all(|o| o.success), "every ack succeeds");
     println!(
         "acked {} messages; positional acks: {}",

@@ -20,6 +20,7 @@ use std::time::Instant;
 use queen_sql::ack::{DeadLetter, DlqRequest, ItemResult};
 use uuid::Uuid;
 
+use crate::naming::split_queue_key;
 use crate::ready::Ready;
 use crate::registry::AckRegistry;
 use crate::EngineError;
@@ -136,9 +137,11 @@ impl Acks {
         }
     }
 
-    /// Acknowledge `items` for consumer group `group`.
+    /// Acknowledge `items` for consumer group `group` on `tenant`'s
+    /// partitions (another tenant's partition answers "Message not found").
     pub(crate) async fn ack(
         &self,
+        tenant: &str,
         group: &str,
         items: Vec<AckItem>,
     ) -> Result<Vec<AckOutcome>, EngineError> {
@@ -157,7 +160,7 @@ impl Acks {
         for ((partition_id, lease), indices) in groups {
             let members: Vec<&AckItem> = indices.iter().map(|&i| &items[i]).collect();
             let results = self
-                .ack_group(&client, group, partition_id, lease, &members, false)
+                .ack_group(&client, tenant, group, partition_id, lease, &members, false)
                 .await?;
             for (idx, outcome) in indices.into_iter().zip(results) {
                 outcomes[idx] = outcome;
@@ -168,9 +171,11 @@ impl Acks {
 
     /// Ack one (partition, lease) group on `client` (a pooled connection, or
     /// a transaction).
+    #[allow(clippy::too_many_arguments)] // the group's key, its items and the mode
     pub(crate) async fn ack_group(
         &self,
         client: &impl queen_sql::Conn,
+        tenant: &str,
         group: &str,
         partition_id: Uuid,
         lease: Option<Uuid>,
@@ -192,6 +197,7 @@ impl Acks {
                 {
                     let acked = queen_sql::ack::ack_batch(
                         client,
+                        tenant,
                         partition_id,
                         group,
                         lease,
@@ -201,15 +207,17 @@ impl Acks {
                     if acked.acked {
                         self.positional.fetch_add(1, Ordering::Relaxed);
                         self.registry.forget(lease, partition_id);
+                        // The registry knows the queue by its key.
+                        let (_, queue) = split_queue_key(&served.queue);
                         if acked.pending {
-                            self.ready.promoted(&served.queue, group, &served.partition);
+                            self.ready.promoted(tenant, queue, group, &served.partition);
                         }
                         let outcome = AckOutcome {
                             success: true,
                             error: None,
                             lease_released: true,
                             dlq: false,
-                            queue: Some(served.queue.clone()),
+                            queue: Some(queue.to_owned()),
                             partition: Some(served.partition.clone()),
                         };
                         return Ok(vec![outcome; items.len()]);
@@ -239,6 +247,7 @@ impl Acks {
                 todo.iter().map(|&i| items[i].error.as_deref()).collect();
             let results = queen_sql::ack::ack(
                 client,
+                tenant,
                 partition_id,
                 group,
                 lease,
@@ -300,7 +309,7 @@ impl Acks {
             let pending = filed_pending.unwrap_or(results.pending);
             if released && pending {
                 if let (Some(queue), Some(partition)) = (&results.queue, &results.partition) {
-                    self.ready.promoted(queue, group, partition);
+                    self.ready.promoted(tenant, queue, group, partition);
                 }
             }
             todo = next;
@@ -382,7 +391,7 @@ impl Acks {
         self.registry.size()
     }
 
-    /// Forget the served batches of `queue` (it was deleted).
+    /// Forget the served batches of `queue` (its `naming::queue_key`; it was deleted).
     pub(crate) fn forget_queue(&self, queue: &str) {
         self.registry.forget_queue(queue);
     }
@@ -391,6 +400,7 @@ impl Acks {
     /// Returns the new expiry, or the reason it could not be extended.
     pub(crate) async fn extend_lease(
         &self,
+        tenant: &str,
         lease: Uuid,
         seconds: i32,
     ) -> Result<Result<std::time::SystemTime, LeaseError>, EngineError> {
@@ -398,11 +408,12 @@ impl Acks {
         let client = self.pool.get().await.map_err(queen_sql::SqlError::from)?;
         let pids = (!known.is_empty()).then_some(known.as_slice());
         let (mut expires, mut found) =
-            queen_sql::ack::lease_extend(&**client, lease, seconds.max(1), pids).await?;
+            queen_sql::ack::lease_extend(&**client, tenant, lease, seconds.max(1), pids).await?;
         if expires.is_none() && pids.is_some() {
             // The registry may be stale: look everywhere before saying no.
             (expires, found) =
-                queen_sql::ack::lease_extend(&**client, lease, seconds.max(1), None).await?;
+                queen_sql::ack::lease_extend(&**client, tenant, lease, seconds.max(1), None)
+                    .await?;
         }
         Ok(match (expires, found) {
             (Some(at), _) => Ok(at),

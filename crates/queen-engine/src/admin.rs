@@ -12,7 +12,6 @@ use queen_sql::admin::{QueueSeries, Range};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::naming::DEFAULT_TENANT;
 use crate::EngineError;
 
 /// One admin view and its parameters.
@@ -92,13 +91,14 @@ pub enum AdminView<'a> {
 /// not exist.
 pub(crate) async fn read(
     pool: &deadpool_postgres::Pool,
+    tenant: &str,
     view: AdminView<'_>,
 ) -> Result<Option<Value>, EngineError> {
     use queen_sql::admin as sql;
     let client = pool.get().await.map_err(queen_sql::SqlError::from)?;
     let started = std::time::Instant::now();
     let c = &**client;
-    let t = DEFAULT_TENANT;
+    let t = tenant;
     let answer = match view {
         AdminView::Overview => Some(sql::overview(c, t).await?),
         AdminView::Queues => Some(sql::queues(c, t).await?),

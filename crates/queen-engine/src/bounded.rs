@@ -11,7 +11,9 @@
 //! within one refresh period. Until then a request spanning several of its
 //! partitions could keep the partitions that fit.
 //!
-//! Memory: the names of the queues with `maxSize`, at most [`MAX_BOUNDED`];
+//! Queues are known by their `naming::queue_key` (tenant and name).
+//!
+//! Memory: the keys of the queues with `maxSize`, at most [`MAX_BOUNDED`];
 //! past that every push takes the one-transaction path (correct, slower).
 
 use std::collections::HashSet;
@@ -19,7 +21,7 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use crate::naming::DEFAULT_TENANT;
+use crate::naming::queue_key;
 use crate::EngineError;
 
 /// The most bounded queue names held.
@@ -91,10 +93,13 @@ impl Bounded {
         let before = self.changes.load(std::sync::atomic::Ordering::Acquire);
         let client = self.pool.get().await.map_err(queen_sql::SqlError::from)?;
         let limit = i64::try_from(MAX_BOUNDED).unwrap_or(i64::MAX) + 1;
-        let names = queen_sql::queues::bounded_queues(&**client, DEFAULT_TENANT, limit).await?;
+        let names = queen_sql::queues::bounded_queues(&**client, limit).await?;
         let overflow = names.len() > MAX_BOUNDED;
         let next = Known {
-            names: names.into_iter().map(Arc::from).collect(),
+            names: names
+                .iter()
+                .map(|(tenant, name)| Arc::from(queue_key(tenant, name)))
+                .collect(),
             overflow,
         };
         let mut known = self.known.write();

@@ -4,7 +4,6 @@ use bytes::Bytes;
 use queen_sql::dlq::{DeadLetterRow, DlqFilter};
 
 use crate::lifecycle::Lifecycle;
-use crate::naming::DEFAULT_TENANT;
 use crate::EngineError;
 
 /// A dead letter with its payload opened.
@@ -22,23 +21,25 @@ impl Lifecycle {
     /// how many went.
     pub(crate) async fn delete_dead_letters(
         &self,
+        tenant: &str,
         partition_id: uuid::Uuid,
         transaction_id: &str,
     ) -> Result<u64, EngineError> {
         let client = self.client().await?;
-        Ok(queen_sql::dlq::delete(&**client, DEFAULT_TENANT, partition_id, transaction_id).await?)
+        Ok(queen_sql::dlq::delete(&**client, tenant, partition_id, transaction_id).await?)
     }
 
     /// Dead letters matching `filter`, newest first, and how many match in all.
     pub(crate) async fn dead_letters(
         &self,
+        tenant: &str,
         filter: &DlqFilter<'_>,
         limit: i64,
         offset: i64,
     ) -> Result<(Vec<DeadLetter>, i64), EngineError> {
         let client = self.client().await?;
-        let rows = queen_sql::dlq::list(&**client, DEFAULT_TENANT, filter, limit, offset).await?;
-        let total = queen_sql::dlq::count(&**client, DEFAULT_TENANT, filter).await?;
+        let rows = queen_sql::dlq::list(&**client, tenant, filter, limit, offset).await?;
+        let total = queen_sql::dlq::count(&**client, tenant, filter).await?;
         let letters = rows
             .into_iter()
             .map(|row| {

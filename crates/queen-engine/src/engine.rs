@@ -37,6 +37,7 @@ use crate::health::HealthProbe;
 use crate::lifecycle::Lifecycle;
 use crate::maintenance::Maintenance;
 use crate::metrics::{ClusterCache, ProcessMetrics, Scrape};
+use crate::naming::queue_key;
 use crate::pop::{Serving, ServingConfig};
 use crate::push::{Fusion, FusionConfig};
 use crate::registry::AckRegistry;
@@ -251,33 +252,38 @@ impl Engine {
     /// so an item whose attempt committed after all is found duplicate when
     /// the spool drains.
     pub async fn push(&self, items: Vec<PushItem>) -> Result<Pushed, EngineError> {
-        let mut per_queue: Vec<(Arc<str>, u64)> = Vec::new();
+        // Per item, the index of its queue's key in `per_queue`.
+        let mut per_queue: Vec<(String, u64)> = Vec::new();
+        let mut item_queue = Vec::with_capacity(items.len());
         for item in &items {
-            match per_queue
-                .iter_mut()
-                .find(|(queue, _)| **queue == *item.queue)
-            {
-                Some((_, count)) => *count += 1,
-                None => per_queue.push((Arc::from(item.queue.as_str()), 1)),
-            }
+            let key = queue_key(&item.tenant, &item.queue);
+            let index = match per_queue.iter().position(|(queue, _)| *queue == *key) {
+                Some(index) => index,
+                None => {
+                    per_queue.push((key.into_owned(), 0));
+                    per_queue.len() - 1
+                }
+            };
+            item_queue.push(index);
         }
         let pushed = self.push_uncounted(items).await;
         match &pushed {
             Ok(Pushed::Stored(outcomes)) => {
-                for (queue, count) in &mut per_queue {
-                    *count = outcomes
-                        .iter()
-                        .filter(|outcome| {
-                            outcome.status == crate::PushStatus::Queued && outcome.queue == *queue
-                        })
-                        .count() as u64;
+                for (outcome, &index) in outcomes.iter().zip(&item_queue) {
+                    if outcome.status == crate::PushStatus::Queued {
+                        per_queue[index].1 += 1;
+                    }
                 }
                 self.stats
                     .pushed(per_queue.iter().map(|(queue, n)| (&**queue, *n)), false);
             }
-            Ok(Pushed::Buffered(_)) => self
-                .stats
-                .pushed(per_queue.iter().map(|(queue, n)| (&**queue, *n)), true),
+            Ok(Pushed::Buffered(_)) => {
+                for &index in &item_queue {
+                    per_queue[index].1 += 1;
+                }
+                self.stats
+                    .pushed(per_queue.iter().map(|(queue, n)| (&**queue, *n)), true);
+            }
             Err(error) => self.count_error(error),
         }
         pushed
@@ -291,9 +297,12 @@ impl Engine {
     }
 
     async fn push_uncounted(&self, mut items: Vec<PushItem>) -> Result<Pushed, EngineError> {
-        let atomic = self
-            .bounded
-            .any(items.iter().map(|item| item.queue.as_str()));
+        let keys: Vec<_> = items
+            .iter()
+            .map(|item| queue_key(&item.tenant, &item.queue))
+            .collect();
+        let atomic = self.bounded.any(keys.iter().map(|key| &**key));
+        drop(keys);
         let Some(spool) = &self.spool else {
             if self.maintenance.push() {
                 return Err(EngineError::NoSpool);
@@ -361,10 +370,16 @@ impl Engine {
             }
             crate::PopTarget::Discovery { .. } => None,
         };
+        let tenant = Arc::clone(&request.tenant);
         let popped = self.serving.pop(request).await;
         match &popped {
             Ok(popped) => self.stats.popped(
-                popped.queue.as_deref().or(target.as_deref()),
+                popped
+                    .queue
+                    .as_deref()
+                    .or(target.as_deref())
+                    .map(|queue| queue_key(&tenant, queue))
+                    .as_deref(),
                 popped.messages.len() as u64,
             ),
             Err(error) => self.count_error(error),
@@ -372,17 +387,20 @@ impl Engine {
         popped
     }
 
-    /// Acknowledge `items` for consumer group `group`.
+    /// Acknowledge `items` for consumer group `group`, on `tenant`'s
+    /// partitions only: another tenant's partition id answers "Message not
+    /// found" and changes nothing.
     pub async fn ack(
         &self,
+        tenant: &str,
         group: &str,
         items: Vec<AckItem>,
     ) -> Result<Vec<AckOutcome>, EngineError> {
         let statuses: Vec<crate::AckStatus> =
             items.iter().map(|item| item.status.clone()).collect();
-        let acked = self.acks.ack(group, items).await;
+        let acked = self.acks.ack(tenant, group, items).await;
         match &acked {
-            Ok(outcomes) => self.count_acks(&statuses, outcomes),
+            Ok(outcomes) => self.count_acks(tenant, &statuses, outcomes),
             Err(error) => self.count_error(error),
         }
         acked
@@ -390,19 +408,20 @@ impl Engine {
 
     /// Count one ack call: per queue (completed, failed, dead-lettered), and
     /// the refused items.
-    fn count_acks(&self, statuses: &[crate::AckStatus], outcomes: &[AckOutcome]) {
-        let mut per_queue: Vec<(&str, (u64, u64, u64))> = Vec::new();
+    fn count_acks(&self, tenant: &str, statuses: &[crate::AckStatus], outcomes: &[AckOutcome]) {
+        let mut per_queue: Vec<(std::borrow::Cow<'_, str>, (u64, u64, u64))> = Vec::new();
         let mut refused = 0;
         for (status, outcome) in statuses.iter().zip(outcomes) {
             let (Some(queue), true) = (outcome.queue.as_deref(), outcome.success) else {
                 refused += 1;
                 continue;
             };
+            let key = queue_key(tenant, queue);
             let index = per_queue
                 .iter()
-                .position(|(name, _)| *name == queue)
+                .position(|(name, _)| *name == key)
                 .unwrap_or_else(|| {
-                    per_queue.push((queue, (0, 0, 0)));
+                    per_queue.push((key, (0, 0, 0)));
                     per_queue.len() - 1
                 });
             let entry = &mut per_queue[index].1;
@@ -415,33 +434,43 @@ impl Engine {
                 entry.2 += 1;
             }
         }
-        self.stats.acked(per_queue, refused);
+        self.stats.acked(
+            per_queue.iter().map(|(queue, counts)| (&**queue, *counts)),
+            refused,
+        );
     }
 
     /// Extend `lease` on every partition it holds by `seconds` from now.
     /// Returns the new expiry, or the reason it could not be extended.
     pub async fn extend_lease(
         &self,
+        tenant: &str,
         lease: Uuid,
         seconds: i32,
     ) -> Result<Result<SystemTime, LeaseError>, EngineError> {
-        self.acks.extend_lease(lease, seconds).await
+        self.acks.extend_lease(tenant, lease, seconds).await
     }
 
     /// Apply `ops` atomically. On failure nothing is applied and the error
-    /// names the operation (`EngineError::TransactionFailed`).
-    pub async fn transaction(&self, ops: Vec<TxnOp>) -> Result<Vec<TxnResult>, EngineError> {
+    /// names the operation (`EngineError::TransactionFailed`). Every
+    /// operation acts for `tenant`, whatever its items say.
+    pub async fn transaction(
+        &self,
+        tenant: &str,
+        ops: Vec<TxnOp>,
+    ) -> Result<Vec<TxnResult>, EngineError> {
         let mut queues: Vec<String> = Vec::new();
         for op in &ops {
             if let TxnOp::Push(items) = op {
                 for item in items {
-                    if !queues.contains(&item.queue) {
-                        queues.push(item.queue.clone());
+                    let key = queue_key(tenant, &item.queue);
+                    if !queues.iter().any(|queue| *queue == *key) {
+                        queues.push(key.into_owned());
                     }
                 }
             }
         }
-        let done = self.txns.transaction(ops).await;
+        let done = self.txns.transaction(tenant, ops).await;
         match &done {
             Ok(_) => self.stats.transaction(queues.iter().map(String::as_str)),
             Err(error) => self.count_error(error),
@@ -457,7 +486,7 @@ impl Engine {
     /// Fails with [`EngineError::InvalidConfiguration`] before any I/O when
     /// the request breaks a rule (see [`ConfigureQueue`]).
     pub async fn configure(&self, request: ConfigureQueue) -> Result<Configured, EngineError> {
-        let queue = request.queue.clone();
+        let queue = queue_key(&request.tenant, &request.queue).into_owned();
         let configured = self.lifecycle.configure(request).await?;
         self.bounded
             .set(&queue, configured.settings.max_queue_size > 0);
@@ -469,9 +498,9 @@ impl Engine {
     /// cursors, subscriptions, dead letters, traces) in one transaction, then
     /// forget it in every cache; parked pops on it answer empty at once.
     /// Returns whether it existed (deleting a missing queue succeeds).
-    pub async fn delete_queue(&self, queue: &str) -> Result<bool, EngineError> {
-        let existed = self.lifecycle.delete_queue(queue).await?;
-        self.queue_deleted(queue);
+    pub async fn delete_queue(&self, tenant: &str, queue: &str) -> Result<bool, EngineError> {
+        let existed = self.lifecycle.delete_queue(tenant, queue).await?;
+        self.queue_deleted(&queue_key(tenant, queue));
         Ok(existed)
     }
 
@@ -481,15 +510,19 @@ impl Engine {
     /// again from them). A group that never existed deletes nothing.
     pub async fn delete_consumer_group(
         &self,
+        tenant: &str,
         group: &str,
         queue: Option<&str>,
         delete_metadata: bool,
     ) -> Result<GroupDeletion, EngineError> {
         let deleted = self
             .lifecycle
-            .delete_consumer_group(group, queue, delete_metadata)
+            .delete_consumer_group(tenant, group, queue, delete_metadata)
             .await?;
-        self.group_changed(group, queue);
+        self.group_changed(
+            group,
+            queue.map(|queue| queue_key(tenant, queue)).as_deref(),
+        );
         Ok(deleted)
     }
 
@@ -499,14 +532,18 @@ impl Engine {
     /// the queue does not exist; an unknown partition moves nothing.
     pub async fn seek(
         &self,
+        tenant: &str,
         group: &str,
         queue: &str,
         partition: Option<&str>,
         target: SeekTarget,
     ) -> Result<Option<Seeked>, EngineError> {
-        let sought = self.lifecycle.seek(group, queue, partition, target).await?;
+        let sought = self
+            .lifecycle
+            .seek(tenant, group, queue, partition, target)
+            .await?;
         if sought.is_some() {
-            self.group_changed(group, Some(queue));
+            self.group_changed(group, Some(&queue_key(tenant, queue)));
         }
         Ok(sought)
     }
@@ -516,18 +553,22 @@ impl Engine {
     /// Existing cursors do not move. Returns the records updated.
     pub async fn set_subscription_timestamp(
         &self,
+        tenant: &str,
         group: &str,
         at: SystemTime,
     ) -> Result<u64, EngineError> {
-        let rows = self.lifecycle.set_subscription_timestamp(group, at).await?;
+        let rows = self
+            .lifecycle
+            .set_subscription_timestamp(tenant, group, at)
+            .await?;
         self.group_changed(group, None);
         Ok(rows)
     }
 
     /// Every (consumer group, queue) pair that has a subscription record or a
     /// cursor, summarised, ordered by group then queue.
-    pub async fn consumer_groups(&self) -> Result<Vec<GroupSummary>, EngineError> {
-        self.lifecycle.consumer_groups().await
+    pub async fn consumer_groups(&self, tenant: &str) -> Result<Vec<GroupSummary>, EngineError> {
+        self.lifecycle.consumer_groups(tenant).await
     }
 
     /// `group`'s cursors with their lag, by queue (queue name order; a queue
@@ -535,39 +576,47 @@ impl Engine {
     /// an unknown group.
     pub async fn consumer_group(
         &self,
+        tenant: &str,
         group: &str,
     ) -> Result<Vec<(String, Vec<CursorLag>)>, EngineError> {
-        self.lifecycle.consumer_group(group).await
+        self.lifecycle.consumer_group(tenant, group).await
     }
 
     /// Cursors of every group whose oldest unconsumed message is at least
     /// `min_lag_seconds` old, most lagging first.
     pub async fn lagging_partitions(
         &self,
+        tenant: &str,
         min_lag_seconds: i64,
     ) -> Result<Vec<CursorLag>, EngineError> {
-        self.lifecycle.lagging_partitions(min_lag_seconds).await
+        self.lifecycle
+            .lagging_partitions(tenant, min_lag_seconds)
+            .await
     }
 
     /// Dead letters matching `filter`, newest first, and how many match in all.
     pub async fn dead_letters(
         &self,
+        tenant: &str,
         filter: &DlqFilter<'_>,
         limit: i64,
         offset: i64,
     ) -> Result<(Vec<DeadLetter>, i64), EngineError> {
-        self.lifecycle.dead_letters(filter, limit, offset).await
+        self.lifecycle
+            .dead_letters(tenant, filter, limit, offset)
+            .await
     }
 
     /// Remove every consumer group's dead letter of the message
     /// (`partition_id`, `transaction_id`); answers how many went.
     pub async fn delete_dead_letters(
         &self,
+        tenant: &str,
         partition_id: Uuid,
         transaction_id: &str,
     ) -> Result<u64, EngineError> {
         self.lifecycle
-            .delete_dead_letters(partition_id, transaction_id)
+            .delete_dead_letters(tenant, partition_id, transaction_id)
             .await
     }
 
@@ -575,8 +624,12 @@ impl Engine {
     /// back into the log, each row exactly once, in one transaction with
     /// their push: each message gets a new offset at the head of its
     /// partition and is delivered again to the group it failed in.
-    pub async fn replay_dead_letters(&self, take: &DlqTake<'_>) -> Result<Replayed, EngineError> {
-        self.txns.replay(take).await
+    pub async fn replay_dead_letters(
+        &self,
+        tenant: &str,
+        take: &DlqTake<'_>,
+    ) -> Result<Replayed, EngineError> {
+        self.txns.replay(tenant, take).await
     }
 
     /// Register a streaming query against its source queue, or find it
@@ -584,9 +637,10 @@ impl Engine {
     /// answers [`Registered::Mismatch`] unless `reset`, which wipes its state.
     pub async fn register_query(
         &self,
+        tenant: &str,
         query: &crate::QueryRegistration<'_>,
     ) -> Result<crate::Registered, EngineError> {
-        self.lifecycle.register_query(query).await
+        self.lifecycle.register_query(tenant, query).await
     }
 
     /// Commit a streaming query's cycle: state writes, sink pushes and the
@@ -594,31 +648,38 @@ impl Engine {
     /// and nothing of it applied.
     pub async fn stream_cycle(
         &self,
+        tenant: &str,
         cycle: crate::StreamCycle,
     ) -> Result<Result<crate::CycleDone, String>, EngineError> {
-        self.txns.stream_cycle(cycle).await
+        self.txns.stream_cycle(tenant, cycle).await
     }
 
     /// A streaming query's state rows for one source partition: those of
     /// `keys`, else those starting with `prefix`, else all; by key.
     pub async fn stream_state(
         &self,
+        tenant: &str,
         query: Uuid,
         partition: Uuid,
         keys: &[String],
         prefix: Option<&str>,
     ) -> Result<Vec<crate::StateRow>, EngineError> {
         self.lifecycle
-            .stream_state(query, partition, keys, prefix)
+            .stream_state(tenant, query, partition, keys, prefix)
             .await
     }
 
     /// Record `event`; `None` when its message is not found.
-    pub async fn record_trace(&self, event: &TraceEvent) -> Result<Option<Uuid>, EngineError> {
-        self.lifecycle.record_trace(event).await
+    pub async fn record_trace(
+        &self,
+        tenant: &str,
+        event: &TraceEvent,
+    ) -> Result<Option<Uuid>, EngineError> {
+        self.lifecycle.record_trace(tenant, event).await
     }
 
-    /// Forget everything cached about `queue` after it was deleted: hot-list
+    /// Forget everything cached about the queue of key `queue`
+    /// (`naming::queue_key`) after it was deleted: hot-list
     /// rings, configuration, encryption flag, dedup coverage, ack registry
     /// entries; parked pops on it answer empty at once.
     pub fn queue_deleted(&self, queue: &str) {
@@ -628,7 +689,7 @@ impl Engine {
         self.acks.forget_queue(queue);
     }
 
-    /// Forget cached configuration of `queue` after it was configured (push
+    /// Forget cached configuration of the queue of key `queue` after it was configured (push
     /// caches its encryption flag, pop its settings).
     fn queue_configured(&self, queue: &str) {
         self.at_rest.forget(queue);
@@ -636,8 +697,8 @@ impl Engine {
         self.serving.queue_configured(queue);
     }
 
-    /// Forget cached state of consumer group `group` (on `queue`, or on every
-    /// queue) after its cursors were deleted or moved: its next pop contacts
+    /// Forget cached state of consumer group `group` (on the queue of key
+    /// `queue`, or on every queue of every tenant) after its cursors were deleted or moved: its next pop contacts
     /// SQL afresh and reseeds its rings.
     pub fn group_changed(&self, group: &str, queue: Option<&str>) {
         self.serving.group_changed(group, queue);
@@ -763,9 +824,10 @@ impl Engine {
     /// names does not exist.
     pub async fn admin_view(
         &self,
+        tenant: &str,
         view: crate::AdminView<'_>,
     ) -> Result<Option<serde_json::Value>, EngineError> {
-        crate::admin::read(&self.pool, view).await
+        crate::admin::read(&self.pool, tenant, view).await
     }
 
     /// One page of the message listing, newest first (see
@@ -773,23 +835,27 @@ impl Engine {
     /// only those of `status` when given.
     pub async fn list_messages(
         &self,
+        tenant: &str,
         filter: &crate::MessageFilter<'_>,
         status: Option<crate::MessageStatus>,
         limit: usize,
         offset: usize,
     ) -> Result<crate::MessagePage, EngineError> {
         self.lifecycle
-            .list_messages(filter, status, limit, offset)
+            .list_messages(tenant, filter, status, limit, offset)
             .await
     }
 
     /// One message with its payload opened, or `None`.
     pub async fn message(
         &self,
+        tenant: &str,
         partition_id: Uuid,
         transaction_id: &str,
     ) -> Result<Option<crate::MessageDetail>, EngineError> {
-        self.lifecycle.message(partition_id, transaction_id).await
+        self.lifecycle
+            .message(tenant, partition_id, transaction_id)
+            .await
     }
 
     /// Move a live message to `group`'s dead-letter queue (its next message
@@ -797,13 +863,14 @@ impl Engine {
     /// cursor moved past it, so the group's next pop starts after it.
     pub async fn move_to_dlq(
         &self,
+        tenant: &str,
         partition_id: Uuid,
         transaction_id: &str,
         group: &str,
         error: &str,
     ) -> Result<crate::MovedToDlq, EngineError> {
         self.lifecycle
-            .move_to_dlq(partition_id, transaction_id, group, error)
+            .move_to_dlq(tenant, partition_id, transaction_id, group, error)
             .await
     }
 

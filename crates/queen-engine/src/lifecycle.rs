@@ -16,7 +16,6 @@ use queen_sql::lifecycle::{GroupDeleted, SeekMoved, SeekTo};
 use queen_sql::SqlError;
 
 use crate::crypto::AtRest;
-use crate::naming::DEFAULT_TENANT;
 use crate::EngineError;
 
 pub use queen_sql::lifecycle::{CursorLag, Subscription};
@@ -108,10 +107,14 @@ impl Lifecycle {
     /// Delete `queue` with everything it owns (partitions, segments, sidecar,
     /// cursors, subscriptions, dead letters, traces) in one transaction.
     /// Returns whether it existed (deleting a missing queue succeeds).
-    pub(crate) async fn delete_queue(&self, queue: &str) -> Result<bool, EngineError> {
+    pub(crate) async fn delete_queue(
+        &self,
+        tenant: &str,
+        queue: &str,
+    ) -> Result<bool, EngineError> {
         let existed = self
             .retry_conflicts(|client| async move {
-                queen_sql::lifecycle::delete_queue(&**client, DEFAULT_TENANT, queue).await
+                queen_sql::lifecycle::delete_queue(&**client, tenant, queue).await
             })
             .await?;
         Ok(existed)
@@ -121,6 +124,7 @@ impl Lifecycle {
     /// every queue), and its subscription records when `delete_metadata`.
     pub(crate) async fn delete_consumer_group(
         &self,
+        tenant: &str,
         group: &str,
         queue: Option<&str>,
         delete_metadata: bool,
@@ -132,7 +136,7 @@ impl Lifecycle {
             .retry_conflicts(|client| async move {
                 queen_sql::lifecycle::delete_consumer_group(
                     &**client,
-                    DEFAULT_TENANT,
+                    tenant,
                     group,
                     queue,
                     delete_metadata,
@@ -150,6 +154,7 @@ impl Lifecycle {
     /// `None` when the queue does not exist.
     pub(crate) async fn seek(
         &self,
+        tenant: &str,
         group: &str,
         queue: &str,
         partition: Option<&str>,
@@ -161,8 +166,7 @@ impl Lifecycle {
         };
         let moved = self
             .retry_conflicts(|client| async move {
-                queen_sql::lifecycle::seek(&**client, DEFAULT_TENANT, group, queue, partition, to)
-                    .await
+                queen_sql::lifecycle::seek(&**client, tenant, group, queue, partition, to).await
             })
             .await?;
         let Some(moved) = moved else {
@@ -186,18 +190,13 @@ impl Lifecycle {
     /// registered on. Returns the records updated.
     pub(crate) async fn set_subscription_timestamp(
         &self,
+        tenant: &str,
         group: &str,
         at: SystemTime,
     ) -> Result<u64, EngineError> {
         let rows = self
             .retry_conflicts(|client| async move {
-                queen_sql::lifecycle::set_subscription_timestamp(
-                    &**client,
-                    DEFAULT_TENANT,
-                    group,
-                    at,
-                )
-                .await
+                queen_sql::lifecycle::set_subscription_timestamp(&**client, tenant, group, at).await
             })
             .await?;
         Ok(u64::try_from(rows).unwrap_or(0))
@@ -205,13 +204,15 @@ impl Lifecycle {
 
     /// Every (consumer group, queue) pair that has a subscription record or a
     /// cursor, summarised, ordered by group then queue.
-    pub(crate) async fn consumer_groups(&self) -> Result<Vec<GroupSummary>, EngineError> {
+    pub(crate) async fn consumer_groups(
+        &self,
+        tenant: &str,
+    ) -> Result<Vec<GroupSummary>, EngineError> {
         let (cursors, subscriptions) = {
             let client = self.client().await?;
-            let cursors =
-                queen_sql::lifecycle::cursors(&**client, DEFAULT_TENANT, None, None).await?;
+            let cursors = queen_sql::lifecycle::cursors(&**client, tenant, None, None).await?;
             let subscriptions =
-                queen_sql::lifecycle::subscriptions(&**client, DEFAULT_TENANT, None).await?;
+                queen_sql::lifecycle::subscriptions(&**client, tenant, None).await?;
             (cursors, subscriptions)
         };
         Ok(summarise(cursors, subscriptions))
@@ -222,14 +223,15 @@ impl Lifecycle {
     /// an unknown group.
     pub(crate) async fn consumer_group(
         &self,
+        tenant: &str,
         group: &str,
     ) -> Result<Vec<(String, Vec<CursorLag>)>, EngineError> {
         let (cursors, subscriptions) = {
             let client = self.client().await?;
             let cursors =
-                queen_sql::lifecycle::cursors(&**client, DEFAULT_TENANT, Some(group), None).await?;
+                queen_sql::lifecycle::cursors(&**client, tenant, Some(group), None).await?;
             let subscriptions =
-                queen_sql::lifecycle::subscriptions(&**client, DEFAULT_TENANT, Some(group)).await?;
+                queen_sql::lifecycle::subscriptions(&**client, tenant, Some(group)).await?;
             (cursors, subscriptions)
         };
         let mut queues: BTreeMap<String, Vec<CursorLag>> = subscriptions
@@ -246,12 +248,12 @@ impl Lifecycle {
     /// `min_lag_seconds` old, most lagging first.
     pub(crate) async fn lagging_partitions(
         &self,
+        tenant: &str,
         min_lag_seconds: i64,
     ) -> Result<Vec<CursorLag>, EngineError> {
         let mut cursors = {
             let client = self.client().await?;
-            queen_sql::lifecycle::cursors(&**client, DEFAULT_TENANT, None, Some(min_lag_seconds))
-                .await?
+            queen_sql::lifecycle::cursors(&**client, tenant, None, Some(min_lag_seconds)).await?
         };
         cursors.sort_by_key(|c| std::cmp::Reverse(c.time_lag_seconds));
         Ok(cursors)

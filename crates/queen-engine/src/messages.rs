@@ -21,7 +21,6 @@ use queen_sql::admin::{Located, MessageFilter, MessageState, PageSegment};
 use uuid::Uuid;
 
 use crate::lifecycle::Lifecycle;
-use crate::naming::DEFAULT_TENANT;
 use crate::{EngineError, QUEUE_MODE_GROUP};
 
 /// The most segments one page reads.
@@ -272,6 +271,7 @@ impl Lifecycle {
     /// One page of the message listing, newest first.
     pub(crate) async fn list_messages(
         &self,
+        tenant: &str,
         filter: &MessageFilter<'_>,
         status: Option<MessageStatus>,
         limit: usize,
@@ -279,14 +279,9 @@ impl Lifecycle {
     ) -> Result<MessagePage, EngineError> {
         let client = self.client().await?;
         let need = i32::try_from(limit.saturating_add(offset)).unwrap_or(i32::MAX);
-        let (segments, truncated) = queen_sql::admin::message_segments(
-            &**client,
-            DEFAULT_TENANT,
-            filter,
-            need,
-            MAX_PAGE_SEGMENTS,
-        )
-        .await?;
+        let (segments, truncated) =
+            queen_sql::admin::message_segments(&**client, tenant, filter, need, MAX_PAGE_SEGMENTS)
+                .await?;
         let ids: Vec<Uuid> = segments.iter().map(|s| s.partition_id).collect();
         let min: Vec<i64> = segments.iter().map(|s| s.base_offset).collect();
         let max: Vec<i64> = segments.iter().map(|s| s.end_offset).collect();
@@ -335,29 +330,30 @@ impl Lifecycle {
     /// Find a message by partition and transaction id.
     async fn locate(
         &self,
+        tenant: &str,
         client: &deadpool_postgres::Object,
         partition_id: Uuid,
         transaction_id: &str,
     ) -> Result<Option<Located>, EngineError> {
         let hash = queen_frame::txn_hash(transaction_id);
-        Ok(queen_sql::admin::locate_message(
-            &***client,
-            DEFAULT_TENANT,
-            partition_id,
-            &hash,
-            LOCATE_ROWS,
+        Ok(
+            queen_sql::admin::locate_message(&***client, tenant, partition_id, &hash, LOCATE_ROWS)
+                .await?,
         )
-        .await?)
     }
 
     /// One message with its payload opened, or `None`.
     pub(crate) async fn message(
         &self,
+        tenant: &str,
         partition_id: Uuid,
         transaction_id: &str,
     ) -> Result<Option<MessageDetail>, EngineError> {
         let client = self.client().await?;
-        let Some(located) = self.locate(&client, partition_id, transaction_id).await? else {
+        let Some(located) = self
+            .locate(tenant, &client, partition_id, transaction_id)
+            .await?
+        else {
             return Ok(None);
         };
         let Some((row, segment, start)) = segment_at(&client, partition_id, located.offset).await?
@@ -427,13 +423,17 @@ impl Lifecycle {
     /// group's next message only, not leased by anyone else.
     pub(crate) async fn move_to_dlq(
         &self,
+        tenant: &str,
         partition_id: Uuid,
         transaction_id: &str,
         group: &str,
         error: &str,
     ) -> Result<MovedToDlq, EngineError> {
         let client = self.client().await?;
-        let Some(located) = self.locate(&client, partition_id, transaction_id).await? else {
+        let Some(located) = self
+            .locate(tenant, &client, partition_id, transaction_id)
+            .await?
+        else {
             return Ok(MovedToDlq::NotFound);
         };
         let states = States::from_rows(

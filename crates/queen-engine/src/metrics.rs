@@ -42,7 +42,8 @@ pub struct ProcessMetrics {
     pub limiter: LimiterStats,
     /// Pops in progress (waiting or serving).
     pub pops_in_progress: usize,
-    /// Pops parked on a queue's wake gate now, per queue (`""`: discovery).
+    /// Pops parked on a queue's wake gate now, per queue key (`""`: the
+    /// default tenant's discovery pops).
     pub parked: Vec<(String, usize)>,
     /// Hot-list rings and the partition names they hold.
     pub hotlist: (usize, usize),
@@ -72,7 +73,8 @@ impl ProcessMetrics {
 pub struct ClusterMetrics {
     /// When they were read.
     pub read_at: Option<SystemTime>,
-    /// The rows of `queen.metrics_cluster_v1`.
+    /// The rows of `queen.metrics_cluster_v2`, each queue named by its
+    /// `naming::queue_key`.
     pub rows: Vec<ClusterRow>,
 }
 
@@ -117,11 +119,21 @@ impl ClusterCache {
         }
         let read = tokio::time::timeout(CLUSTER_TIMEOUT, async {
             let client = pool.get().await.map_err(queen_sql::SqlError::from)?;
-            queen_sql::stats::cluster_metrics(&**client, crate::naming::DEFAULT_TENANT).await
+            queen_sql::stats::cluster_metrics(&**client).await
         })
         .await;
         match read {
             Ok(Ok(rows)) => {
+                // In memory a queue is known by its key (tenant and name).
+                let rows = rows
+                    .into_iter()
+                    .map(|(tenant, mut row)| {
+                        let (ClusterRow::Queue { queue, .. } | ClusterRow::Group { queue, .. }) =
+                            &mut row;
+                        *queue = crate::naming::queue_key(&tenant, queue).into_owned();
+                        row
+                    })
+                    .collect();
                 let metrics = Arc::new(ClusterMetrics {
                     read_at: Some(SystemTime::now()),
                     rows,
@@ -226,6 +238,20 @@ fn counter<N: prometheus_client::encoding::EncodeCounterValue + std::fmt::Debug>
 }
 
 /// A family of gauges, one per label set.
+/// The labels of a queue's series: its tenant and name, from its
+/// `naming::queue_key` (two tenants' queues of one name are two series).
+fn queue_labels(key: &str) -> Vec<(&str, &str)> {
+    let (tenant, queue) = crate::naming::split_queue_key(key);
+    vec![("tenant", tenant), ("queue", queue)]
+}
+
+/// [`queue_labels`] and the consumer group.
+fn group_labels<'l>(key: &'l str, group: &'l str) -> Vec<(&'l str, &'l str)> {
+    let mut labels = queue_labels(key);
+    labels.push(("group", group));
+    labels
+}
+
 fn gauge_family<'l, N>(
     encoder: &mut DescriptorEncoder<'_>,
     name: &str,
@@ -537,13 +563,13 @@ impl Collector for EngineCollector {
             e,
             "queue_partitions",
             "Partitions per queue",
-            queues().map(|(q, n, _, _)| (vec![("queue", q)], n)),
+            queues().map(|(q, n, _, _)| (queue_labels(q), n)),
         )?;
         gauge_family(
             e,
             "queue_messages",
             "Live messages per queue",
-            queues().map(|(q, _, n, _)| (vec![("queue", q)], n)),
+            queues().map(|(q, _, n, _)| (queue_labels(q), n)),
         )?;
         gauge_family(
             e,
@@ -551,32 +577,32 @@ impl Collector for EngineCollector {
             "Messages the queue's least advanced group has not consumed (live messages when it has none)",
             queues().map(|(q, _, live, _)| {
                 let depth = scrape.cluster.queue_lag(q).map_or(live, |(lag, _)| lag);
-                (vec![("queue", q)], depth)
+                (queue_labels(q), depth)
             }),
         )?;
         gauge_family(
             e,
             "dlq_messages",
             "Dead letters per queue",
-            queues().map(|(q, _, _, n)| (vec![("queue", q)], n)),
+            queues().map(|(q, _, _, n)| (queue_labels(q), n)),
         )?;
         gauge_family(
             e,
             "consumer_lag_messages",
             "Messages behind, per queue and group",
-            groups().map(|(q, g, n, _, _)| (vec![("queue", q), ("group", g)], n)),
+            groups().map(|(q, g, n, _, _)| (group_labels(q, g), n)),
         )?;
         gauge_family(
             e,
             "consumer_lag_seconds",
             "Age of the oldest unconsumed message, per queue and group",
-            groups().map(|(q, g, _, n, _)| (vec![("queue", q), ("group", g)], n)),
+            groups().map(|(q, g, _, n, _)| (group_labels(q, g), n)),
         )?;
         gauge_family(
             e,
             "consumer_partitions_with_lag",
             "Partitions with lag, per queue and group",
-            groups().map(|(q, g, _, _, n)| (vec![("queue", q), ("group", g)], n)),
+            groups().map(|(q, g, _, _, n)| (group_labels(q, g), n)),
         )?;
         Ok(())
     }

@@ -32,7 +32,7 @@ use uuid::Uuid;
 use crate::crypto::AtRest;
 use crate::hotlist::{HotList, Outcome};
 use crate::limiter::{Limiter, LimiterConfig, LimiterStats};
-use crate::naming::DEFAULT_TENANT;
+use crate::naming::{queue_key, QueueRef};
 use crate::ready::Ready;
 use crate::registry::AckRegistry;
 use crate::wake::{Gate, WakeGates};
@@ -77,6 +77,8 @@ pub enum SubscriptionMode {
 /// A pop, as the engine needs it (the HTTP layer applies the wire defaults).
 #[derive(Debug, Clone)]
 pub struct PopRequest {
+    /// The tenant whose queues are popped.
+    pub tenant: Arc<str>,
     /// What to pop from.
     pub target: PopTarget,
     /// Consumer group; [`QUEUE_MODE_GROUP`] for queue mode.
@@ -400,9 +402,9 @@ impl Serving {
             };
         let gate = match &request.target {
             PopTarget::Partition { queue, .. } | PopTarget::Queue { queue } => {
-                self.gates.gate(queue)
+                self.gates.gate(&queue_key(&request.tenant, queue))
             }
-            PopTarget::Discovery { .. } => self.gates.discovery(),
+            PopTarget::Discovery { .. } => self.gates.discovery(&request.tenant),
         };
         self.hold_for_min_pop_wait(&request, deadline).await;
         let _parked = ParkedGuard::new(&self.state.parked);
@@ -499,14 +501,15 @@ impl Serving {
         let PopTarget::Queue { queue } = &request.target else {
             return;
         };
+        let queue = QueueRef::new(&request.tenant, queue);
         if self.config.hotlist
             && !self
                 .hotlist
-                .has_ready(queue, &request.group, Instant::now())
+                .has_ready(&queue.key, &request.group, Instant::now())
         {
             return;
         }
-        let Ok(Some(info)) = self.queue_info(queue).await else {
+        let Ok(Some(info)) = self.queue_info(&queue).await else {
             return;
         };
         let Ok(window) = u64::try_from(info.min_pop_wait_time) else {
@@ -516,7 +519,7 @@ impl Serving {
             return;
         }
         let until = (Instant::now() + Duration::from_millis(window)).min(deadline);
-        let gate = self.gates.gate(queue);
+        let gate = self.gates.gate(&queue.key);
         let batch = i32::try_from(request.batch).unwrap_or(i32::MAX);
         let max_partitions = i32::try_from(request.max_partitions.max(1)).unwrap_or(i32::MAX);
         loop {
@@ -556,9 +559,11 @@ impl Serving {
     ) -> Result<Popped, EngineError> {
         match &request.target {
             PopTarget::Partition { queue, partition } => {
-                self.pop_partition(request, queue, partition).await
+                let queue = QueueRef::new(&request.tenant, queue);
+                self.pop_partition(request, &queue, partition).await
             }
             PopTarget::Queue { queue } => {
+                let queue = &QueueRef::new(&request.tenant, queue);
                 if !self.config.hotlist {
                     let Some(info) = self.queue_or_subscribe(request, queue).await? else {
                         return Ok(Popped::default());
@@ -601,11 +606,12 @@ impl Serving {
                 self.pop_hot(request, queue, &info, probe).await
             }
             PopTarget::Discovery { namespace, task } => {
-                let generation = self.gates.discovery().generation();
+                let generation = self.gates.discovery(&request.tenant).generation();
                 let queues = self
                     .state
                     .discovery
                     .get(
+                        &request.tenant,
                         namespace.as_deref(),
                         task.as_deref(),
                         generation,
@@ -613,7 +619,7 @@ impl Serving {
                             let client = self.pop_client().await?;
                             Ok(queen_sql::pop::queues_by_namespace_task(
                                 &**client,
-                                DEFAULT_TENANT,
+                                &request.tenant,
                                 namespace.as_deref(),
                                 task.as_deref(),
                             )
@@ -622,6 +628,7 @@ impl Serving {
                     )
                     .await?;
                 for queue in queues.iter() {
+                    let queue = &QueueRef::new(&request.tenant, queue);
                     let probe = self.hot_probe(queue, &request.group);
                     if self.config.hotlist && probe.is_some_and(|probe| probe.idle()) {
                         continue;
@@ -647,7 +654,7 @@ impl Serving {
     async fn pop_partition(
         &self,
         request: &PopRequest,
-        queue: &str,
+        queue: &QueueRef<'_>,
         partition: &str,
     ) -> Result<Popped, EngineError> {
         let worker = Uuid::now_v7();
@@ -655,7 +662,8 @@ impl Serving {
         let permit = self.limiter.acquire().await;
         let rows = {
             let client = self.pop_client().await?;
-            queen_sql::pop::pop_specific(&client, DEFAULT_TENANT, queue, partition, &params).await?
+            queen_sql::pop::pop_specific(&client, queue.tenant, queue.name, partition, &params)
+                .await?
         };
         permit.release();
         self.render(queue, request, worker, &rows).await
@@ -663,10 +671,13 @@ impl Serving {
 
     /// One look at the ring of (queue, group): `None` when this broker has
     /// none yet (first contact).
-    fn hot_probe(&self, queue: &str, group: &str) -> Option<crate::hotlist::Probe> {
-        let probe = self
-            .hotlist
-            .probe(queue, group, Instant::now(), self.config.hotlist_reseed);
+    fn hot_probe(&self, queue: &QueueRef<'_>, group: &str) -> Option<crate::hotlist::Probe> {
+        let probe = self.hotlist.probe(
+            &queue.key,
+            group,
+            Instant::now(),
+            self.config.hotlist_reseed,
+        );
         probe.known.then_some(probe)
     }
 
@@ -675,7 +686,7 @@ impl Serving {
     async fn pop_hot(
         &self,
         request: &PopRequest,
-        queue: &str,
+        queue: &QueueRef<'_>,
         info: &QueueInfo,
         probe: Option<crate::hotlist::Probe>,
     ) -> Result<Popped, EngineError> {
@@ -694,11 +705,12 @@ impl Serving {
                 let limit = i64::try_from(crate::hotlist::MAX_RING_PARTITIONS).unwrap_or(i64::MAX);
                 let names =
                     queen_sql::pop::pending_partitions(&**client, info.id, group, limit).await?;
-                self.hotlist.reseed(queue, group, names, Instant::now());
+                self.hotlist
+                    .reseed(&queue.key, group, names, Instant::now());
             }
             let k = (request.max_partitions.saturating_mul(8)).clamp(16, 256);
             let candidates = self.hotlist.take_share(
-                queue,
+                &queue.key,
                 group,
                 k,
                 request.max_partitions.saturating_mul(2),
@@ -730,8 +742,8 @@ impl Serving {
             // queue was deleted or re-created through another broker). Its
             // rings name the old queue's partitions: the next pop looks the
             // queue up again and makes first contact afresh.
-            self.state.forget_queue(queue);
-            self.hotlist.forget_queue(queue);
+            self.state.forget_queue(&queue.key);
+            self.hotlist.forget_queue(&queue.key);
             return Ok(Popped::default());
         }
         self.check_in(queue, group, &rows, candidates.names);
@@ -749,7 +761,7 @@ impl Serving {
     async fn pop_hinted(
         &self,
         request: &PopRequest,
-        queue: &str,
+        queue: &QueueRef<'_>,
         info: &QueueInfo,
         gate: &Gate,
     ) -> Result<Popped, EngineError> {
@@ -788,7 +800,7 @@ impl Serving {
     async fn pop_scan(
         &self,
         request: &PopRequest,
-        queue: &str,
+        queue: &QueueRef<'_>,
         info: &QueueInfo,
     ) -> Result<Popped, EngineError> {
         let group = request.group.as_str();
@@ -816,7 +828,13 @@ impl Serving {
     }
 
     /// Check verdicts back into the ring.
-    fn check_in(&self, queue: &str, group: &str, rows: &[PopRow], candidates: Vec<String>) {
+    fn check_in(
+        &self,
+        queue: &QueueRef<'_>,
+        group: &str,
+        rows: &[PopRow],
+        candidates: Vec<String>,
+    ) {
         let now = Instant::now();
         let wall = SystemTime::now();
         let to_instant = |at: Option<SystemTime>| at.map(|at| instant_of(at, now, wall));
@@ -868,11 +886,11 @@ impl Serving {
         let unvisited = unvisited(rows, candidates);
         if self
             .hotlist
-            .check_in(queue, group, &outcomes, unvisited, now)
+            .check_in(&queue.key, group, &outcomes, unvisited, now)
         {
             // A pop found the ring empty while these names were out, and
             // parked: without this it would sleep until its backoff re-poll.
-            self.gates.open(queue);
+            self.gates.open(&queue.key);
         }
     }
 
@@ -880,7 +898,7 @@ impl Serving {
     /// thread when the segments are large (`offload.rs`).
     async fn render(
         &self,
-        queue: &str,
+        queue: &QueueRef<'_>,
         request: &PopRequest,
         worker: Uuid,
         rows: &[PopRow],
@@ -919,7 +937,7 @@ impl Serving {
                     let payload = if frame.encrypted {
                         let key = self.at_rest.key().ok_or_else(|| {
                             EngineError::EncryptionKeyMissing {
-                                queue: queue.to_owned(),
+                                queue: queue.name.to_owned(),
                             }
                         })?;
                         Bytes::from(key.open(frame.payload)?)
@@ -945,7 +963,7 @@ impl Serving {
                 self.register_leased(queue, &request.group, lease, rows, &messages);
             }
             Ok(Popped {
-                queue: (!messages.is_empty()).then(|| queue.to_owned()),
+                queue: (!messages.is_empty()).then(|| queue.name.to_owned()),
                 messages,
                 lease_id,
                 partitions_claimed: names.len(),
@@ -958,7 +976,7 @@ impl Serving {
     /// positional advance.
     fn register_leased(
         &self,
-        queue: &str,
+        queue: &QueueRef<'_>,
         group: &str,
         lease: Uuid,
         rows: &[PopRow],
@@ -989,7 +1007,7 @@ impl Serving {
                 *partition_id,
                 crate::registry::Served {
                     group: group.to_owned(),
-                    queue: queue.to_owned(),
+                    queue: queue.key.clone().into_owned(),
                     partition: partition.clone(),
                     batch_end: last.offset,
                     hashes: served
@@ -1005,14 +1023,17 @@ impl Serving {
 
     /// A queue's pop-relevant configuration (`queue_cache.rs`: cached, a
     /// missing queue only until its gate opens, one lookup at a time).
-    pub(crate) async fn queue_info(&self, queue: &str) -> Result<Option<QueueInfo>, EngineError> {
-        let generation = self.gates.generation(queue);
+    pub(crate) async fn queue_info(
+        &self,
+        queue: &QueueRef<'_>,
+    ) -> Result<Option<QueueInfo>, EngineError> {
+        let generation = self.gates.generation(&queue.key);
         let info = self
             .state
             .queues
-            .get(queue, generation, || async {
+            .get(&queue.key, generation, || async {
                 let client = self.pop_client().await?;
-                Ok(queen_sql::pop::queue_info(&**client, DEFAULT_TENANT, queue).await?)
+                Ok(queen_sql::pop::queue_info(&**client, queue.tenant, queue.name).await?)
             })
             .await?;
         self.note_min_pop_wait(info.as_ref());
@@ -1034,7 +1055,7 @@ impl Serving {
     async fn queue_or_subscribe(
         &self,
         request: &PopRequest,
-        queue: &str,
+        queue: &QueueRef<'_>,
     ) -> Result<Option<QueueInfo>, EngineError> {
         if let Some(info) = self.queue_info(queue).await? {
             return Ok(Some(info));
@@ -1050,8 +1071,8 @@ impl Serving {
             let client = self.pop_client().await?;
             queen_sql::pop::subscribe_early(
                 &**client,
-                DEFAULT_TENANT,
-                queue,
+                queue.tenant,
+                queue.name,
                 Uuid::now_v7(),
                 &request.group,
                 params.sub_mode,
@@ -1060,7 +1081,7 @@ impl Serving {
             .await?
         };
         self.note_min_pop_wait(Some(&info));
-        self.state.queues.put(queue, info.clone());
+        self.state.queues.put(&queue.key, info.clone());
         Ok(Some(info))
     }
 }

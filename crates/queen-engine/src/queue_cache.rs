@@ -184,7 +184,7 @@ impl QueueCache {
     }
 }
 
-/// Most (namespace, task) lists cached at once (client-chosen keys): when
+/// Most (tenant, namespace, task) lists cached at once (client-chosen keys): when
 /// full, the stale ones go; if none is stale, the lookup is not cached.
 pub(crate) const MAX_DISCOVERY_ENTRIES: usize = 4096;
 
@@ -200,16 +200,17 @@ pub(crate) struct DiscoveryCache {
     lists: Mutex<HashMap<DiscoveryKey, DiscoveryList>>,
 }
 
-/// (namespace, task) of a discovery pop.
-type DiscoveryKey = (Option<String>, Option<String>);
+/// (tenant, namespace, task) of a discovery pop.
+type DiscoveryKey = (String, Option<String>, Option<String>);
 
 /// When a list was read, the discovery gate's generation then, the queues.
 type DiscoveryList = (Instant, u64, Arc<[String]>);
 
 impl DiscoveryCache {
-    /// The queues matching (`namespace`, `task`), from cache or from `fetch`.
+    /// `tenant`'s queues matching (`namespace`, `task`), from cache or from `fetch`.
     pub(crate) async fn get<F, Fut>(
         &self,
+        tenant: &str,
         namespace: Option<&str>,
         task: Option<&str>,
         generation: u64,
@@ -219,7 +220,11 @@ impl DiscoveryCache {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Vec<String>, EngineError>>,
     {
-        let key = (namespace.map(str::to_owned), task.map(str::to_owned));
+        let key = (
+            tenant.to_owned(),
+            namespace.map(str::to_owned),
+            task.map(str::to_owned),
+        );
         let now = Instant::now();
         if let Some((at, seen, list)) = self.lists.lock().get(&key) {
             if *seen == generation && now.duration_since(*at) < QUEUE_INFO_TTL {
@@ -317,14 +322,23 @@ mod tests {
             fetches.fetch_add(1, Ordering::Relaxed);
             async { Ok(vec!["q".to_owned()]) }
         };
-        cache.get(Some("ns"), None, 1, fetch).await.unwrap();
-        cache.get(Some("ns"), None, 1, fetch).await.unwrap();
+        cache
+            .get("default", Some("ns"), None, 1, fetch)
+            .await
+            .unwrap();
+        cache
+            .get("default", Some("ns"), None, 1, fetch)
+            .await
+            .unwrap();
         assert_eq!(
             fetches.load(Ordering::Relaxed),
             1,
             "the list was not cached"
         );
-        cache.get(Some("ns"), None, 2, fetch).await.unwrap();
+        cache
+            .get("default", Some("ns"), None, 2, fetch)
+            .await
+            .unwrap();
         assert_eq!(
             fetches.load(Ordering::Relaxed),
             2,
@@ -333,7 +347,7 @@ mod tests {
         for i in 0..MAX_DISCOVERY_ENTRIES + 10 {
             let name = format!("ns{i}");
             cache
-                .get(Some(&name), None, 2, || async { Ok(Vec::new()) })
+                .get("default", Some(&name), None, 2, || async { Ok(Vec::new()) })
                 .await
                 .unwrap();
         }

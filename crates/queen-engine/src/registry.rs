@@ -37,7 +37,7 @@ const EXPIRY_MARGIN: Duration = Duration::from_secs(30);
 pub(crate) struct Served {
     /// Consumer group.
     pub(crate) group: String,
-    /// Queue name (for ack-promote).
+    /// The queue's `naming::queue_key` (for ack-promote and forgetting).
     pub(crate) queue: String,
     /// Partition name (for ack-promote).
     pub(crate) partition: String,

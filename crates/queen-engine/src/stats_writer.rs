@@ -120,7 +120,7 @@ pub(crate) fn rows(state: &WriterState, minute: &Minute<'_>) -> (Value, Value) {
     let mut names: Vec<&str> = queues.keys().map(String::as_str).collect();
     // A queue with parked consumers and no traffic still gets its row.
     for queue in parked.keys() {
-        if !queue.is_empty() && !queues.contains_key(*queue) {
+        if !crate::naming::split_queue_key(queue).1.is_empty() && !queues.contains_key(*queue) {
             names.push(queue);
         }
     }
@@ -130,7 +130,9 @@ pub(crate) fn rows(state: &WriterState, minute: &Minute<'_>) -> (Value, Value) {
             let counts = queues.get(queue).copied().unwrap_or_default();
             let (lag_messages, lag_seconds) = cluster.queue_lag(queue).unwrap_or((0, 0));
             let mut row = Map::new();
-            row.insert("queue_name".into(), json!(queue));
+            let (tenant, name) = crate::naming::split_queue_key(queue);
+            row.insert("tenant_id".into(), json!(tenant));
+            row.insert("queue_name".into(), json!(name));
             for (key, value) in [
                 ("push_requests", counts.push_requests),
                 ("pushed", counts.pushed),

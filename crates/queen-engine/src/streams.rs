@@ -7,7 +7,6 @@ use queen_sql::streams::{QueryRegistration, Registered, StateRow};
 use uuid::Uuid;
 
 use crate::lifecycle::Lifecycle;
-use crate::naming::DEFAULT_TENANT;
 use crate::EngineError;
 
 /// Longest state key, in bytes.
@@ -20,6 +19,7 @@ impl Lifecycle {
     /// Register `query`, or find it again (see [`Registered`]).
     pub(crate) async fn register_query(
         &self,
+        tenant: &str,
         query: &QueryRegistration<'_>,
     ) -> Result<Registered, EngineError> {
         for (field, value) in [("name", query.name), ("source_queue", query.source_queue)]
@@ -37,13 +37,14 @@ impl Lifecycle {
             });
         }
         let client = self.client().await?;
-        Ok(queen_sql::streams::register_query(&**client, DEFAULT_TENANT, query).await?)
+        Ok(queen_sql::streams::register_query(&**client, tenant, query).await?)
     }
 
     /// The state rows of (`query`, `partition`): those of `keys`, else those
     /// starting with `prefix`, else all.
     pub(crate) async fn stream_state(
         &self,
+        tenant: &str,
         query: Uuid,
         partition: Uuid,
         keys: &[String],
@@ -51,15 +52,8 @@ impl Lifecycle {
     ) -> Result<Vec<StateRow>, EngineError> {
         let client = self.client().await?;
         Ok(
-            queen_sql::streams::state_get(
-                &**client,
-                DEFAULT_TENANT,
-                query,
-                partition,
-                keys,
-                prefix,
-            )
-            .await?,
+            queen_sql::streams::state_get(&**client, tenant, query, partition, keys, prefix)
+                .await?,
         )
     }
 }

@@ -26,6 +26,7 @@ impl Lifecycle {
     /// Record `event`; `None` when its message is not found.
     pub(crate) async fn record_trace(
         &self,
+        tenant: &str,
         event: &TraceEvent,
     ) -> Result<Option<Uuid>, EngineError> {
         let client = self.client().await?;
@@ -33,6 +34,7 @@ impl Lifecycle {
         Ok(queen_sql::traces::record(
             &**client,
             &queen_sql::traces::Trace {
+                tenant,
                 partition_id: event.partition_id,
                 transaction_id: &event.transaction_id,
                 hash: &hash,

@@ -30,6 +30,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
+use crate::naming::{queue_key, split_queue_key};
+
 /// One queue's gate.
 #[derive(Debug, Default)]
 pub(crate) struct Gate {
@@ -121,13 +123,19 @@ impl Gate {
     }
 }
 
-/// The name of the discovery gate: no queue name can hold a NUL.
+/// The name of a tenant's discovery gate (under its `naming::queue_key`): no
+/// queue name can hold a NUL.
 pub(crate) const DISCOVERY: &str = "\u{0}discovery";
+
+/// Whether gate key `name` is a tenant's discovery gate.
+fn is_discovery(name: &str) -> bool {
+    split_queue_key(name).1 == DISCOVERY
+}
 
 /// Idle gates are swept once the map holds at least this many.
 pub(crate) const SWEEP_FLOOR: usize = 1024;
 
-/// Every queue's gate, created on first use.
+/// Every queue's gate, created on first use, by `naming::queue_key`.
 #[derive(Debug, Default)]
 pub(crate) struct WakeGates {
     gates: Mutex<Gates>,
@@ -148,7 +156,7 @@ impl Gates {
     /// Drop the gates nobody but the map holds (the discovery gate stays).
     fn sweep(&mut self) {
         self.by_queue
-            .retain(|name, gate| name == DISCOVERY || Arc::strong_count(gate) > 1);
+            .retain(|name, gate| is_discovery(name) || Arc::strong_count(gate) > 1);
         self.sweep_at = (self.by_queue.len() * 2).max(SWEEP_FLOOR);
     }
 }
@@ -186,8 +194,9 @@ impl WakeGates {
         self.gates.lock().by_queue.len()
     }
 
-    /// The queues with pops parked on their gate now, with how many (the
-    /// discovery gate under the empty name). One pass over the gate map.
+    /// The queues (by `naming::queue_key`) with pops parked on their gate
+    /// now, with how many (a tenant's discovery gate under the empty queue
+    /// name). One pass over the gate map.
     pub(crate) fn parked(&self) -> Vec<(String, usize)> {
         let gates = self.gates.lock();
         gates
@@ -195,8 +204,9 @@ impl WakeGates {
             .iter()
             .filter_map(|(name, gate)| {
                 let parked = gate.parked.load(Ordering::Relaxed);
-                let name = if name == DISCOVERY { "" } else { name.as_str() };
-                (parked > 0).then(|| (name.to_owned(), parked))
+                let (tenant, queue) = split_queue_key(name);
+                let queue = if queue == DISCOVERY { "" } else { queue };
+                (parked > 0).then(|| (queue_key(tenant, queue).into_owned(), parked))
             })
             .collect()
     }
@@ -225,11 +235,12 @@ impl WakeGates {
     }
 
     fn open_with(&self, queue: &str, partition: Option<&str>) {
+        let discovery_key = queue_key(split_queue_key(queue).0, DISCOVERY);
         let (gate, discovery) = {
             let gates = self.gates.lock();
             (
                 gates.by_queue.get(queue).cloned(),
-                gates.by_queue.get(DISCOVERY).cloned(),
+                gates.by_queue.get(&*discovery_key).cloned(),
             )
         };
         if let (Some(gate), Some(partition), true) = (&gate, partition, self.hints) {
@@ -240,9 +251,10 @@ impl WakeGates {
         }
     }
 
-    /// The gate discovery pops (`/api/v1/pop?namespace=&task=`) wait on.
-    pub(crate) fn discovery(&self) -> Arc<Gate> {
-        self.gate(DISCOVERY)
+    /// The gate `tenant`'s discovery pops (`/api/v1/pop?namespace=&task=`)
+    /// wait on.
+    pub(crate) fn discovery(&self, tenant: &str) -> Arc<Gate> {
+        self.gate(&queue_key(tenant, DISCOVERY))
     }
 
     /// Open every gate (shutdown: parked pops return empty at once).

@@ -81,8 +81,9 @@ async fn warm_one(
         .await
         .map_err(queen_sql::SqlError::from)?;
     let queue = format!("__queen_warm_up_{}", Uuid::now_v7());
-    let (_, partition, entry) = Entry::from_item(
+    let (_, _, partition, entry) = Entry::from_item(
         PushItem {
+            tenant: std::sync::Arc::from(DEFAULT_TENANT),
             queue: queue.clone(),
             partition: "Default".to_owned(),
             transaction_id: None,
@@ -149,6 +150,7 @@ async fn warm_one(
                 .saturating_sub(1);
             queen_sql::ack::ack_batch(
                 &transaction,
+                DEFAULT_TENANT,
                 *partition_id,
                 params.group,
                 params.worker,

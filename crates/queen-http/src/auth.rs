@@ -17,14 +17,23 @@
 //! permissions`. `JWT_SKIP_PATHS` lists paths served without a token (exact,
 //! or a prefix for an entry ending in `/`, `/` itself being exact).
 //!
+//! A verified token also says who the request acts for ([`Caller`]): its
+//! tenant claim (`JWT_TENANT_CLAIM`, default `tenant`; absent: tenant
+//! `default`) scopes every queue name and id the request uses, and its
+//! `sub` is stamped into what it pushes. Without auth every request is
+//! tenant `default` with no `sub`.
+//!
 //! Nothing here logs a token or a claim.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::header::AUTHORIZATION;
 use hyper::HeaderMap;
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+
+use queen_engine::naming::{default_tenant, name_problem};
 
 use crate::error::HttpError;
 use crate::routes::Access;
@@ -81,6 +90,9 @@ pub struct AuthConfig {
     pub roles_claim: String,
     /// `JWT_ROLE_ADMIN`, `JWT_ROLE_READ_WRITE`, `JWT_ROLE_READ_ONLY`.
     pub role_names: [String; 3],
+    /// The claim naming the token's tenant (`JWT_TENANT_CLAIM`, default
+    /// `tenant`); a token without it acts for tenant `default`.
+    pub tenant_claim: String,
 }
 
 impl Default for AuthConfig {
@@ -98,6 +110,41 @@ impl Default for AuthConfig {
             role_claim: "role".to_owned(),
             roles_claim: "roles".to_owned(),
             role_names: ["admin", "read-write", "read-only"].map(str::to_owned),
+            tenant_claim: "tenant".to_owned(),
+        }
+    }
+}
+
+/// The longest `sub` stamped into a message (frame flag 2 holds a
+/// `u16`-prefixed string; this is far below it).
+const MAX_SUB_BYTES: usize = 1024;
+
+/// Who a request acts for: the tenant owning every name it uses, and the
+/// token's `sub` that a push stamps into its messages.
+#[derive(Debug, Clone)]
+pub(crate) struct Caller {
+    /// The tenant (`default` without auth, or without the tenant claim).
+    pub(crate) tenant: Arc<str>,
+    /// The token's `sub`, when auth is on and the token has one.
+    pub(crate) sub: Option<Arc<str>>,
+}
+
+impl Caller {
+    /// A request without a verified token: tenant `default`, no `sub`.
+    pub(crate) fn anonymous() -> Caller {
+        Caller {
+            tenant: default_tenant(),
+            sub: None,
+        }
+    }
+
+    /// Make `items` this caller's: its tenant, and its `sub` as their
+    /// producer (whatever the body said: a `producerSub` there is never
+    /// read, and without auth there is none).
+    pub(crate) fn stamp(&self, items: &mut [queen_engine::PushItem]) {
+        for item in items {
+            item.tenant = Arc::clone(&self.tenant);
+            item.producer_sub = self.sub.as_deref().map(str::to_owned);
         }
     }
 }
@@ -183,24 +230,42 @@ impl Auth {
     }
 
     /// Let a request of `path` with `headers` reach a route of level
-    /// `access`, or answer why not.
+    /// `access`, or answer why not; answers who it acts for.
     pub(crate) fn authorize(
         &self,
         headers: &HeaderMap,
         path: &str,
         access: Access,
-    ) -> Result<(), HttpError> {
+    ) -> Result<Caller, HttpError> {
         if access == Access::Public || self.skipped(path) {
-            return Ok(());
+            return Ok(Caller::anonymous());
         }
         let token = bearer(headers)
             .ok_or_else(|| HttpError::Unauthorized("Authentication required".to_owned()))?;
         let claims = self.verify(token)?;
-        if self.level(&claims).is_some_and(|level| level >= access) {
-            Ok(())
-        } else {
-            Err(HttpError::Forbidden("Insufficient permissions".to_owned()))
+        if self.level(&claims).is_none_or(|level| level < access) {
+            return Err(HttpError::Forbidden("Insufficient permissions".to_owned()));
         }
+        self.caller(&claims)
+    }
+
+    /// The tenant and producer identity of verified `claims`.
+    fn caller(&self, claims: &serde_json::Value) -> Result<Caller, HttpError> {
+        let tenant = match claims.get(&self.config.tenant_claim) {
+            None | Some(serde_json::Value::Null) => default_tenant(),
+            Some(serde_json::Value::String(tenant)) if name_problem(tenant).is_none() => {
+                Arc::from(tenant.as_str())
+            }
+            Some(_) => return Err(HttpError::Unauthorized("Invalid token tenant".to_owned())),
+        };
+        let sub = match claims.get("sub") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(sub)) if sub.len() <= MAX_SUB_BYTES => {
+                Some(Arc::from(sub.as_str()))
+            }
+            Some(_) => return Err(HttpError::Unauthorized("Invalid token subject".to_owned())),
+        };
+        Ok(Caller { tenant, sub })
     }
 
     /// The claims of a token signed by one of the keys.

@@ -34,10 +34,10 @@ pub use auth::{Auth, AuthConfig, JwtAlgorithm};
 pub use error::HttpError;
 pub use routes::Access;
 
-/// The route table as (method, pattern, access level), in match order: for
-/// tests that walk every route.
+/// The route table as (method, pattern, access level, tenant-scoped), in
+/// match order: for tests that walk every route.
 #[doc(hidden)]
-pub fn route_table() -> Vec<(&'static str, &'static str, Access)> {
+pub fn route_table() -> Vec<(&'static str, &'static str, Access, bool)> {
     routes::table()
 }
 pub use server::{serve, ServeOptions, WireDefaults};

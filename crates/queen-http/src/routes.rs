@@ -9,12 +9,14 @@
 //! whose method and pattern match wins, so static segments are listed before
 //! parameters (`/consumer-groups/lagging` before `/consumer-groups/:group`).
 //! With auth on, `access` is enforced before the name rule and the handler
-//! (`auth.rs`); `tenant_scoped` is declared and tested, and enforced by the
-//! tenants work of the security issue.
+//! (`auth.rs`). Every handler acts for the caller's tenant; `tenant_scoped`
+//! says which routes read or write tenant data, and the tenant isolation
+//! test (`tests/it/tenants.rs`) calls every one of them as another tenant.
 
 use hyper::{Method, StatusCode};
 use queen_engine::AdminView;
 
+use crate::auth::Caller;
 use crate::error::HttpError;
 use crate::handlers;
 use crate::metrics::{STATIC, UNMATCHED};
@@ -101,11 +103,8 @@ pub(crate) struct Route {
     pub(crate) endpoint: Endpoint,
     /// Who may call it (enforced with `JWT_ENABLED`, `auth.rs`).
     pub(crate) access: Access,
-    /// Whether what it reads or writes belongs to one tenant.
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "declared now, enforced by the security issue")
-    )]
+    /// Whether what it reads or writes belongs to one tenant (the tenant
+    /// isolation test calls each such route as another tenant).
     pub(crate) tenant_scoped: bool,
 }
 
@@ -230,16 +229,23 @@ pub(crate) static ROUTES: &[Route] = &[
     route(Method::GET, "/api/v1/traces/names", E::TraceNames, ReadOnly, true),
     route(Method::GET, "/api/v1/traces/by-name/:trace_name", E::TracesByName, ReadOnly, true),
     route(Method::GET, "/api/v1/traces/:partition_id/:transaction_id", E::MessageTraces, ReadOnly, true),
-    route(Method::POST, "/api/v1/stats/refresh", E::RefreshStats, Admin, true),
+    route(Method::POST, "/api/v1/stats/refresh", E::RefreshStats, Admin, false),
     route(Method::GET, "/metrics", E::Metrics, Public, false),
     route(Method::GET, "/metrics/prometheus", E::MetricsPrometheus, Public, false),
 ];
 
-/// The table as (method, pattern, access).
-pub(crate) fn table() -> Vec<(&'static str, &'static str, Access)> {
+/// The table as (method, pattern, access, tenant-scoped).
+pub(crate) fn table() -> Vec<(&'static str, &'static str, Access, bool)> {
     ROUTES
         .iter()
-        .map(|route| (route.method.as_str(), route.pattern, route.access))
+        .map(|route| {
+            (
+                route.method.as_str(),
+                route.pattern,
+                route.access,
+                route.tenant_scoped,
+            )
+        })
         .collect()
 }
 
@@ -295,11 +301,15 @@ async fn route_labelled(app: &App, req: Request) -> (&'static str, Response) {
         return (UNMATCHED, response::empty(StatusCode::NO_CONTENT));
     }
     let found = find(&method, &segments);
-    if let (Some(auth), Some((route, _))) = (&app.auth, &found) {
-        if let Err(error) = auth.authorize(req.headers(), &path, route.access) {
-            return (route.pattern, error.into_response());
+    let caller = match (&app.auth, &found) {
+        (Some(auth), Some((route, _))) => {
+            match auth.authorize(req.headers(), &path, route.access) {
+                Ok(caller) => caller,
+                Err(error) => return (route.pattern, error.into_response()),
+            }
         }
-    }
+        _ => Caller::anonymous(),
+    };
     let Some((route, params)) = found else {
         if method == Method::GET {
             if let Some(res) =
@@ -319,7 +329,7 @@ async fn route_labelled(app: &App, req: Request) -> (&'static str, Response) {
     if let Err(error) = route.check_names(&params) {
         return (route.pattern, error.into_response());
     }
-    let res = dispatch(app, req, route.endpoint, &params)
+    let res = dispatch(app, req, route.endpoint, &params, &caller)
         .await
         .unwrap_or_else(HttpError::into_response);
     (route.pattern, res)
@@ -332,45 +342,50 @@ async fn dispatch(
     req: Request,
     endpoint: Endpoint,
     params: &[&str],
+    who: &Caller,
 ) -> Result<Response, HttpError> {
     let engine = &*app.engine;
+    let t = &*who.tenant;
     let param = |index: usize| params.get(index).copied().unwrap_or_default();
     match endpoint {
         E::Health => Ok(handlers::health::get(engine).await),
-        E::Configure => handlers::configure::post(engine, req).await,
-        E::Push => handlers::push::post(engine, req).await,
-        E::Ack => handlers::ack::single(engine, req).await,
-        E::AckBatch => handlers::ack::batch(engine, req).await,
-        E::LeaseExtend => handlers::lease::extend(engine, req, param(0)).await,
-        E::Transaction => handlers::transaction::post(engine, req).await,
-        E::Traces => handlers::traces::post(engine, req).await,
-        E::Dlq => handlers::dlq::list(engine, &req).await,
-        E::DeleteMessage => handlers::dlq::delete_message(engine, param(0), param(1)).await,
-        E::RetryMessage => handlers::dlq::retry_message(engine, req, param(0), param(1)).await,
-        E::RequeueDlq => handlers::dlq::requeue(engine, req).await,
-        E::PopDiscovery => handlers::pop::discovery(app, &req).await,
-        E::PopQueue => handlers::pop::queue(app, &req, param(0)).await,
-        E::PopPartition => handlers::pop::partition(app, &req, param(0), param(1)).await,
-        E::DeleteQueue => handlers::queues::delete(engine, param(0)).await,
-        E::ListGroups => handlers::consumer_groups::list(engine).await,
-        E::LaggingGroups => handlers::consumer_groups::lagging(engine, &req).await,
-        E::GetGroup => handlers::consumer_groups::get(engine, param(0)).await,
-        E::DeleteGroup => handlers::consumer_groups::delete(engine, &req, param(0), None).await,
+        E::Configure => handlers::configure::post(engine, req, t).await,
+        E::Push => handlers::push::post(engine, req, who).await,
+        E::Ack => handlers::ack::single(engine, req, t).await,
+        E::AckBatch => handlers::ack::batch(engine, req, t).await,
+        E::LeaseExtend => handlers::lease::extend(engine, req, t, param(0)).await,
+        E::Transaction => handlers::transaction::post(engine, req, who).await,
+        E::Traces => handlers::traces::post(engine, req, t).await,
+        E::Dlq => handlers::dlq::list(engine, &req, t).await,
+        E::DeleteMessage => handlers::dlq::delete_message(engine, t, param(0), param(1)).await,
+        E::RetryMessage => handlers::dlq::retry_message(engine, req, t, param(0), param(1)).await,
+        E::RequeueDlq => handlers::dlq::requeue(engine, req, t).await,
+        E::PopDiscovery => handlers::pop::discovery(app, &req, &who.tenant).await,
+        E::PopQueue => handlers::pop::queue(app, &req, &who.tenant, param(0)).await,
+        E::PopPartition => {
+            handlers::pop::partition(app, &req, &who.tenant, param(0), param(1)).await
+        }
+        E::DeleteQueue => handlers::queues::delete(engine, t, param(0)).await,
+        E::ListGroups => handlers::consumer_groups::list(engine, t).await,
+        E::LaggingGroups => handlers::consumer_groups::lagging(engine, &req, t).await,
+        E::GetGroup => handlers::consumer_groups::get(engine, t, param(0)).await,
+        E::DeleteGroup => handlers::consumer_groups::delete(engine, &req, t, param(0), None).await,
         E::DeleteGroupOnQueue => {
-            handlers::consumer_groups::delete(engine, &req, param(0), Some(param(1))).await
+            handlers::consumer_groups::delete(engine, &req, t, param(0), Some(param(1))).await
         }
         E::GroupSubscription => {
-            handlers::consumer_groups::subscription(engine, req, param(0)).await
+            handlers::consumer_groups::subscription(engine, req, t, param(0)).await
         }
         E::SeekQueue => {
-            handlers::consumer_groups::seek(engine, req, param(0), param(1), None).await
+            handlers::consumer_groups::seek(engine, req, t, param(0), param(1), None).await
         }
         E::SeekPartition => {
-            handlers::consumer_groups::seek(engine, req, param(0), param(1), Some(param(2))).await
+            let (group, queue, partition) = (param(0), param(1), Some(param(2)));
+            handlers::consumer_groups::seek(engine, req, t, group, queue, partition).await
         }
-        E::StreamQueries => handlers::streams::register(engine, req).await,
-        E::StreamState => handlers::streams::state_get(engine, req).await,
-        E::StreamCycle => handlers::streams::cycle(engine, req).await,
+        E::StreamQueries => handlers::streams::register(engine, req, t).await,
+        E::StreamState => handlers::streams::state_get(engine, req, t).await,
+        E::StreamCycle => handlers::streams::cycle(engine, req, who).await,
         E::GetMaintenance => Ok(handlers::maintenance::get(engine)),
         E::SetMaintenance => handlers::maintenance::post(engine, req).await,
         E::Buffers => Ok(handlers::maintenance::buffers(engine)),
@@ -378,24 +393,26 @@ async fn dispatch(
         E::SetPopMaintenance => handlers::maintenance::post_pop(engine, req).await,
         E::Metrics => Ok(handlers::metrics::json(app).await),
         E::MetricsPrometheus => handlers::metrics::prometheus(app, &req).await,
-        E::Overview => handlers::admin::resources(engine, AdminView::Overview).await,
-        E::ListQueues => handlers::admin::resources(engine, AdminView::Queues).await,
-        E::GetQueue => handlers::admin::resources(engine, AdminView::Queue(param(0))).await,
-        E::Namespaces => handlers::admin::resources(engine, AdminView::Namespaces).await,
-        E::Tasks => handlers::admin::resources(engine, AdminView::Tasks).await,
-        E::Status => handlers::admin::status(engine, &req).await,
-        E::StatusQueues => handlers::admin::status_queues(engine, &req).await,
-        E::StatusQueue => handlers::admin::queue_detail(engine, param(0)).await,
-        E::StatusAnalytics => handlers::admin::analytics(engine, &req).await,
-        E::Analytics(which) => handlers::admin::analytics_view(engine, &req, which).await,
-        E::TraceNames => handlers::admin::trace_names(engine, &req).await,
-        E::TracesByName => handlers::admin::traces_by_name(engine, &req, param(0)).await,
-        E::MessageTraces => handlers::admin::message_traces(engine, param(0), param(1)).await,
+        E::Overview => handlers::admin::resources(engine, t, AdminView::Overview).await,
+        E::ListQueues => handlers::admin::resources(engine, t, AdminView::Queues).await,
+        E::GetQueue => handlers::admin::resources(engine, t, AdminView::Queue(param(0))).await,
+        E::Namespaces => handlers::admin::resources(engine, t, AdminView::Namespaces).await,
+        E::Tasks => handlers::admin::resources(engine, t, AdminView::Tasks).await,
+        E::Status => handlers::admin::status(engine, &req, t).await,
+        E::StatusQueues => handlers::admin::status_queues(engine, &req, t).await,
+        E::StatusQueue => handlers::admin::queue_detail(engine, t, param(0)).await,
+        E::StatusAnalytics => handlers::admin::analytics(engine, &req, t).await,
+        E::Analytics(which) => handlers::admin::analytics_view(engine, &req, t, which).await,
+        E::TraceNames => handlers::admin::trace_names(engine, &req, t).await,
+        E::TracesByName => handlers::admin::traces_by_name(engine, &req, t, param(0)).await,
+        E::MessageTraces => handlers::admin::message_traces(engine, t, param(0), param(1)).await,
         E::RefreshStats => handlers::admin::refresh_stats(engine).await,
-        E::ListMessages => handlers::messages::list(engine, &req).await,
-        E::GetMessage => handlers::messages::detail(engine, param(0), param(1)).await,
-        E::MessageToDlq => handlers::messages::move_to_dlq(engine, req, param(0), param(1)).await,
-        E::QueueMessages => handlers::messages::queue_messages(engine, &req, param(0)).await,
+        E::ListMessages => handlers::messages::list(engine, &req, t).await,
+        E::GetMessage => handlers::messages::detail(engine, t, param(0), param(1)).await,
+        E::MessageToDlq => {
+            handlers::messages::move_to_dlq(engine, req, t, param(0), param(1)).await
+        }
+        E::QueueMessages => handlers::messages::queue_messages(engine, &req, t, param(0)).await,
     }
 }
 
@@ -662,9 +679,9 @@ mod tests {
         assert_eq!(access(Method::GET, "/metrics/prometheus"), Public);
         // Only health, the cluster-wide maintenance switches, the broker's
         // spool, the brokers' own statistics (system and worker series,
-        // PostgreSQL's figures) and the metrics (the scrape of one
-        // process: the security issue decides what of the cluster series a
-        // tenant sees) are not tenant data.
+        // PostgreSQL's figures, writing this broker's rows now) and the
+        // metrics (public by the contract, an operator's scrape: every queue
+        // series carries its tenant label) are not tenant data.
         let untenanted: Vec<Endpoint> = ROUTES
             .iter()
             .filter(|route| !route.tenant_scoped)
@@ -682,6 +699,7 @@ mod tests {
                 E::Analytics(A::SystemMetrics),
                 E::Analytics(A::WorkerMetrics),
                 E::Analytics(A::PostgresStats),
+                E::RefreshStats,
                 E::Metrics,
                 E::MetricsPrometheus,
             ]

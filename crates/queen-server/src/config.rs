@@ -147,6 +147,10 @@ pub(crate) struct Config {
     #[arg(long, env = "JWT_ROLE_READ_ONLY", default_value = "read-only")]
     pub(crate) jwt_role_read_only: String,
 
+    /// The claim naming a token's tenant (absent: tenant `default`).
+    #[arg(long, env = "JWT_TENANT_CLAIM", default_value = "tenant")]
+    pub(crate) jwt_tenant_claim: String,
+
     /// zstd compression level of new segments.
     #[arg(long, env = "QUEEN_V2_ZSTD_LEVEL", default_value_t = 3)]
     pub(crate) zstd_level: i32,

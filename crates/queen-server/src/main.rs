@@ -336,6 +336,7 @@ fn auth(config: &Config) -> Result<Option<Arc<queen_http::Auth>>, ServerError> {
             config.jwt_role_read_write.clone(),
             config.jwt_role_read_only.clone(),
         ],
+        tenant_claim: config.jwt_tenant_claim.clone(),
     })
     .map_err(ServerError::Key)?;
     Ok(Some(Arc::new(auth)))

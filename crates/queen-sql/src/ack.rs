@@ -9,11 +9,11 @@ use uuid::Uuid;
 use crate::prepared::{self, Conn};
 use crate::SqlError;
 
-const ACK_BATCH: &str = "SELECT * FROM queen.log_ack_batch_v1($1, $2, $3, $4)";
-const ACK: &str = "SELECT * FROM queen.log_ack_v1($1, $2, $3, $4, $5, $6, $7)";
+const ACK_BATCH: &str = "SELECT * FROM queen.log_ack_batch_v2($1, $2, $3, $4, $5)";
+const ACK: &str = "SELECT * FROM queen.log_ack_v2($1, $2, $3, $4, $5, $6, $7, $8)";
 const DLQ_HEAD: &str =
     "SELECT * FROM queen.log_dlq_head_v2($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
-const LEASE_EXTEND: &str = "SELECT * FROM queen.log_lease_extend_v1($1, $2, $3)";
+const LEASE_EXTEND: &str = "SELECT * FROM queen.log_lease_extend_v2($1, $2, $3, $4)";
 
 /// Result of a positional whole-batch ack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,9 +24,10 @@ pub struct BatchAck {
     pub pending: bool,
 }
 
-/// Advance the cursor to `batch_end`, guarded by the lease.
+/// Advance the cursor to `batch_end`, guarded by the lease and by `tenant`.
 pub async fn ack_batch(
     conn: &impl Conn,
+    tenant: &str,
     partition_id: Uuid,
     group: &str,
     lease: Uuid,
@@ -35,8 +36,8 @@ pub async fn ack_batch(
     let row = prepared::query_one(
         conn,
         ACK_BATCH,
-        &[Type::UUID, Type::TEXT, Type::UUID, Type::INT8],
-        &[&partition_id, &group, &lease, &batch_end],
+        &[Type::TEXT, Type::UUID, Type::TEXT, Type::UUID, Type::INT8],
+        &[&tenant, &partition_id, &group, &lease, &batch_end],
     )
     .await?;
     Ok(BatchAck {
@@ -90,10 +91,12 @@ pub struct AckResults {
     pub partition: Option<String>,
 }
 
-/// Ack by transaction-id hashes (16 bytes each, concatenated).
+/// Ack by transaction-id hashes (16 bytes each, concatenated), on a
+/// partition of `tenant` (another tenant's answers `NotFound` per item).
 #[allow(clippy::too_many_arguments)] // mirrors the procedure's parameters one to one
 pub async fn ack(
     conn: &impl Conn,
+    tenant: &str,
     partition_id: Uuid,
     group: &str,
     lease: Option<Uuid>,
@@ -106,6 +109,7 @@ pub async fn ack(
         conn,
         ACK,
         &[
+            Type::TEXT,
             Type::UUID,
             Type::TEXT,
             Type::UUID,
@@ -115,6 +119,7 @@ pub async fn ack(
             Type::BOOL,
         ],
         &[
+            &tenant,
             &partition_id,
             &group,
             &lease,
@@ -259,6 +264,7 @@ pub async fn dlq_head(
 /// expiry, or `None` with `found` telling whether the lease existed at all.
 pub async fn lease_extend(
     client: &impl GenericClient,
+    tenant: &str,
     lease: Uuid,
     seconds: i32,
     pids: Option<&[Uuid]>,
@@ -267,6 +273,7 @@ pub async fn lease_extend(
         .query_typed_one(
             LEASE_EXTEND,
             &[
+                (&tenant, Type::TEXT),
                 (&lease, Type::UUID),
                 (&seconds, Type::INT4),
                 (&pids, Type::UUID_ARRAY),

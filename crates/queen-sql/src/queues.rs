@@ -175,18 +175,17 @@ SELECT queue_id, partition_id
                                 $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24,
                                 $25)";
 
-const BOUNDED: &str = "SELECT name FROM queen.queues \
-      WHERE tenant_id = $1 AND max_queue_size > 0 ORDER BY name LIMIT $2";
+const BOUNDED: &str = "SELECT tenant_id, name FROM queen.queues \
+      WHERE max_queue_size > 0 ORDER BY tenant_id, name LIMIT $1";
 
-/// The names of the tenant's queues with `maxSize` (`max_queue_size > 0`),
-/// at most `limit` of them.
+/// (tenant, name) of every tenant's queues with `maxSize`
+/// (`max_queue_size > 0`), at most `limit` of them.
 pub async fn bounded_queues(
     client: &impl GenericClient,
-    tenant: &str,
     limit: i64,
-) -> Result<Vec<String>, SqlError> {
-    let rows = client
-        .query_typed(BOUNDED, &[(&tenant, Type::TEXT), (&limit, Type::INT8)])
-        .await?;
-    rows.iter().map(|row| Ok(row.try_get(0)?)).collect()
+) -> Result<Vec<(String, String)>, SqlError> {
+    let rows = client.query_typed(BOUNDED, &[(&limit, Type::INT8)]).await?;
+    rows.iter()
+        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+        .collect()
 }

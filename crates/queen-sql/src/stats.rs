@@ -37,38 +37,43 @@ pub enum ClusterRow {
     },
 }
 
-/// The cluster series of `/metrics` for `tenant`, in one call.
+/// The cluster series of `/metrics`, every tenant's, in one call: each row
+/// with its tenant.
 pub async fn cluster_metrics(
     client: &impl GenericClient,
-    tenant: &str,
-) -> Result<Vec<ClusterRow>, SqlError> {
+) -> Result<Vec<(String, ClusterRow)>, SqlError> {
     let rows = client
         .query_typed(
-            "SELECT o_kind, o_queue, o_group, o_a, o_b, o_c FROM queen.metrics_cluster_v1($1)",
-            &[(&tenant, Type::TEXT)],
+            "SELECT o_tenant, o_kind, o_queue, o_group, o_a, o_b, o_c \
+               FROM queen.metrics_cluster_v2()",
+            &[],
         )
         .await?;
     rows.iter()
         .map(|row| {
-            let kind: String = row.try_get(0)?;
-            let queue: String = row.try_get(1)?;
-            let (a, b, c): (i64, i64, i64) = (row.try_get(3)?, row.try_get(4)?, row.try_get(5)?);
-            Ok(if kind == "group" {
-                ClusterRow::Group {
-                    queue,
-                    group: row.try_get::<_, Option<String>>(2)?.unwrap_or_default(),
-                    lag_messages: a,
-                    lag_seconds: b,
-                    partitions_with_lag: c,
-                }
-            } else {
-                ClusterRow::Queue {
-                    queue,
-                    partitions: a,
-                    messages: b,
-                    dead_letters: c,
-                }
-            })
+            let tenant: String = row.try_get(0)?;
+            let kind: String = row.try_get(1)?;
+            let queue: String = row.try_get(2)?;
+            let (a, b, c): (i64, i64, i64) = (row.try_get(4)?, row.try_get(5)?, row.try_get(6)?);
+            Ok((
+                tenant,
+                if kind == "group" {
+                    ClusterRow::Group {
+                        queue,
+                        group: row.try_get::<_, Option<String>>(3)?.unwrap_or_default(),
+                        lag_messages: a,
+                        lag_seconds: b,
+                        partitions_with_lag: c,
+                    }
+                } else {
+                    ClusterRow::Queue {
+                        queue,
+                        partitions: a,
+                        messages: b,
+                        dead_letters: c,
+                    }
+                },
+            ))
         })
         .collect()
 }

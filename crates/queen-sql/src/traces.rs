@@ -6,7 +6,8 @@ use uuid::Uuid;
 
 use crate::SqlError;
 
-const FIND: &str = "SELECT queen.log_find_txn_v1($1, $2, $3)";
+const FIND: &str =
+    "SELECT queen.log_find_txn_v1($1, $2, $3) WHERE queen.partition_in_tenant_v1($1, $4)";
 const INSERT: &str = "INSERT INTO queen.message_traces \
      (id, partition_id, transaction_id, consumer_group, event_type, trace_names, data) \
      VALUES ($1, $2, $3, $4, $5, $6, $7)";
@@ -17,6 +18,8 @@ const FIND_ROWS: i32 = 10_000;
 /// One trace event.
 #[derive(Debug, Clone)]
 pub struct Trace<'a> {
+    /// The tenant the caller acts for: another tenant's partition is not found.
+    pub tenant: &'a str,
     /// The message's partition.
     pub partition_id: Uuid,
     /// The message's transaction id.
@@ -39,16 +42,20 @@ pub async fn record(
     trace: &Trace<'_>,
 ) -> Result<Option<Uuid>, SqlError> {
     let found = client
-        .query_typed_one(
+        .query_typed_opt(
             FIND,
             &[
                 (&trace.partition_id, Type::UUID),
                 (&trace.hash, Type::BYTEA),
                 (&FIND_ROWS, Type::INT4),
+                (&trace.tenant, Type::TEXT),
             ],
         )
         .await?;
-    let offset: Option<i64> = found.try_get(0)?;
+    let offset: Option<i64> = match found {
+        Some(row) => row.try_get(0)?,
+        None => None,
+    };
     if offset.is_none() {
         return Ok(None);
     }

@@ -20,6 +20,7 @@
 //! waiting for the next lane, which is what makes an idle flusher the one that
 //! takes new work).
 
+use std::borrow::Cow;
 use std::collections::hash_map::Entry as MapEntry;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,7 +36,7 @@ use uuid::Uuid;
 use super::dedup::DedupCache;
 use super::{Entry, EntryResult};
 use crate::crypto::AtRest;
-use crate::naming::{derive_namespace_task, DEFAULT_TENANT};
+use crate::naming::{derive_namespace_task, queue_key};
 use crate::ready::Ready;
 use crate::EngineError;
 
@@ -85,8 +86,11 @@ pub struct PushStats {
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct LaneKey {
+    tenant: Arc<str>,
     queue: Arc<str>,
     partition: Arc<str>,
+    /// `naming::queue_key(tenant, queue)`: the key of the queue's caches.
+    scoped: Arc<str>,
 }
 
 struct Submission {
@@ -191,14 +195,22 @@ impl Fusion {
     /// Add one request's entries for one partition; the receiver answers after commit.
     pub(crate) fn submit(
         &self,
+        tenant: &Arc<str>,
         queue: &str,
         partition: &str,
         entries: Vec<Entry>,
     ) -> oneshot::Receiver<Result<Vec<EntryResult>, EngineError>> {
         let (reply, rx) = oneshot::channel();
+        let queue: Arc<str> = Arc::from(queue);
+        let scoped = match queue_key(tenant, &queue) {
+            Cow::Borrowed(_) => Arc::clone(&queue),
+            Cow::Owned(key) => Arc::from(key),
+        };
         let key = LaneKey {
-            queue: Arc::from(queue),
+            tenant: Arc::clone(tenant),
+            queue,
             partition: Arc::from(partition),
+            scoped,
         };
         let submission = Submission { entries, reply };
         let mut lanes = self.shared.lanes.lock();
@@ -304,9 +316,15 @@ async fn run_flusher(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
 }
 
 impl LaneKey {
-    /// The lock order of partitions within a flush: by queue, then partition name.
+    /// The order of partitions within a flush: by tenant (each tenant's
+    /// slots are one statement), then the lock order, by queue, then
+    /// partition name.
     fn cmp_names(&self, other: &LaneKey) -> std::cmp::Ordering {
-        (&*self.queue, &*self.partition).cmp(&(&*other.queue, &*other.partition))
+        (&*self.tenant, &*self.queue, &*self.partition).cmp(&(
+            &*other.tenant,
+            &*other.queue,
+            &*other.partition,
+        ))
     }
 }
 
@@ -465,24 +483,36 @@ async fn flush(shared: &Shared, builder: &mut SegmentBuilder, work: &mut [LaneWo
         if slots.is_empty() {
             continue;
         }
-        let writes: Vec<SegmentWrite<'_>> = slots
-            .iter()
-            .zip(&built)
-            .map(|(&i, segment)| segment.write(&work[i].key))
-            .collect();
-        let outcomes = match write(shared, &writes).await {
-            Ok(outcomes) => outcomes,
-            Err(error) => {
-                let error = Arc::new(EngineError::Sql(error));
-                for &i in &slots {
-                    failed[i] = Some(EngineError::Shared(Arc::clone(&error)));
+        // One statement per tenant among the slots (they are sorted by
+        // tenant): almost always one.
+        let mut start = 0;
+        while start < slots.len() {
+            let tenant = Arc::clone(&work[slots[start]].key.tenant);
+            let end = slots[start..]
+                .iter()
+                .position(|&i| work[i].key.tenant != tenant)
+                .map_or(slots.len(), |n| start + n);
+            let (run, run_built) = (&slots[start..end], &built[start..end]);
+            start = end;
+            let writes: Vec<SegmentWrite<'_>> = run
+                .iter()
+                .zip(run_built)
+                .map(|(&i, segment)| segment.write(&work[i].key))
+                .collect();
+            let outcomes = match write(shared, &tenant, &writes).await {
+                Ok(outcomes) => outcomes,
+                Err(error) => {
+                    let error = Arc::new(EngineError::Sql(error));
+                    for &i in run {
+                        failed[i] = Some(EngineError::Shared(Arc::clone(&error)));
+                    }
+                    continue;
                 }
-                continue;
-            }
-        };
-        for ((&i, segment), outcome) in slots.iter().zip(&built).zip(outcomes) {
-            if let Err(error) = apply_outcome(shared, &mut work[i], segment, outcome) {
-                failed[i] = Some(error);
+            };
+            for ((&i, segment), outcome) in run.iter().zip(run_built).zip(outcomes) {
+                if let Err(error) = apply_outcome(shared, &mut work[i], segment, outcome) {
+                    failed[i] = Some(error);
+                }
             }
         }
     }
@@ -531,7 +561,7 @@ fn build_segment(
     builder: &mut SegmentBuilder,
     lane: &LaneWork,
 ) -> Result<BuiltSegment, EngineError> {
-    let encrypted = shared.at_rest.flag(&lane.key.queue);
+    let encrypted = shared.at_rest.flag(&lane.key.scoped);
     let frame_entries: Vec<usize> = (0..lane.results.len())
         .filter(|&idx| lane.needs_write(idx))
         .collect();
@@ -547,7 +577,10 @@ fn build_segment(
     )?;
     let (namespace, task) = derive_namespace_task(&lane.key.queue);
     let coverage = shared.dedup.coverage(
-        &(Arc::clone(&lane.key.queue), Arc::clone(&lane.key.partition)),
+        &(
+            Arc::clone(&lane.key.scoped),
+            Arc::clone(&lane.key.partition),
+        ),
         &encoded.hashes,
         SystemTime::now(),
     );
@@ -624,9 +657,11 @@ pub(crate) fn encode_entries<'a>(
     })
 }
 
-/// One call of `log_push_v1`, retried on deadlock or serialization failure.
+/// One call of `log_push_v1` for `tenant`'s slots, retried on deadlock or
+/// serialization failure.
 async fn write(
     shared: &Shared,
+    tenant: &str,
     writes: &[SegmentWrite<'_>],
 ) -> Result<Vec<SlotOutcome>, queen_sql::SqlError> {
     let mut attempt = 0;
@@ -636,7 +671,7 @@ async fn write(
             let client = shared.pool.get().await?;
             shared.counters.flushes.fetch_add(1, Ordering::Relaxed);
             let started = std::time::Instant::now();
-            let outcomes = queen_sql::push::push_segments(&client, DEFAULT_TENANT, writes).await?;
+            let outcomes = queen_sql::push::push_segments(&client, tenant, writes).await?;
             let messages: i64 = writes.iter().map(|write| i64::from(write.n_frames)).sum();
             shared
                 .stats
@@ -671,7 +706,10 @@ fn apply_outcome(
             ..
         } => {
             shared.dedup.record(
-                &(Arc::clone(&lane.key.queue), Arc::clone(&lane.key.partition)),
+                &(
+                    Arc::clone(&lane.key.scoped),
+                    Arc::clone(&lane.key.partition),
+                ),
                 partition_id,
                 window_seconds,
                 &known,
@@ -681,7 +719,9 @@ fn apply_outcome(
             for &idx in &segment.frame_entries {
                 lane.results[idx] = Some(EntryResult::Queued { partition_id });
             }
-            shared.ready.pushed(&lane.key.queue, &lane.key.partition);
+            shared
+                .ready
+                .pushed(&lane.key.tenant, &lane.key.queue, &lane.key.partition);
             let counters = &shared.counters;
             counters.segments.fetch_add(1, Ordering::Relaxed);
             counters
@@ -694,7 +734,7 @@ fn apply_outcome(
             // Reseal (or unseal) on the next round.
             shared
                 .at_rest
-                .set_flag(Arc::clone(&lane.key.queue), encryption_enabled);
+                .set_flag(Arc::clone(&lane.key.scoped), encryption_enabled);
         }
         SlotOutcome::Full { .. } => {
             return Err(EngineError::QueueFull {

@@ -26,6 +26,9 @@ use crate::EngineError;
 /// One message to push, already validated by the caller.
 #[derive(Debug, Clone)]
 pub struct PushItem {
+    /// The tenant owning the queue ([`DEFAULT_TENANT`](crate::naming::DEFAULT_TENANT)
+    /// without auth).
+    pub tenant: Arc<str>,
     /// Queue name; the queue is created with defaults if it does not exist.
     pub queue: String,
     /// Partition name; created if it does not exist.
@@ -86,8 +89,8 @@ impl Entry {
     /// item order), the client's transaction id or a generated one, its hash.
     /// `generated` says the broker fixed the item's transaction id itself (a
     /// fresh UUIDv7, which cannot repeat: no duplicate probe). Returns the
-    /// queue and partition alongside.
-    pub(crate) fn from_item(item: PushItem, generated: bool) -> (String, String, Entry) {
+    /// tenant, queue and partition alongside.
+    pub(crate) fn from_item(item: PushItem, generated: bool) -> (Arc<str>, String, String, Entry) {
         let client_id = item.transaction_id.is_some() && !generated;
         let transaction_id = item
             .transaction_id
@@ -101,7 +104,7 @@ impl Entry {
             producer_sub: item.producer_sub,
             payload: item.payload,
         };
-        (item.queue, item.partition, entry)
+        (item.tenant, item.queue, item.partition, entry)
     }
 }
 
@@ -117,10 +120,10 @@ pub(crate) enum EntryResult {
     },
 }
 
-/// One partition's entries, in item order.
-pub(crate) type Group = (String, String, Vec<Entry>);
+/// One partition's entries, in item order: tenant, queue, partition, entries.
+pub(crate) type Group = (Arc<str>, String, String, Vec<Entry>);
 
-/// Group `items` by (queue, partition), groups in order of first appearance,
+/// Group `items` by (tenant, queue, partition), groups in order of first appearance,
 /// names owned once per group. Also answers, per item, its group and its
 /// position among the group's entries. `generated[i]` says item `i`'s
 /// transaction id was fixed by the broker (missing entries: it was not).
@@ -129,21 +132,21 @@ pub(crate) fn group_by_partition(
     generated: &[bool],
 ) -> (Vec<Group>, Vec<(usize, usize)>) {
     let mut groups: Vec<Group> = Vec::new();
-    let mut group_of: HashMap<(String, String), usize> = HashMap::new();
+    let mut group_of: HashMap<(Arc<str>, String, String), usize> = HashMap::new();
     let mut places = Vec::with_capacity(items.len());
     for (index, item) in items.into_iter().enumerate() {
         let generated = generated.get(index).copied().unwrap_or(false);
-        let (queue, partition, entry) = Entry::from_item(item, generated);
-        let key = (queue, partition);
+        let (tenant, queue, partition, entry) = Entry::from_item(item, generated);
+        let key = (tenant, queue, partition);
         let group = match group_of.get(&key) {
             Some(&idx) => idx,
             None => {
-                groups.push((key.0.clone(), key.1.clone(), Vec::new()));
+                groups.push((Arc::clone(&key.0), key.1.clone(), key.2.clone(), Vec::new()));
                 group_of.insert(key, groups.len() - 1);
                 groups.len() - 1
             }
         };
-        if let Some((_, _, entries)) = groups.get_mut(group) {
+        if let Some((_, _, _, entries)) = groups.get_mut(group) {
             places.push((group, entries.len()));
             entries.push(entry);
         }
@@ -195,7 +198,7 @@ pub(crate) fn prepare(
         .map(|&(group, position)| {
             let entry = groups
                 .get(group)
-                .and_then(|(_, _, entries)| entries.get(position))
+                .and_then(|(_, _, _, entries)| entries.get(position))
                 .ok_or(EngineError::Internal("a pushed item lost its group"))?;
             Ok((
                 entry.transaction_id.clone(),
@@ -206,7 +209,7 @@ pub(crate) fn prepare(
         .collect::<Result<Vec<_>, EngineError>>()?;
     let queues = groups
         .iter()
-        .map(|(queue, ..)| Arc::from(queue.as_str()))
+        .map(|(_, queue, ..)| Arc::from(queue.as_str()))
         .collect();
     Ok((
         groups,
@@ -292,21 +295,23 @@ impl Fusion {
         // later part without an earlier one (a retry then appends in order).
         let pending: Vec<_> = groups
             .into_iter()
-            .map(|(queue, partition, entries)| {
+            .map(|(tenant, queue, partition, entries)| {
                 let count = entries.len();
                 let mut runs = split_by_payload(entries, MAX_SEGMENT_PAYLOAD_BYTES).into_iter();
-                let first = runs.next().map(|run| self.submit(&queue, &partition, run));
-                (queue, partition, count, first, runs)
+                let first = runs
+                    .next()
+                    .map(|run| self.submit(&tenant, &queue, &partition, run));
+                (tenant, queue, partition, count, first, runs)
             })
             .collect();
         let mut results: Vec<Vec<EntryResult>> = Vec::with_capacity(pending.len());
-        for (queue, partition, count, first, runs) in pending {
+        for (tenant, queue, partition, count, first, runs) in pending {
             let mut entry_results = Vec::with_capacity(count);
             if let Some(reply) = first {
                 entry_results.extend(reply.await.map_err(|_| EngineError::ShuttingDown)??);
             }
             for run in runs {
-                let reply = self.submit(&queue, &partition, run);
+                let reply = self.submit(&tenant, &queue, &partition, run);
                 entry_results.extend(reply.await.map_err(|_| EngineError::ShuttingDown)??);
             }
             if entry_results.len() != count {

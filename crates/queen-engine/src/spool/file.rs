@@ -28,7 +28,10 @@ use uuid::Uuid;
 /// A log passing this size is closed and a new one started.
 pub(crate) const ROTATE_BYTES: u64 = 64 * 1024 * 1024;
 
-const RECORD_VERSION: u8 = 1;
+/// Version 2 records lead with the tenant; version 1 records (written
+/// before tenants) are read as the default tenant's.
+const RECORD_VERSION: u8 = 2;
+const RECORD_VERSION_1: u8 = 1;
 const HEADER: usize = 8;
 
 /// One spooled push item: everything the push needs again, with the
@@ -36,6 +39,7 @@ const HEADER: usize = 8;
 /// replay is idempotent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Record {
+    pub(crate) tenant: String,
     pub(crate) queue: String,
     pub(crate) partition: String,
     pub(crate) transaction_id: String,
@@ -48,6 +52,7 @@ impl Record {
     /// The push item to store the record as (its transaction id fixed).
     pub(crate) fn item(&self) -> crate::push::PushItem {
         crate::push::PushItem {
+            tenant: std::sync::Arc::from(self.tenant.as_str()),
             queue: self.queue.clone(),
             partition: self.partition.clone(),
             transaction_id: Some(self.transaction_id.clone()),
@@ -62,6 +67,7 @@ impl Record {
         let start = out.len();
         out.extend_from_slice(&[0; HEADER]);
         out.push(RECORD_VERSION);
+        put(out, self.tenant.as_bytes());
         put(out, self.queue.as_bytes());
         put(out, self.partition.as_bytes());
         put(out, self.transaction_id.as_bytes());
@@ -97,9 +103,11 @@ impl Record {
             return None;
         }
         let mut reader = Reader { rest: body };
-        if reader.byte()? != RECORD_VERSION {
-            return None;
-        }
+        let tenant = match reader.byte()? {
+            RECORD_VERSION => reader.string()?,
+            RECORD_VERSION_1 => crate::naming::DEFAULT_TENANT.to_owned(),
+            _ => return None,
+        };
         let queue = reader.string()?;
         let partition = reader.string()?;
         let transaction_id = reader.string()?;
@@ -114,6 +122,7 @@ impl Record {
         let payload = Bytes::copy_from_slice(reader.field()?);
         reader.rest.is_empty().then_some((
             Record {
+                tenant,
                 queue,
                 partition,
                 transaction_id,
@@ -365,6 +374,12 @@ mod tests {
 
     fn record(i: usize) -> Record {
         Record {
+            tenant: if i.is_multiple_of(2) {
+                "default"
+            } else {
+                "acme"
+            }
+            .to_owned(),
             queue: format!("q{i}"),
             partition: "p".to_owned(),
             transaction_id: format!("t{i}"),
@@ -399,6 +414,30 @@ mod tests {
         let (read, torn) = records(&bytes);
         assert!(torn);
         assert_eq!(read.len(), 2);
+    }
+
+    /// A spool written before tenants (version 1: no tenant field) drains
+    /// into the default tenant.
+    #[test]
+    fn a_version_1_record_reads_as_the_default_tenants() {
+        let mut bytes = Vec::new();
+        let written = record(0);
+        Record {
+            tenant: "acme".to_owned(),
+            ..written.clone()
+        }
+        .encode(&mut bytes);
+        // The same record as version 1 wrote it: no tenant after the version.
+        let mut body = vec![RECORD_VERSION_1];
+        body.extend_from_slice(&bytes[HEADER + 1 + 4 + "acme".len()..]);
+        let mut v1 = Vec::new();
+        v1.extend_from_slice(&u32::try_from(body.len()).unwrap().to_le_bytes());
+        v1.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+        v1.extend_from_slice(&body);
+        let (read, torn) = records(&v1);
+        assert!(!torn);
+        assert_eq!(read[0].0, written);
+        assert_eq!(read[0].0.tenant, crate::naming::DEFAULT_TENANT);
     }
 
     #[test]

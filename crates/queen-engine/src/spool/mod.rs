@@ -291,6 +291,7 @@ impl Spool {
                 "a spooled item has no transaction id",
             ))?;
             Record {
+                tenant: item.tenant.to_string(),
                 queue: item.queue.clone(),
                 partition: item.partition.clone(),
                 transaction_id: transaction_id.clone(),
@@ -678,6 +679,7 @@ mod tests {
 
     fn item(n: usize) -> PushItem {
         PushItem {
+            tenant: crate::naming::default_tenant(),
             queue: "q".to_owned(),
             partition: "p".to_owned(),
             transaction_id: Some(format!("t{n}")),

@@ -20,7 +20,7 @@ use queen_sql::push::{SegmentWrite, SlotOutcome};
 use uuid::Uuid;
 
 use super::Transactions;
-use crate::naming::{derive_namespace_task, DEFAULT_TENANT};
+use crate::naming::{derive_namespace_task, queue_key};
 use crate::push::{
     duplicate_winners, encode_entries, prepare, EntryResult, Group, PushItem, PushOutcome,
     MAX_SEGMENT_PAYLOAD_BYTES,
@@ -47,29 +47,30 @@ impl Transactions {
             .map_err(queen_sql::SqlError::from)?;
         let results = self.write_resolving(&tx, &groups).await?;
         tx.commit().await.map_err(queen_sql::SqlError::from)?;
-        for (queue, partition, _) in &groups {
-            self.ready.pushed(queue, partition);
+        for (tenant, queue, partition, _) in &groups {
+            self.ready.pushed(tenant, queue, partition);
         }
         answering.outcomes(&results)
     }
 
     /// Write every group inside the transaction `client` is in, in
-    /// (queue, partition) order, resolving each entry queued or duplicate.
+    /// (tenant, queue, partition) order, resolving each entry queued or duplicate.
     pub(super) async fn write_resolving(
         &self,
         client: &impl queen_sql::Conn,
         groups: &[Group],
     ) -> Result<Vec<Vec<EntryResult>>, EngineError> {
-        // The lock order of fusion: (queue, partition).
+        // The lock order of fusion: (tenant, queue, partition).
         let mut order: Vec<usize> = (0..groups.len()).collect();
-        order.sort_by(|a, b| (&groups[*a].0, &groups[*a].1).cmp(&(&groups[*b].0, &groups[*b].1)));
+        let names = |g: &Group| (Arc::clone(&g.0), g.1.clone(), g.2.clone());
+        order.sort_by_key(|&i| names(&groups[i]));
         let mut results: Vec<Vec<Option<EntryResult>>> = groups
             .iter()
-            .map(|(_, _, entries)| vec![None; entries.len()])
+            .map(|(_, _, _, entries)| vec![None; entries.len()])
             .collect();
         let mut builder = SegmentBuilder::with_level(self.zstd_level);
         for slot in order {
-            let (_, _, entries) = &groups[slot];
+            let (_, _, _, entries) = &groups[slot];
             // A transaction id repeated in the request: the first occurrence
             // is written, the others follow it.
             let mut first: HashMap<&[u8; queen_frame::HASH_LEN], usize> = HashMap::new();
@@ -134,12 +135,13 @@ impl Transactions {
     async fn write_run(
         &self,
         client: &impl queen_sql::Conn,
-        (queue, partition, entries): &Group,
+        (tenant, queue, partition, entries): &Group,
         run: &[usize],
         results: &mut [Option<EntryResult>],
         builder: &mut SegmentBuilder,
     ) -> Result<(), EngineError> {
         let (namespace, task) = derive_namespace_task(queue);
+        let key = queue_key(tenant, queue);
         for _round in 0..MAX_ROUNDS {
             let todo: Vec<usize> = run
                 .iter()
@@ -149,7 +151,7 @@ impl Transactions {
             if todo.is_empty() {
                 return Ok(());
             }
-            let encrypted = self.at_rest.flag(queue);
+            let encrypted = self.at_rest.flag(&key);
             let payload: usize = todo.iter().map(|&i| entries[i].payload.len()).sum();
             let encoded = crate::offload::cpu(payload, || {
                 encode_entries(
@@ -175,7 +177,7 @@ impl Transactions {
                 blob: &encoded.blob,
                 hashes: &encoded.hashes,
             };
-            let outcome = queen_sql::push::push_segments(client, DEFAULT_TENANT, &[write])
+            let outcome = queen_sql::push::push_segments(client, tenant, &[write])
                 .await?
                 .into_iter()
                 .next()
@@ -189,9 +191,7 @@ impl Transactions {
                 }
                 SlotOutcome::EncryptionMismatch {
                     encryption_enabled, ..
-                } => self
-                    .at_rest
-                    .set_flag(Arc::from(queue.as_str()), encryption_enabled),
+                } => self.at_rest.set_flag(Arc::from(&*key), encryption_enabled),
                 SlotOutcome::Duplicates {
                     partition_id,
                     duplicates,

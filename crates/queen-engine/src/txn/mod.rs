@@ -58,18 +58,18 @@ impl Checked {
     /// Refuse what needs no database: an unknown ack status, a transaction
     /// id repeated within one partition of a push (named by its first
     /// repetition in item order; one pass over the items).
-    fn check(index: usize, op: TxnOp) -> Result<Checked, EngineError> {
+    fn check(tenant: &str, index: usize, op: TxnOp) -> Result<Checked, EngineError> {
         match op {
             TxnOp::Push(items) => {
-                let (groups, entries_by_item) = group_by_partition(items, &[]);
+                let (groups, entries_by_item) = group_by_partition(in_tenant(tenant, items), &[]);
                 let mut seen: Vec<HashSet<&[u8; queen_frame::HASH_LEN]>> = groups
                     .iter()
-                    .map(|(_, _, entries)| HashSet::with_capacity(entries.len()))
+                    .map(|(_, _, _, entries)| HashSet::with_capacity(entries.len()))
                     .collect();
                 for &(slot, position) in &entries_by_item {
                     let entry = groups
                         .get(slot)
-                        .and_then(|(_, _, entries)| entries.get(position))
+                        .and_then(|(_, _, _, entries)| entries.get(position))
                         .ok_or(EngineError::Internal("a pushed item lost its group"))?;
                     if !seen[slot].insert(&entry.hash) {
                         return Err(duplicate(index, &entry.transaction_id));
@@ -92,6 +92,18 @@ impl Checked {
             }
         }
     }
+}
+
+/// `items`, every one in `tenant`: the tenant a transaction or a stream
+/// cycle acts for wins over whatever its items say.
+pub(crate) fn in_tenant(tenant: &str, mut items: Vec<PushItem>) -> Vec<PushItem> {
+    if items.iter().any(|item| *item.tenant != *tenant) {
+        let tenant: Arc<str> = Arc::from(tenant);
+        for item in &mut items {
+            item.tenant = Arc::clone(&tenant);
+        }
+    }
+    items
 }
 
 /// The failure of push operation `index` on a repeated transaction id.
@@ -141,13 +153,17 @@ impl Transactions {
 
     /// Apply `ops` atomically. On failure nothing is applied and the error
     /// names the operation (`EngineError::TransactionFailed`).
-    pub(crate) async fn transaction(&self, ops: Vec<TxnOp>) -> Result<Vec<TxnResult>, EngineError> {
+    pub(crate) async fn transaction(
+        &self,
+        tenant: &str,
+        ops: Vec<TxnOp>,
+    ) -> Result<Vec<TxnResult>, EngineError> {
         // Everything that can be refused without the database is, before a
         // connection is taken or a transaction begun.
         let ops = ops
             .into_iter()
             .enumerate()
-            .map(|(index, op)| Checked::check(index, op))
+            .map(|(index, op)| Checked::check(tenant, index, op))
             .collect::<Result<Vec<Checked>, EngineError>>()?;
         let mut client = self.pool.get().await.map_err(queen_sql::SqlError::from)?;
         let tx = client
@@ -168,6 +184,7 @@ impl Transactions {
                         .acks
                         .ack_group(
                             &tx,
+                            tenant,
                             &group,
                             item.partition_id,
                             item.lease_id,
@@ -197,7 +214,7 @@ impl Transactions {
         }
         tx.commit().await.map_err(queen_sql::SqlError::from)?;
         for (queue, partition) in pushed {
-            self.ready.pushed(&queue, &partition);
+            self.ready.pushed(tenant, &queue, &partition);
         }
         Ok(results)
     }
@@ -217,7 +234,7 @@ impl Transactions {
 
         let mut outcomes = Vec::with_capacity(entries_by_item.len());
         for (slot, position) in entries_by_item {
-            let (queue, _, entries) = &groups[slot];
+            let (_, queue, _, entries) = &groups[slot];
             let (Some(partition_id), Some(entry)) = (partition_ids[slot], entries.get(position))
             else {
                 return Err(EngineError::Internal("a transaction push was not written"));
@@ -231,7 +248,7 @@ impl Transactions {
                 queue: Arc::from(queue.as_str()),
             });
         }
-        let partitions = groups.into_iter().map(|(q, p, _)| (q, p)).collect();
+        let partitions = groups.into_iter().map(|(_, q, p, _)| (q, p)).collect();
         Ok((outcomes, partitions))
     }
 
@@ -247,7 +264,7 @@ impl Transactions {
     ) -> Result<Vec<Option<Uuid>>, EngineError> {
         let results = self.write_resolving(client, groups).await?;
         let mut partition_ids = Vec::with_capacity(groups.len());
-        for ((_, _, entries), results) in groups.iter().zip(&results) {
+        for ((_, _, _, entries), results) in groups.iter().zip(&results) {
             let mut partition = None;
             for (entry, result) in entries.iter().zip(results) {
                 match *result {

@@ -19,13 +19,13 @@
 //! again).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use queen_sql::dlq::{DlqTake, TakenLetter};
 use uuid::Uuid;
 
 use super::Transactions;
-use crate::naming::DEFAULT_TENANT;
 use crate::push::{Entry, Group, MAX_SEGMENT_PAYLOAD_BYTES};
 use crate::EngineError;
 
@@ -45,7 +45,11 @@ pub struct Replayed {
 impl Transactions {
     /// Move the dead letters `take` selects (at most [`MAX_REPLAY`]) back
     /// into the log, in one transaction.
-    pub(crate) async fn replay(&self, take: &DlqTake<'_>) -> Result<Replayed, EngineError> {
+    pub(crate) async fn replay(
+        &self,
+        tenant: &str,
+        take: &DlqTake<'_>,
+    ) -> Result<Replayed, EngineError> {
         let take = DlqTake {
             limit: take.limit.clamp(1, MAX_REPLAY),
             ..take.clone()
@@ -55,17 +59,17 @@ impl Transactions {
             .transaction()
             .await
             .map_err(queen_sql::SqlError::from)?;
-        let letters = queen_sql::dlq::take(&*tx, DEFAULT_TENANT, &take).await?;
+        let letters = queen_sql::dlq::take(&*tx, tenant, &take).await?;
         if letters.is_empty() {
             return Ok(Replayed::default());
         }
         let n_letters = letters.len();
-        let groups = self.replay_groups(letters)?;
-        let messages = groups.iter().map(|(_, _, entries)| entries.len()).sum();
+        let groups = self.replay_groups(tenant, letters)?;
+        let messages = groups.iter().map(|(_, _, _, entries)| entries.len()).sum();
         self.write_groups(&tx, 0, &groups).await?;
         tx.commit().await.map_err(queen_sql::SqlError::from)?;
-        for (queue, partition, _) in &groups {
-            self.ready.pushed(queue, partition);
+        for (tenant, queue, partition, _) in &groups {
+            self.ready.pushed(tenant, queue, partition);
         }
         Ok(Replayed {
             letters: n_letters,
@@ -76,7 +80,12 @@ impl Transactions {
     /// One entry per replayed message (a message filed by several groups
     /// once), per partition in offset order, cut into segments of at most
     /// [`MAX_SEGMENT_PAYLOAD_BYTES`] of payload.
-    fn replay_groups(&self, letters: Vec<TakenLetter>) -> Result<Vec<Group>, EngineError> {
+    fn replay_groups(
+        &self,
+        tenant: &str,
+        letters: Vec<TakenLetter>,
+    ) -> Result<Vec<Group>, EngineError> {
+        let tenant: Arc<str> = Arc::from(tenant);
         // One message per transaction id of a partition: the rows of one
         // message (one per group it failed in, or an old and a replayed
         // copy that failed again) are replayed once, at its earliest offset.
@@ -128,7 +137,7 @@ impl Transactions {
             };
             let size = entry.payload.len();
             match groups.last_mut() {
-                Some((q, p, entries))
+                Some((_, q, p, entries))
                     if *q == queue
                         && *p == partition
                         && bytes + size <= MAX_SEGMENT_PAYLOAD_BYTES =>
@@ -138,7 +147,7 @@ impl Transactions {
                 }
                 _ => {
                     bytes = size;
-                    groups.push((queue, partition, vec![entry]));
+                    groups.push((Arc::clone(&tenant), queue, partition, vec![entry]));
                 }
             }
         }

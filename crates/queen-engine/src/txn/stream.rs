@@ -22,7 +22,6 @@ use uuid::Uuid;
 
 use super::Transactions;
 use crate::ack::{AckItem, AckStatus};
-use crate::naming::DEFAULT_TENANT;
 use crate::push::{prepare, PushItem, PushOutcome};
 use crate::EngineError;
 
@@ -89,6 +88,7 @@ impl Transactions {
     /// it applied (no such query, an ack that did not apply).
     pub(crate) async fn stream_cycle(
         &self,
+        tenant: &str,
         cycle: StreamCycle,
     ) -> Result<Result<CycleDone, String>, EngineError> {
         let StreamCycle {
@@ -108,8 +108,7 @@ impl Transactions {
             .transaction()
             .await
             .map_err(queen_sql::SqlError::from)?;
-        let Some(queue) = queen_sql::streams::cycle_query(&*tx, DEFAULT_TENANT, query_id).await?
-        else {
+        let Some(queue) = queen_sql::streams::cycle_query(&*tx, tenant, query_id).await? else {
             return Ok(Err("query not found".to_owned()));
         };
 
@@ -137,7 +136,7 @@ impl Transactions {
                 .await?;
         }
 
-        let (groups, answering) = prepare(push_items, &[])?;
+        let (groups, answering) = prepare(super::in_tenant(tenant, push_items), &[])?;
         let results = self.write_resolving(&tx, &groups).await?;
         let pushed = answering.outcomes(&results)?;
 
@@ -147,7 +146,15 @@ impl Transactions {
             let lease = item.lease_id;
             let outcome = self
                 .acks
-                .ack_group(&tx, &group, item.partition_id, lease, &[&item], true)
+                .ack_group(
+                    &tx,
+                    tenant,
+                    &group,
+                    item.partition_id,
+                    lease,
+                    &[&item],
+                    true,
+                )
                 .await?
                 .into_iter()
                 .next()
@@ -175,11 +182,11 @@ impl Transactions {
             });
         }
         tx.commit().await.map_err(queen_sql::SqlError::from)?;
-        for (queue, partition, _) in &groups {
-            self.ready.pushed(queue, partition);
+        for (tenant, queue, partition, _) in &groups {
+            self.ready.pushed(tenant, queue, partition);
         }
         if let Some((queue, partition)) = promote {
-            self.ready.promoted(&queue, &group, &partition);
+            self.ready.promoted(tenant, &queue, &group, &partition);
         }
         Ok(Ok(CycleDone {
             queue,

@@ -89,13 +89,17 @@ struct FastBatch<'a> {
     consumer_group: Option<Text<'a>>,
 }
 
-pub(crate) async fn single(engine: &Engine, req: Request) -> Result<Response, HttpError> {
+pub(crate) async fn single(
+    engine: &Engine,
+    req: Request,
+    tenant: &str,
+) -> Result<Response, HttpError> {
     let (parts, body) = req.into_parts();
     let bytes = crate::body::read(&parts, body).await?;
     let body: Value = crate::body::json(&bytes)?;
     let input = AckInput::from_value(&body);
     let (group, transaction_id, item) = parse_single(&input)?;
-    let outcomes = apply(engine, vec![(group, item)]).await?;
+    let outcomes = apply(engine, tenant, vec![(group, item)]).await?;
     Ok(render(&[transaction_id], &outcomes))
 }
 
@@ -114,7 +118,11 @@ pub(crate) fn parse_single<'i>(
     Ok((input.group(), transaction_id, item))
 }
 
-pub(crate) async fn batch(engine: &Engine, req: Request) -> Result<Response, HttpError> {
+pub(crate) async fn batch(
+    engine: &Engine,
+    req: Request,
+    tenant: &str,
+) -> Result<Response, HttpError> {
     let (parts, body) = req.into_parts();
     let bytes = crate::body::read(&parts, body).await?;
     let mut careful = None;
@@ -123,7 +131,7 @@ pub(crate) async fn batch(engine: &Engine, req: Request) -> Result<Response, Htt
         return Ok(response::raw_json(StatusCode::OK, b"[]".to_vec()));
     }
     let (items, transaction_ids) = batch_items(&inputs, top_group.as_ref())?;
-    let outcomes = apply(engine, items).await?;
+    let outcomes = apply(engine, tenant, items).await?;
     Ok(render(&transaction_ids, &outcomes))
 }
 
@@ -225,6 +233,7 @@ fn item(
 /// order, and answer one outcome per item in input order.
 async fn apply(
     engine: &Engine,
+    tenant: &str,
     items: Vec<(&str, Option<AckItem>)>,
 ) -> Result<Vec<AckOutcome>, HttpError> {
     let mut outcomes: Vec<Option<AckOutcome>> = vec![None; items.len()];
@@ -245,7 +254,7 @@ async fn apply(
                 }
             }
         }
-        let answered = engine.ack(group, valid).await?;
+        let answered = engine.ack(tenant, group, valid).await?;
         for (idx, outcome) in indices.into_iter().zip(answered) {
             outcomes[idx] = Some(outcome);
         }

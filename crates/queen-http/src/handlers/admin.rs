@@ -44,27 +44,46 @@ fn page(query: &Query, default_limit: i64) -> (i32, i32) {
 /// Answer `view`: 200 with its body, or 404 `{"error": not_found}`.
 async fn answer(
     engine: &Engine,
+    tenant: &str,
     view: AdminView<'_>,
     not_found: &str,
 ) -> Result<Response, HttpError> {
-    match engine.admin_view(view).await? {
+    match engine.admin_view(tenant, view).await? {
         Some(body) => Ok(response::json(StatusCode::OK, &body)),
         None => Err(HttpError::NotFound(not_found.to_owned())),
     }
 }
 
 /// The resource views: overview, queues, one queue, namespaces, tasks.
-pub(crate) async fn resources(engine: &Engine, view: AdminView<'_>) -> Result<Response, HttpError> {
-    answer(engine, view, "Queue not found").await
+pub(crate) async fn resources(
+    engine: &Engine,
+    tenant: &str,
+    view: AdminView<'_>,
+) -> Result<Response, HttpError> {
+    answer(engine, tenant, view, "Queue not found").await
 }
 
 /// `GET /api/v1/status/queues/:queue`.
-pub(crate) async fn queue_detail(engine: &Engine, queue: &str) -> Result<Response, HttpError> {
-    answer(engine, AdminView::QueueDetail(queue), "Queue not found").await
+pub(crate) async fn queue_detail(
+    engine: &Engine,
+    tenant: &str,
+    queue: &str,
+) -> Result<Response, HttpError> {
+    answer(
+        engine,
+        tenant,
+        AdminView::QueueDetail(queue),
+        "Queue not found",
+    )
+    .await
 }
 
 /// `GET /api/v1/status/queues`.
-pub(crate) async fn status_queues(engine: &Engine, req: &Request) -> Result<Response, HttpError> {
+pub(crate) async fn status_queues(
+    engine: &Engine,
+    req: &Request,
+    tenant: &str,
+) -> Result<Response, HttpError> {
     let query = Query::parse(req.uri().query());
     let (limit, offset) = page(&query, 100);
     let view = AdminView::StatusQueues {
@@ -72,17 +91,25 @@ pub(crate) async fn status_queues(engine: &Engine, req: &Request) -> Result<Resp
         limit,
         offset,
     };
-    answer(engine, view, "").await
+    answer(engine, tenant, view, "").await
 }
 
 /// `GET /api/v1/status`.
-pub(crate) async fn status(engine: &Engine, req: &Request) -> Result<Response, HttpError> {
+pub(crate) async fn status(
+    engine: &Engine,
+    req: &Request,
+    tenant: &str,
+) -> Result<Response, HttpError> {
     let query = Query::parse(req.uri().query());
-    answer(engine, AdminView::Status(range(&query)?), "").await
+    answer(engine, tenant, AdminView::Status(range(&query)?), "").await
 }
 
 /// `GET /api/v1/status/analytics`.
-pub(crate) async fn analytics(engine: &Engine, req: &Request) -> Result<Response, HttpError> {
+pub(crate) async fn analytics(
+    engine: &Engine,
+    req: &Request,
+    tenant: &str,
+) -> Result<Response, HttpError> {
     let query = Query::parse(req.uri().query());
     let interval = query.non_empty("interval").unwrap_or("hour");
     if !matches!(interval, "minute" | "hour" | "day") {
@@ -94,7 +121,7 @@ pub(crate) async fn analytics(engine: &Engine, req: &Request) -> Result<Response
         range: range(&query)?,
         interval,
     };
-    answer(engine, view, "").await
+    answer(engine, tenant, view, "").await
 }
 
 /// Which `/api/v1/analytics/*` view a route reads.
@@ -113,6 +140,7 @@ pub(crate) enum Analytics {
 pub(crate) async fn analytics_view(
     engine: &Engine,
     req: &Request,
+    tenant: &str,
     which: Analytics,
 ) -> Result<Response, HttpError> {
     let query = Query::parse(req.uri().query());
@@ -129,12 +157,13 @@ pub(crate) async fn analytics_view(
         Analytics::Retention => AdminView::Retention(range),
         Analytics::PostgresStats => AdminView::PostgresStats,
     };
-    answer(engine, view, "").await
+    answer(engine, tenant, view, "").await
 }
 
 /// `GET /api/v1/traces/:partitionId/:transactionId`.
 pub(crate) async fn message_traces(
     engine: &Engine,
+    tenant: &str,
     partition_id: &str,
     transaction_id: &str,
 ) -> Result<Response, HttpError> {
@@ -144,13 +173,14 @@ pub(crate) async fn message_traces(
         partition_id,
         transaction_id,
     };
-    answer(engine, view, "").await
+    answer(engine, tenant, view, "").await
 }
 
 /// `GET /api/v1/traces/by-name/:name`.
 pub(crate) async fn traces_by_name(
     engine: &Engine,
     req: &Request,
+    tenant: &str,
     name: &str,
 ) -> Result<Response, HttpError> {
     let query = Query::parse(req.uri().query());
@@ -160,14 +190,18 @@ pub(crate) async fn traces_by_name(
         limit,
         offset,
     };
-    answer(engine, view, "").await
+    answer(engine, tenant, view, "").await
 }
 
 /// `GET /api/v1/traces/names`.
-pub(crate) async fn trace_names(engine: &Engine, req: &Request) -> Result<Response, HttpError> {
+pub(crate) async fn trace_names(
+    engine: &Engine,
+    req: &Request,
+    tenant: &str,
+) -> Result<Response, HttpError> {
     let query = Query::parse(req.uri().query());
     let (limit, offset) = page(&query, 50);
-    answer(engine, AdminView::TraceNames { limit, offset }, "").await
+    answer(engine, tenant, AdminView::TraceNames { limit, offset }, "").await
 }
 
 /// `POST /api/v1/stats/refresh`: write this broker's statistics rows now.

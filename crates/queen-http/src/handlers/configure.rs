@@ -39,15 +39,16 @@ use crate::error::HttpError;
 use crate::response::{self, Response};
 use crate::server::Request;
 
-/// The tenant of every configured queue. There is no authentication yet, so
-/// every request acts for the one tenant the engine uses when auth is off.
-const TENANT: &str = queen_engine::naming::DEFAULT_TENANT;
-
-pub(crate) async fn post(engine: &Engine, req: Request) -> Result<Response, HttpError> {
+pub(crate) async fn post(
+    engine: &Engine,
+    req: Request,
+    tenant: &str,
+) -> Result<Response, HttpError> {
     let (parts, body) = req.into_parts();
     let bytes = crate::body::read(&parts, body).await?;
     let body: Value = crate::body::json(&bytes)?;
-    let command = Command::parse(&body)?;
+    let mut command = Command::parse(&body)?;
+    tenant.clone_into(&mut command.request.tenant);
     let queue = command.request.queue.clone();
     let configured = engine.configure(command.request).await?;
     Ok(response::json(
@@ -99,7 +100,8 @@ impl Command {
         settings.retry_delay_applied = options.get("retryDelay").is_some_and(|v| !v.is_null());
         Ok(Command {
             request: ConfigureQueue {
-                tenant: TENANT.to_owned(),
+                // The caller's, set by `post`.
+                tenant: queen_engine::naming::DEFAULT_TENANT.to_owned(),
                 queue,
                 namespace: text(body, "namespace"),
                 task: text(body, "task"),

@@ -72,13 +72,14 @@ const DEFAULT_MIN_LAG_SECONDS: i64 = 3600;
 pub(crate) async fn delete(
     engine: &Engine,
     req: &Request,
+    tenant: &str,
     group: &str,
     queue: Option<&str>,
 ) -> Result<Response, HttpError> {
     let query = Query::parse(req.uri().query());
     let delete_metadata = !matches!(query.str("deleteMetadata"), Some("false" | "0"));
     let deleted = engine
-        .delete_consumer_group(group, queue, delete_metadata)
+        .delete_consumer_group(tenant, group, queue, delete_metadata)
         .await?;
     let mut answer = json!({
         "success": true,
@@ -95,6 +96,7 @@ pub(crate) async fn delete(
 pub(crate) async fn seek(
     engine: &Engine,
     req: Request,
+    tenant: &str,
     group: &str,
     queue: &str,
     partition: Option<&str>,
@@ -113,7 +115,7 @@ pub(crate) async fn seek(
             Some(value) => SeekTarget::Timestamp(crate::wire::timestamp(value, "timestamp")?),
         }
     };
-    let seeked = engine.seek(group, queue, partition, target).await?;
+    let seeked = engine.seek(tenant, group, queue, partition, target).await?;
     let target_timestamp = match target {
         SeekTarget::End => Value::Null,
         SeekTarget::Timestamp(at) => json!(crate::wire::format_millis(at)),
@@ -151,6 +153,7 @@ pub(crate) async fn seek(
 pub(crate) async fn subscription(
     engine: &Engine,
     req: Request,
+    tenant: &str,
     group: &str,
 ) -> Result<Response, HttpError> {
     let body = crate::body::object(req).await?;
@@ -162,7 +165,7 @@ pub(crate) async fn subscription(
         }
         Some(value) => crate::wire::timestamp(value, "subscriptionTimestamp")?,
     };
-    let rows = engine.set_subscription_timestamp(group, at).await?;
+    let rows = engine.set_subscription_timestamp(tenant, group, at).await?;
     Ok(response::json(
         StatusCode::OK,
         &json!({
@@ -174,14 +177,14 @@ pub(crate) async fn subscription(
     ))
 }
 
-pub(crate) async fn list(engine: &Engine) -> Result<Response, HttpError> {
-    let groups = engine.consumer_groups().await?;
+pub(crate) async fn list(engine: &Engine, tenant: &str) -> Result<Response, HttpError> {
+    let groups = engine.consumer_groups(tenant).await?;
     let answer: Vec<Value> = groups.iter().map(summary).collect();
     Ok(response::json(StatusCode::OK, &Value::Array(answer)))
 }
 
-pub(crate) async fn get(engine: &Engine, group: &str) -> Result<Response, HttpError> {
-    let queues = engine.consumer_group(group).await?;
+pub(crate) async fn get(engine: &Engine, tenant: &str, group: &str) -> Result<Response, HttpError> {
+    let queues = engine.consumer_group(tenant, group).await?;
     let mut answer = serde_json::Map::new();
     for (queue, cursors) in queues {
         let partitions: Vec<Value> = cursors
@@ -203,10 +206,14 @@ pub(crate) async fn get(engine: &Engine, group: &str) -> Result<Response, HttpEr
     Ok(response::json(StatusCode::OK, &Value::Object(answer)))
 }
 
-pub(crate) async fn lagging(engine: &Engine, req: &Request) -> Result<Response, HttpError> {
+pub(crate) async fn lagging(
+    engine: &Engine,
+    req: &Request,
+    tenant: &str,
+) -> Result<Response, HttpError> {
     let query = Query::parse(req.uri().query());
     let min_lag = query.int("minLagSeconds", DEFAULT_MIN_LAG_SECONDS).max(0);
-    let cursors = engine.lagging_partitions(min_lag).await?;
+    let cursors = engine.lagging_partitions(tenant, min_lag).await?;
     let answer: Vec<Value> = cursors.iter().map(lagging_row).collect();
     Ok(response::json(StatusCode::OK, &Value::Array(answer)))
 }

@@ -36,7 +36,11 @@ use crate::response::{self, Response};
 use crate::server::Request;
 use crate::wire::format_micros;
 
-pub(crate) async fn list(engine: &Engine, req: &Request) -> Result<Response, HttpError> {
+pub(crate) async fn list(
+    engine: &Engine,
+    req: &Request,
+    tenant: &str,
+) -> Result<Response, HttpError> {
     let query = Query::parse(req.uri().query());
     let limit = query.int("limit", 100).clamp(1, 1000);
     let offset = query.int("offset", 0).max(0);
@@ -47,7 +51,7 @@ pub(crate) async fn list(engine: &Engine, req: &Request) -> Result<Response, Htt
         from: query.instant("from")?,
         to: query.instant("to")?,
     };
-    let (letters, total) = engine.dead_letters(&filter, limit, offset).await?;
+    let (letters, total) = engine.dead_letters(tenant, &filter, limit, offset).await?;
     let messages: Vec<serde_json::Value> = letters
         .iter()
         .map(|letter| {
@@ -85,6 +89,7 @@ pub(crate) async fn list(engine: &Engine, req: &Request) -> Result<Response, Htt
 
 pub(crate) async fn delete_message(
     engine: &Engine,
+    tenant: &str,
     partition_id: &str,
     transaction_id: &str,
 ) -> Result<Response, HttpError> {
@@ -97,7 +102,7 @@ pub(crate) async fn delete_message(
         ));
     }
     let deleted = engine
-        .delete_dead_letters(partition, transaction_id)
+        .delete_dead_letters(tenant, partition, transaction_id)
         .await?;
     Ok(response::json(
         StatusCode::OK,
@@ -113,6 +118,7 @@ pub(crate) async fn delete_message(
 pub(crate) async fn retry_message(
     engine: &Engine,
     req: Request,
+    tenant: &str,
     partition_id: &str,
     transaction_id: &str,
 ) -> Result<Response, HttpError> {
@@ -122,15 +128,18 @@ pub(crate) async fn retry_message(
     let body = crate::body::object(req).await?;
     let group = optional_name(&body, "consumerGroup")?;
     let replayed = engine
-        .replay_dead_letters(&DlqTake {
-            filter: DlqFilter {
-                group,
-                ..DlqFilter::default()
+        .replay_dead_letters(
+            tenant,
+            &DlqTake {
+                filter: DlqFilter {
+                    group,
+                    ..DlqFilter::default()
+                },
+                partition_id: Some(partition),
+                transaction_id: Some(transaction_id),
+                limit: MAX_REPLAY,
             },
-            partition_id: Some(partition),
-            transaction_id: Some(transaction_id),
-            limit: MAX_REPLAY,
-        })
+        )
         .await?;
     if replayed.letters == 0 {
         return Err(HttpError::NotFound("Dead letter not found".to_owned()));
@@ -147,7 +156,11 @@ pub(crate) async fn retry_message(
     ))
 }
 
-pub(crate) async fn requeue(engine: &Engine, req: Request) -> Result<Response, HttpError> {
+pub(crate) async fn requeue(
+    engine: &Engine,
+    req: Request,
+    tenant: &str,
+) -> Result<Response, HttpError> {
     let body = crate::body::object(req).await?;
     let Some(queue) = optional_name(&body, "queue")? else {
         return Err(HttpError::Validation("queue is required".to_owned()));
@@ -173,12 +186,15 @@ pub(crate) async fn requeue(engine: &Engine, req: Request) -> Result<Response, H
         to: instant("to")?,
     };
     let replayed = engine
-        .replay_dead_letters(&DlqTake {
-            filter,
-            partition_id: None,
-            transaction_id: None,
-            limit,
-        })
+        .replay_dead_letters(
+            tenant,
+            &DlqTake {
+                filter,
+                partition_id: None,
+                transaction_id: None,
+                limit,
+            },
+        )
         .await?;
     Ok(response::json(
         StatusCode::OK,

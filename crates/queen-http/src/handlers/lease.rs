@@ -23,6 +23,7 @@ const MAX_SECONDS: i64 = 24 * 3600;
 pub(crate) async fn extend(
     engine: &Engine,
     req: Request,
+    tenant: &str,
     lease: &str,
 ) -> Result<Response, HttpError> {
     let (parts, body) = req.into_parts();
@@ -50,7 +51,7 @@ pub(crate) async fn extend(
         return Ok(reply(lease, Err("Lease not found")));
     };
     let seconds = i32::try_from(seconds).unwrap_or(i32::MAX);
-    let result = engine.extend_lease(lease_id, seconds).await?;
+    let result = engine.extend_lease(tenant, lease_id, seconds).await?;
     Ok(reply(
         lease,
         result

@@ -125,7 +125,11 @@ fn page(query: &Query, default_limit: i64) -> (usize, usize) {
     )
 }
 
-pub(crate) async fn list(engine: &Engine, req: &Request) -> Result<Response, HttpError> {
+pub(crate) async fn list(
+    engine: &Engine,
+    req: &Request,
+    tenant: &str,
+) -> Result<Response, HttpError> {
     let query = Query::parse(req.uri().query());
     let filter = filter(&query)?;
     let (limit, offset) = page(&query, 200);
@@ -135,7 +139,9 @@ pub(crate) async fn list(engine: &Engine, req: &Request) -> Result<Response, Htt
             &json!({"messages": [], "mode": mode(false, 0), "truncated": false}),
         ));
     };
-    let listed_page = engine.list_messages(&filter, status, limit, offset).await?;
+    let listed_page = engine
+        .list_messages(tenant, &filter, status, limit, offset)
+        .await?;
     let mut body = json!({
         "messages": listed_page.messages.iter().map(listed).collect::<Vec<_>>(),
         "mode": mode(listed_page.has_queue_mode, listed_page.bus_groups),
@@ -155,6 +161,7 @@ pub(crate) async fn list(engine: &Engine, req: &Request) -> Result<Response, Htt
 pub(crate) async fn queue_messages(
     engine: &Engine,
     req: &Request,
+    tenant: &str,
     queue: &str,
 ) -> Result<Response, HttpError> {
     let query = Query::parse(req.uri().query());
@@ -168,7 +175,9 @@ pub(crate) async fn queue_messages(
         from: to.checked_sub(DEFAULT_WINDOW).unwrap_or(to),
         to,
     };
-    let listed_page = engine.list_messages(&filter, None, limit, offset).await?;
+    let listed_page = engine
+        .list_messages(tenant, &filter, None, limit, offset)
+        .await?;
     let rows: Vec<Value> = listed_page
         .messages
         .iter()
@@ -190,11 +199,12 @@ pub(crate) async fn queue_messages(
 
 pub(crate) async fn detail(
     engine: &Engine,
+    tenant: &str,
     partition_id: &str,
     transaction_id: &str,
 ) -> Result<Response, HttpError> {
     let partition = parse_id(partition_id)?;
-    let Some(detail) = engine.message(partition, transaction_id).await? else {
+    let Some(detail) = engine.message(tenant, partition, transaction_id).await? else {
         return Err(HttpError::NotFound("Message not found".to_owned()));
     };
     let mut body = listed(&detail.message);
@@ -228,6 +238,7 @@ pub(crate) async fn detail(
 pub(crate) async fn move_to_dlq(
     engine: &Engine,
     req: Request,
+    tenant: &str,
     partition_id: &str,
     transaction_id: &str,
 ) -> Result<Response, HttpError> {
@@ -238,7 +249,7 @@ pub(crate) async fn move_to_dlq(
     let error = crate::wire::optional_string(&body, "error")?
         .unwrap_or("moved to the dead-letter queue by an operator");
     match engine
-        .move_to_dlq(partition, transaction_id, group, error)
+        .move_to_dlq(tenant, partition, transaction_id, group, error)
         .await?
     {
         MovedToDlq::Moved => Ok(response::json(

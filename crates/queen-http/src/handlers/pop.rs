@@ -13,6 +13,7 @@
 //! The JSON is written by hand so every payload is copied into the response
 //! exactly as stored, never parsed and re-serialised.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use hyper::StatusCode;
@@ -33,18 +34,24 @@ const MAX_BATCH: i64 = 10_000;
 /// The most partitions one wildcard pop may claim.
 const MAX_PARTITIONS: i64 = 1_000;
 
-pub(crate) async fn queue(app: &App, req: &Request, queue: &str) -> Result<Response, HttpError> {
+pub(crate) async fn queue(
+    app: &App,
+    req: &Request,
+    tenant: &Arc<str>,
+    queue: &str,
+) -> Result<Response, HttpError> {
     let query = Query::parse(req.uri().query());
     let target = PopTarget::Queue {
         queue: queue.to_owned(),
     };
-    let request = parse(app, &query, target, true)?;
+    let request = parse(app, &query, tenant, target, true)?;
     answer(app, request).await
 }
 
 pub(crate) async fn partition(
     app: &App,
     req: &Request,
+    tenant: &Arc<str>,
     queue: &str,
     partition: &str,
 ) -> Result<Response, HttpError> {
@@ -53,11 +60,15 @@ pub(crate) async fn partition(
         queue: queue.to_owned(),
         partition: partition.to_owned(),
     };
-    let request = parse(app, &query, target, false)?;
+    let request = parse(app, &query, tenant, target, false)?;
     answer(app, request).await
 }
 
-pub(crate) async fn discovery(app: &App, req: &Request) -> Result<Response, HttpError> {
+pub(crate) async fn discovery(
+    app: &App,
+    req: &Request,
+    tenant: &Arc<str>,
+) -> Result<Response, HttpError> {
     let query = Query::parse(req.uri().query());
     let namespace = query.non_empty("namespace").map(str::to_owned);
     let task = query.non_empty("task").map(str::to_owned);
@@ -66,7 +77,8 @@ pub(crate) async fn discovery(app: &App, req: &Request) -> Result<Response, Http
             "a pop without a queue needs namespace or task".to_owned(),
         ));
     }
-    let request = parse(app, &query, PopTarget::Discovery { namespace, task }, true)?;
+    let target = PopTarget::Discovery { namespace, task };
+    let request = parse(app, &query, tenant, target, true)?;
     answer(app, request).await
 }
 
@@ -82,6 +94,7 @@ async fn answer(app: &App, request: PopRequest) -> Result<Response, HttpError> {
 fn parse(
     app: &App,
     query: &Query,
+    tenant: &Arc<str>,
     target: PopTarget,
     wildcard: bool,
 ) -> Result<PopRequest, HttpError> {
@@ -121,6 +134,7 @@ fn parse(
         })?),
     };
     Ok(PopRequest {
+        tenant: Arc::clone(tenant),
         target,
         group,
         batch: usize::try_from(batch).unwrap_or(1),

@@ -23,6 +23,7 @@ use queen_engine::{Buffered, Engine, PushItem, PushOutcome, PushStatus, Pushed};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::auth::Caller;
 use crate::error::HttpError;
 use crate::json::{push_str, push_uuid};
 use crate::response::{self, Response};
@@ -31,10 +32,15 @@ use crate::server::Request;
 /// Longest transaction id accepted, in bytes.
 const MAX_TRANSACTION_ID_BYTES: usize = 1024;
 
-pub(crate) async fn post(engine: &Engine, req: Request) -> Result<Response, HttpError> {
+pub(crate) async fn post(
+    engine: &Engine,
+    req: Request,
+    who: &Caller,
+) -> Result<Response, HttpError> {
     let (parts, body) = req.into_parts();
     let bytes = crate::body::read(&parts, body).await?;
-    let items = parse(&bytes)?;
+    let mut items = parse(&bytes)?;
+    who.stamp(&mut items);
     if items.is_empty() {
         return Ok(response::json(StatusCode::CREATED, &serde_json::json!([])));
     }
@@ -161,6 +167,7 @@ fn item_from_raw(
     };
 
     Ok(PushItem {
+        tenant: queen_engine::naming::default_tenant(),
         queue,
         partition,
         transaction_id,

@@ -14,8 +14,12 @@ use serde_json::json;
 use crate::error::HttpError;
 use crate::response::{self, Response};
 
-pub(crate) async fn delete(engine: &Engine, queue: &str) -> Result<Response, HttpError> {
-    let existed = engine.delete_queue(queue).await?;
+pub(crate) async fn delete(
+    engine: &Engine,
+    tenant: &str,
+    queue: &str,
+) -> Result<Response, HttpError> {
+    let existed = engine.delete_queue(tenant, queue).await?;
     Ok(response::json(
         StatusCode::OK,
         &json!({"deleted": true, "queue": queue, "existed": existed}),

@@ -36,6 +36,7 @@ use queen_engine::{
 };
 use serde_json::{json, Value};
 
+use crate::auth::Caller;
 use crate::error::HttpError;
 use crate::response::{self, Response};
 use crate::server::Request;
@@ -56,7 +57,11 @@ fn uuid_field(body: &Value, field: &str) -> Result<uuid::Uuid, HttpError> {
         .map_err(|_| HttpError::Validation(format!("{field} must be a UUID")))
 }
 
-pub(crate) async fn register(engine: &Engine, req: Request) -> Result<Response, HttpError> {
+pub(crate) async fn register(
+    engine: &Engine,
+    req: Request,
+    tenant: &str,
+) -> Result<Response, HttpError> {
     let body = crate::body::object(req).await?;
     let name = required(&body, "name")?;
     let source_queue = required(&body, "source_queue")?;
@@ -67,13 +72,16 @@ pub(crate) async fn register(engine: &Engine, req: Request) -> Result<Response, 
         Some(value) => crate::wire::boolean("reset", value)?,
     };
     let registered = engine
-        .register_query(&QueryRegistration {
-            name,
-            source_queue,
-            sink_queue,
-            config_hash,
-            reset,
-        })
+        .register_query(
+            tenant,
+            &QueryRegistration {
+                name,
+                source_queue,
+                sink_queue,
+                config_hash,
+                reset,
+            },
+        )
         .await?;
     let (query_id, fresh, did_reset) = match registered {
         Registered::Created(id) => (id, true, false),
@@ -107,7 +115,11 @@ pub(crate) async fn register(engine: &Engine, req: Request) -> Result<Response, 
     ))
 }
 
-pub(crate) async fn state_get(engine: &Engine, req: Request) -> Result<Response, HttpError> {
+pub(crate) async fn state_get(
+    engine: &Engine,
+    req: Request,
+    tenant: &str,
+) -> Result<Response, HttpError> {
     let body = crate::body::object(req).await?;
     let query = uuid_field(&body, "query_id")?;
     let partition = uuid_field(&body, "partition_id")?;
@@ -129,7 +141,9 @@ pub(crate) async fn state_get(engine: &Engine, req: Request) -> Result<Response,
         }
     };
     let prefix = optional_string(&body, "key_prefix")?;
-    let rows = engine.stream_state(query, partition, &keys, prefix).await?;
+    let rows = engine
+        .stream_state(tenant, query, partition, &keys, prefix)
+        .await?;
     let rows: Vec<Value> = rows
         .into_iter()
         .map(|row| {
@@ -215,6 +229,7 @@ fn push_item(index: usize, item: &Value) -> Result<PushItem, HttpError> {
     let payload = item.get("payload").cloned().unwrap_or(Value::Null);
     let payload = serde_json::to_vec(&payload).map_err(|_| invalid("payload", "must be JSON"))?;
     Ok(PushItem {
+        tenant: queen_engine::naming::default_tenant(),
         queue,
         partition,
         transaction_id,
@@ -258,7 +273,11 @@ fn ack_item(ack: &Value, partition_id: uuid::Uuid) -> Result<Option<AckItem>, Ht
     }))
 }
 
-pub(crate) async fn cycle(engine: &Engine, req: Request) -> Result<Response, HttpError> {
+pub(crate) async fn cycle(
+    engine: &Engine,
+    req: Request,
+    who: &Caller,
+) -> Result<Response, HttpError> {
     let body = crate::body::object(req).await?;
     let query_id = uuid_field(&body, "query_id")?;
     let partition_id = uuid_field(&body, "partition_id")?;
@@ -274,11 +293,12 @@ pub(crate) async fn cycle(engine: &Engine, req: Request) -> Result<Response, Htt
         .enumerate()
         .map(|(index, op)| state_op(index, op))
         .collect::<Result<Vec<_>, _>>()?;
-    let push_items = array(&body, "push_items")?
+    let mut push_items = array(&body, "push_items")?
         .iter()
         .enumerate()
         .map(|(index, item)| push_item(index, item))
         .collect::<Result<Vec<_>, _>>()?;
+    who.stamp(&mut push_items);
     let ack_body = body.get("ack").unwrap_or(&Value::Null);
     let ack = ack_item(ack_body, partition_id)?;
     let count = ack_body.get("count").cloned().unwrap_or(Value::Null);
@@ -287,15 +307,18 @@ pub(crate) async fn cycle(engine: &Engine, req: Request) -> Result<Response, Htt
         Some(value) => crate::wire::boolean("release_lease", value)?,
     };
     let done = engine
-        .stream_cycle(StreamCycle {
-            query_id,
-            partition_id,
-            group,
-            state_ops,
-            push_items,
-            ack,
-            release_lease,
-        })
+        .stream_cycle(
+            &who.tenant,
+            StreamCycle {
+                query_id,
+                partition_id,
+                group,
+                state_ops,
+                push_items,
+                ack,
+                release_lease,
+            },
+        )
         .await?;
     let done = match done {
         Ok(done) => done,

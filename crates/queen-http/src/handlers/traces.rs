@@ -14,7 +14,11 @@ use crate::error::HttpError;
 use crate::response::{self, Response};
 use crate::server::Request;
 
-pub(crate) async fn post(engine: &Engine, req: Request) -> Result<Response, HttpError> {
+pub(crate) async fn post(
+    engine: &Engine,
+    req: Request,
+    tenant: &str,
+) -> Result<Response, HttpError> {
     let (parts, body) = req.into_parts();
     let bytes = crate::body::read(&parts, body).await?;
     let body: Value = crate::body::json(&bytes)?;
@@ -60,7 +64,7 @@ pub(crate) async fn post(engine: &Engine, req: Request) -> Result<Response, Http
         names,
         data,
     };
-    let answer = match engine.record_trace(&event).await? {
+    let answer = match engine.record_trace(tenant, &event).await? {
         Some(id) => json!({"success": true, "traceId": id.to_string()}),
         None => json!({"success": false, "error": "Message not found"}),
     };

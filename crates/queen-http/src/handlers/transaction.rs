@@ -22,6 +22,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
+use crate::auth::Caller;
 use crate::error::HttpError;
 use crate::response::{self, Response};
 use crate::server::Request;
@@ -32,12 +33,21 @@ struct Body<'a> {
     operations: Option<&'a RawValue>,
 }
 
-pub(crate) async fn post(engine: &Engine, req: Request) -> Result<Response, HttpError> {
+pub(crate) async fn post(
+    engine: &Engine,
+    req: Request,
+    who: &Caller,
+) -> Result<Response, HttpError> {
     let (parts, body) = req.into_parts();
     let bytes = crate::body::read(&parts, body).await?;
-    let ops = parse(&bytes)?;
+    let mut ops = parse(&bytes)?;
+    for op in &mut ops {
+        if let TxnOp::Push(items) = op {
+            who.stamp(items);
+        }
+    }
     let id = uuid::Uuid::now_v7().to_string();
-    match engine.transaction(ops).await {
+    match engine.transaction(&who.tenant, ops).await {
         Ok(results) => Ok(response::json(
             StatusCode::OK,
             &json!({"transactionId": id, "success": true, "results": render(&results)}),

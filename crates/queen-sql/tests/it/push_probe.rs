@@ -345,6 +345,7 @@ async fn after_the_purge_the_probe_and_the_hash_ack_read_about_the_window() {
             let hash = hash_of(n);
             queen_sql::ack::ack(
                 client,
+                "",
                 partition_id,
                 "__QUEUE_MODE__",
                 None,

@@ -1,0 +1,567 @@
+//! Tenants (the security issue, item 3) and producer identity (item 4).
+//!
+//! Tenant A writes a history on queue `shared`: messages, a leased batch, a
+//! dead letter, a trace, a streaming query with state, statistics rows.
+//! Then every tenant-scoped route of the route table is called by tenant B
+//! with A's names and ids (the walk is generated from the table: a new
+//! route without a request here fails the test). B's answers must hold
+//! nothing of A's, and A's rows must be exactly as they were.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use hyper::Method;
+use jsonwebtoken::{encode, EncodingKey, Header};
+use queen_http::{Auth, AuthConfig};
+use queen_tests::TestBroker;
+use serde_json::{json, Value};
+
+const SECRET: &str = "a-tenant-test-secret";
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+fn token(tenant: Option<&str>, sub: &str) -> String {
+    let mut claims = json!({"sub": sub, "role": "admin", "exp": now() + 600});
+    if let Some(tenant) = tenant {
+        claims["tenant"] = json!(tenant);
+    }
+    encode(
+        &Header::default(),
+        &claims,
+        &EncodingKey::from_secret(SECRET.as_bytes()),
+    )
+    .unwrap()
+}
+
+async fn broker() -> TestBroker {
+    TestBroker::start_serving(queen_http::ServeOptions {
+        auth: Some(Arc::new(
+            Auth::new(AuthConfig {
+                secret: Some(SECRET.to_owned()),
+                ..AuthConfig::default()
+            })
+            .unwrap(),
+        )),
+        ..queen_http::ServeOptions::default()
+    })
+    .await
+}
+
+/// One tenant's client.
+struct As<'b> {
+    broker: &'b TestBroker,
+    bearer: String,
+}
+
+impl As<'_> {
+    fn new<'b>(broker: &'b TestBroker, token: &str) -> As<'b> {
+        As {
+            broker,
+            bearer: format!("Bearer {token}"),
+        }
+    }
+
+    /// (status, raw body) of one request.
+    async fn raw(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, String) {
+        let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
+        let mut headers = vec![("authorization", self.bearer.as_str())];
+        if !body.is_empty() {
+            headers.push(("content-type", "application/json"));
+        }
+        let reply = self
+            .broker
+            .client
+            .send_with(method.parse::<Method>().unwrap(), path, body, &headers)
+            .await;
+        (
+            reply.status.as_u16(),
+            String::from_utf8_lossy(&reply.body).into_owned(),
+        )
+    }
+
+    async fn json(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        let (status, raw) = self.raw(method, path, body).await;
+        (status, serde_json::from_str(&raw).unwrap_or(Value::Null))
+    }
+
+    async fn ok(&self, method: &str, path: &str, body: Option<&Value>) -> Value {
+        let (status, value) = self.json(method, path, body).await;
+        assert!(
+            (200..300).contains(&status),
+            "{method} {path}: {status} {value}"
+        );
+        value
+    }
+}
+
+/// Everything of tenant `tenant` in the database, as one JSON document:
+/// queues, partitions, segments, cursors and leases, subscriptions, dead
+/// letters, traces, streaming queries and their state.
+async fn snapshot(broker: &TestBroker, tenant: &str) -> Value {
+    let sql = broker.sql().await;
+    let row = sql
+        .query_one(
+            "WITH q AS (SELECT * FROM queen.queues WHERE tenant_id = $1),
+                  p AS (SELECT p.* FROM queen.log_partitions p JOIN q ON q.id = p.queue_id)
+             SELECT jsonb_build_object(
+               'queues', (SELECT jsonb_agg(to_jsonb(q) ORDER BY q.name) FROM q),
+               'partitions', (SELECT jsonb_agg(to_jsonb(p) ORDER BY p.id) FROM p),
+               'segments', (SELECT jsonb_agg(jsonb_build_array(s.partition_id, s.base_offset,
+                                                               md5(s.blob))
+                                             ORDER BY s.partition_id, s.base_offset)
+                              FROM queen.log_segments s JOIN p ON p.id = s.partition_id),
+               'cursors', (SELECT jsonb_agg(to_jsonb(c) ORDER BY c.partition_id, c.consumer_group)
+                             FROM queen.log_consumers c JOIN p ON p.id = c.partition_id),
+               'subscriptions', (SELECT jsonb_agg(to_jsonb(m) ORDER BY m.consumer_group)
+                                   FROM queen.consumer_groups_metadata m
+                                   JOIN q ON q.id = m.queue_id),
+               'dlq', (SELECT jsonb_agg(jsonb_build_array(d.partition_id, d.consumer_group,
+                                                          d.transaction_id, d.error)
+                                        ORDER BY d.partition_id, d.consumer_group)
+                         FROM queen.log_dlq d JOIN p ON p.id = d.partition_id),
+               'traces', (SELECT jsonb_agg(to_jsonb(t) ORDER BY t.id)
+                            FROM queen.message_traces t JOIN p ON p.id = t.partition_id),
+               'queries', (SELECT jsonb_agg(to_jsonb(x) ORDER BY x.name)
+                             FROM queen_streams.queries x WHERE x.tenant_id = $1),
+               'state', (SELECT jsonb_agg(to_jsonb(s) ORDER BY s.key)
+                           FROM queen_streams.state s
+                           JOIN queen_streams.queries x ON x.id = s.query_id
+                          WHERE x.tenant_id = $1))",
+            &[&tenant],
+        )
+        .await
+        .unwrap();
+    row.get(0)
+}
+
+/// What tenant A wrote, and the strings B's answers must never hold (A's
+/// payloads, message ids, dead-letter error, trace, state and producer; not
+/// the ids B sends itself, which some answers echo).
+struct History {
+    partition_id: String,
+    lease: String,
+    leased_txn: String,
+    dead_txn: String,
+    query_id: String,
+    secrets: Vec<String>,
+}
+
+async fn write_history(a: &As<'_>) -> History {
+    a.ok(
+        "POST",
+        "/api/v1/configure",
+        Some(
+            &json!({"queue": "shared", "namespace": "ans", "task": "atask",
+                     "options": {"leaseTime": 300, "retryLimit": 0}}),
+        ),
+    )
+    .await;
+    let items: Vec<Value> = (1..=4)
+        .map(|i| {
+            json!({"queue": "shared", "transactionId": format!("a-txn-{i}"),
+                   "producerSub": "mallory",
+                   "payload": {"secret": format!("A-SECRET-PAYLOAD-{i}")}})
+        })
+        .collect();
+    let pushed = a
+        .ok("POST", "/api/v1/push", Some(&json!({"items": items})))
+        .await;
+    let mut secrets: Vec<String> = pushed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item["message_id"].as_str().unwrap().to_owned())
+        .collect();
+    secrets.extend(["A-SECRET".to_owned(), "alice".to_owned()]);
+    let partition_id = pushed[0]["partition_id"].as_str().unwrap().to_owned();
+
+    // Queue mode dead-letters a-txn-1.
+    let popped = a.ok("GET", "/api/v1/pop/queue/shared?batch=1", None).await;
+    let message = &popped["messages"][0];
+    assert_eq!(message["producerSub"], "alice", "{popped}");
+    let dead_txn = message["transactionId"].as_str().unwrap().to_owned();
+    a.ok(
+        "POST",
+        "/api/v1/ack",
+        Some(
+            &json!({"transactionId": dead_txn, "partitionId": partition_id,
+                     "leaseId": message["leaseId"], "status": "dlq",
+                     "error": "A-SECRET-ERROR"}),
+        ),
+    )
+    .await;
+    // Group g holds a lease on a-txn-1 (300 s).
+    let popped = a
+        .ok(
+            "GET",
+            "/api/v1/pop/queue/shared?batch=1&consumerGroup=g",
+            None,
+        )
+        .await;
+    let message = &popped["messages"][0];
+    let lease = message["leaseId"].as_str().unwrap().to_owned();
+    let leased_txn = message["transactionId"].as_str().unwrap().to_owned();
+    a.ok(
+        "POST",
+        "/api/v1/traces",
+        Some(
+            &json!({"partitionId": partition_id, "transactionId": "a-txn-2",
+                     "consumerGroup": "g", "traceNames": ["a-trace"],
+                     "data": {"note": "A-SECRET-TRACE"}}),
+        ),
+    )
+    .await;
+    let query = a
+        .ok(
+            "POST",
+            "/streams/v1/queries",
+            Some(&json!({"name": "a-query", "source_queue": "shared",
+                         "config_hash": "h1"})),
+        )
+        .await;
+    let query_id = query["query_id"].as_str().unwrap().to_owned();
+    a.ok(
+        "POST",
+        "/streams/v1/cycle",
+        Some(&json!({"query_id": query_id, "partition_id": partition_id,
+                     "consumer_group": "g",
+                     "state_ops": [{"type": "upsert", "key": "k",
+                                    "value": "A-SECRET-STATE"}]})),
+    )
+    .await;
+    a.ok("POST", "/api/v1/stats/refresh", None).await;
+    History {
+        partition_id,
+        lease,
+        leased_txn,
+        dead_txn,
+        query_id,
+        secrets,
+    }
+}
+
+/// The request tenant B makes of route (`method`, `pattern`), aimed at A's
+/// names and ids. Panics for a tenant-scoped route it does not know: a new
+/// route must say here how it is attacked.
+fn attack(method: &str, pattern: &str, h: &History) -> (String, Option<Value>) {
+    let ack = json!({"transactionId": h.leased_txn, "partitionId": h.partition_id,
+                     "leaseId": h.lease, "consumerGroup": "g", "status": "completed"});
+    let path = pattern
+        .replace(":queue", "shared")
+        .replace(":partition_id", &h.partition_id)
+        .replace(":partition", "Default")
+        .replace(":group", "g")
+        .replace(":lease", &h.lease)
+        .replace(":trace_name", "a-trace")
+        .replace(
+            ":transaction_id",
+            if pattern.contains("/retry") || method == "DELETE" {
+                &h.dead_txn
+            } else {
+                &h.leased_txn
+            },
+        );
+    if method == "GET" {
+        let query = format!(
+            "?queue=shared&consumerGroup=g&partition=Default&namespace=ans&task=atask\
+             &partitionId={}&wait=false&batch=10",
+            h.partition_id
+        );
+        return (format!("{path}{query}"), None);
+    }
+    let body = match (method, pattern) {
+        ("POST", "/api/v1/configure") => json!({"queue": "shared", "options": {"leaseTime": 5}}),
+        ("POST", "/api/v1/push") => {
+            json!({"items": [{"queue": "shared", "transactionId": "a-txn-3",
+                              "payload": {"b": 1}}]})
+        }
+        ("POST", "/api/v1/ack") => ack,
+        ("POST", "/api/v1/ack/batch") => json!({"acknowledgments": [ack], "consumerGroup": "g"}),
+        ("POST", "/api/v1/lease/:lease/extend") => json!({"seconds": 3000}),
+        ("POST", "/api/v1/transaction") => {
+            let mut op = ack;
+            op["type"] = json!("ack");
+            json!({"operations": [op]})
+        }
+        ("POST", "/api/v1/traces") => {
+            json!({"partitionId": h.partition_id, "transactionId": "a-txn-2",
+                   "data": {"by": "B"}, "traceNames": ["b-trace"]})
+        }
+        ("DELETE", "/api/v1/messages/:partition_id/:transaction_id") => Value::Null,
+        ("POST", "/api/v1/messages/:partition_id/:transaction_id/dlq") => {
+            json!({"consumerGroup": "__QUEUE_MODE__", "error": "moved by B"})
+        }
+        ("POST", "/api/v1/messages/:partition_id/:transaction_id/retry") => {
+            json!({"consumerGroup": "__QUEUE_MODE__"})
+        }
+        ("POST", "/api/v1/dlq/requeue") => json!({"queue": "shared"}),
+        ("DELETE", "/api/v1/resources/queues/:queue") => Value::Null,
+        ("DELETE", "/api/v1/consumer-groups/:group")
+        | ("DELETE", "/api/v1/consumer-groups/:group/queues/:queue") => Value::Null,
+        ("POST", "/api/v1/consumer-groups/:group/subscription") => {
+            json!({"timestamp": "2020-01-01T00:00:00Z"})
+        }
+        ("POST", "/api/v1/consumer-groups/:group/queues/:queue/seek")
+        | ("POST", "/api/v1/consumer-groups/:group/queues/:queue/partitions/:partition/seek") => {
+            json!({"toEnd": true})
+        }
+        ("POST", "/streams/v1/queries") => {
+            json!({"name": "a-query", "source_queue": "shared", "config_hash": "h2",
+                   "reset": true})
+        }
+        ("POST", "/streams/v1/state/get") => {
+            json!({"query_id": h.query_id, "partition_id": h.partition_id})
+        }
+        ("POST", "/streams/v1/cycle") => {
+            json!({"query_id": h.query_id, "partition_id": h.partition_id,
+                   "consumer_group": "g",
+                   "state_ops": [{"type": "upsert", "key": "k", "value": "B"}],
+                   "ack": {"transactionId": h.leased_txn, "leaseId": h.lease}})
+        }
+        _ => panic!("no request for tenant-scoped {method} {pattern}: add one"),
+    };
+    (path, (!body.is_null()).then_some(body))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_tenant_scoped_route_called_by_another_tenant_sees_and_changes_nothing() {
+    let broker = broker().await;
+    let a = As::new(&broker, &token(Some("tenant-a"), "alice"));
+    let b = As::new(&broker, &token(Some("tenant-b"), "bob"));
+    let history = write_history(&a).await;
+    let before = snapshot(&broker, "tenant-a").await;
+    assert_eq!(before["dlq"].as_array().map(Vec::len), Some(1), "{before}");
+    assert_eq!(before["traces"].as_array().map(Vec::len), Some(1));
+    assert_eq!(before["state"].as_array().map(Vec::len), Some(1));
+
+    let mut called = 0;
+    for (method, pattern, _, scoped) in queen_http::route_table() {
+        if !scoped {
+            continue;
+        }
+        let (path, body) = attack(method, pattern, &history);
+        let (status, raw) = b.raw(method, &path, body.as_ref()).await;
+        assert!(status < 500, "{method} {path}: {status} {raw}");
+        for secret in &history.secrets {
+            assert!(
+                !raw.contains(secret.as_str()),
+                "{method} {path} answered tenant B with A's {secret:?}: {raw}"
+            );
+        }
+        called += 1;
+    }
+    assert!(called >= 40, "only {called} tenant-scoped routes");
+
+    // Nothing of A's moved: not its cursors or lease, dead letter, trace,
+    // query and state, queue configuration, segments.
+    assert_eq!(snapshot(&broker, "tenant-a").await, before);
+    // A still sees its own.
+    let dlq = a.ok("GET", "/api/v1/dlq?queue=shared", None).await;
+    assert!(dlq.to_string().contains("A-SECRET-ERROR"), "{dlq}");
+    let (status, _) = a
+        .json(
+            "POST",
+            "/api/v1/ack",
+            Some(&json!({"transactionId": history.leased_txn,
+                         "partitionId": history.partition_id,
+                         "leaseId": history.lease, "consumerGroup": "g"})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    // And B's queue of the same name is B's own (B deleted its first one
+    // in the walk; A's is still there).
+    b.ok(
+        "POST",
+        "/api/v1/configure",
+        Some(&json!({"queue": "shared", "options": {"leaseTime": 7}})),
+    )
+    .await;
+    let queue = b.ok("GET", "/api/v1/resources/queues/shared", None).await;
+    assert_eq!(queue["config"]["leaseTime"], 7, "{queue}");
+    let queue = a.ok("GET", "/api/v1/resources/queues/shared", None).await;
+    assert_eq!(queue["config"]["leaseTime"], 300, "{queue}");
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_tenants_hold_one_queue_name_apart_and_the_token_without_a_claim_is_default() {
+    let broker = broker().await;
+    let a = As::new(&broker, &token(Some("tenant-a"), "alice"));
+    let b = As::new(&broker, &token(Some("tenant-b"), "bob"));
+    let default = As::new(&broker, &token(None, "carol"));
+    for (who, n) in [(&a, 3), (&b, 2), (&default, 1)] {
+        let items: Vec<Value> = (0..n)
+            .map(|i| json!({"queue": "q", "payload": i}))
+            .collect();
+        who.ok("POST", "/api/v1/push", Some(&json!({"items": items})))
+            .await;
+    }
+    for (who, n) in [(&a, 3), (&b, 2), (&default, 1)] {
+        let popped = who
+            .ok("GET", "/api/v1/pop/queue/q?batch=10&autoAck=true", None)
+            .await;
+        assert_eq!(popped["messages"].as_array().unwrap().len(), n, "{popped}");
+    }
+    let sql = broker.sql().await;
+    let rows = sql
+        .query(
+            "SELECT tenant_id FROM queen.queues WHERE name = 'q' ORDER BY 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    let tenants: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
+    assert_eq!(tenants, ["default", "tenant-a", "tenant-b"]);
+    // A tenant claim that is not a usable name is refused.
+    for bad in [json!(""), json!(7), json!("a\u{1f}b")] {
+        let claims = json!({"sub": "x", "role": "admin", "exp": now() + 600, "tenant": bad});
+        let bad = encode(
+            &Header::default(),
+            &claims,
+            &EncodingKey::from_secret(SECRET.as_bytes()),
+        )
+        .unwrap();
+        let (status, body) = As::new(&broker, &bad)
+            .json("GET", "/api/v1/resources/queues", None)
+            .await;
+        assert_eq!(
+            (status, body),
+            (401, json!({"error": "Invalid token tenant"}))
+        );
+    }
+    broker.stop().await;
+}
+
+/// A push of tenant B to its queue `q` must not wake tenant A's pop parked
+/// on A's `q`: the hot-list rings and wake gates are keyed by tenant. A
+/// woken pop would look at A's partitions again (a connection checkout);
+/// a parked one on a caught-up ring costs none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_tenants_push_does_not_wake_a_pop_parked_on_the_same_queue_name() {
+    let broker = broker().await;
+    let a = As::new(&broker, &token(Some("tenant-a"), "alice"));
+    let b = As::new(&broker, &token(Some("tenant-b"), "bob"));
+    for who in [&a, &b] {
+        who.ok(
+            "POST",
+            "/api/v1/push",
+            Some(&json!({"items": [{"queue": "q", "payload": 0}]})),
+        )
+        .await;
+        who.ok("GET", "/api/v1/pop/queue/q?autoAck=true", None)
+            .await;
+    }
+    let parked = {
+        let a_bearer = a.bearer.clone();
+        let client = broker.client.clone();
+        tokio::spawn(async move {
+            let reply = client
+                .send_with(
+                    Method::GET,
+                    "/api/v1/pop/queue/q?wait=true&timeout=3000&autoAck=true",
+                    Bytes::new(),
+                    &[("authorization", a_bearer.as_str())],
+                )
+                .await;
+            reply.status.as_u16()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let checkouts = broker.engine.pop_checkouts();
+    for i in 0..5 {
+        b.ok(
+            "POST",
+            "/api/v1/push",
+            Some(&json!({"items": [{"queue": "q", "payload": i}]})),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        broker.engine.pop_checkouts(),
+        checkouts,
+        "B's pushes woke A's parked pop"
+    );
+    assert_eq!(parked.await.unwrap(), 204);
+    broker.stop().await;
+}
+
+/// Item 4: the token's `sub` is the producer of what a push, a transaction
+/// or a stream cycle writes; a `producerSub` in the body is never read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tokens_sub_is_the_producer_and_a_body_producer_sub_is_ignored() {
+    let broker = broker().await;
+    let a = As::new(&broker, &token(Some("tenant-a"), "alice"));
+    a.ok(
+        "POST",
+        "/api/v1/push",
+        Some(&json!({"items": [{"queue": "p", "transactionId": "t-push",
+                                "producerSub": "mallory", "payload": 1}]})),
+    )
+    .await;
+    a.ok(
+        "POST",
+        "/api/v1/transaction",
+        Some(&json!({"operations": [{"type": "push", "items": [
+            {"queue": "p", "transactionId": "t-txn", "producerSub": "mallory", "payload": 2}]}]})),
+    )
+    .await;
+    let query = a
+        .ok(
+            "POST",
+            "/streams/v1/queries",
+            Some(&json!({"name": "s", "source_queue": "p", "config_hash": "h"})),
+        )
+        .await;
+    let popped = a.ok("GET", "/api/v1/pop/queue/p?batch=10", None).await;
+    let partition_id = popped["messages"][0]["partitionId"].clone();
+    a.ok(
+        "POST",
+        "/streams/v1/cycle",
+        Some(
+            &json!({"query_id": query["query_id"], "partition_id": partition_id,
+                     "push_items": [{"queue": "p", "transactionId": "t-cycle",
+                                     "producerSub": "mallory", "payload": 3}]}),
+        ),
+    )
+    .await;
+    let messages = popped["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 2, "{popped}");
+    for message in messages {
+        assert_eq!(message["producerSub"], "alice", "{message}");
+    }
+    for txn in ["t-push", "t-txn", "t-cycle"] {
+        let detail = a
+            .ok(
+                "GET",
+                &format!("/api/v1/messages/{}/{txn}", partition_id.as_str().unwrap()),
+                None,
+            )
+            .await;
+        assert_eq!(detail["producerSub"], "alice", "{txn}: {detail}");
+    }
+    broker.stop().await;
+
+    // Without auth there is no producer, whatever the body says.
+    let open = TestBroker::start().await;
+    open.client
+        .post_json(
+            "/api/v1/push",
+            &json!({"items": [{"queue": "p", "producerSub": "mallory", "payload": 1}]}),
+        )
+        .await;
+    let popped = open.client.get("/api/v1/pop/queue/p").await.json();
+    assert_eq!(
+        popped["messages"][0]["producerSub"],
+        Value::Null,
+        "{popped}"
+    );
+    open.stop().await;
+}
