@@ -296,7 +296,7 @@ async fn route_labelled(app: &App, req: Request) -> (&'static str, Response) {
     }
     let found = find(&method, &segments);
     if let (Some(auth), Some((route, _))) = (&app.auth, &found) {
-        if let Err(error) = auth.authorize(req.headers(), &path, route.access) {
+        if let Err(error) = auth.authorize(req.headers(), &path, route.access).await {
             return (route.pattern, error.into_response());
         }
     }
