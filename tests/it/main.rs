@@ -9,6 +9,7 @@ mod configure;
 mod dlq;
 mod fuzz_corpus;
 mod health;
+mod jwks;
 mod lifecycle;
 mod limits;
 mod maintenance;

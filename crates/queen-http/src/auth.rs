@@ -4,8 +4,12 @@
 //! With auth on (`JWT_ENABLED`), a route whose level is above public needs
 //! `Authorization: Bearer <jwt>` (the prefix in any case, or a bare token),
 //! verified with `jsonwebtoken`: HS256 with `JWT_SECRET`, RS256 or EdDSA
-//! with the PEM in `JWT_PUBLIC_KEY`, or `auto` (whichever of those the
-//! token's header names and the broker holds a key for). `exp` and `nbf`
+//! with the PEM in `JWT_PUBLIC_KEY` or the key of the JWKS document at
+//! `JWT_JWKS_URL` (`jwks.rs`) that the token's `kid` names, or `auto`
+//! (whichever of those the token's header names and the broker holds a key
+//! for). A token with a `kid` is verified with the JWKS key of that id; one
+//! without, or with an id the JWKS lacks, with `JWT_PUBLIC_KEY` when it is
+//! set. `exp` and `nbf`
 //! are checked with `JWT_CLOCK_SKEW` of leeway (30 s); `iss` and `aud` when
 //! configured. The token's roles (the `role` claim, a string, or the `roles`
 //! claim, an array; names configurable) give its level, the highest of
@@ -14,8 +18,10 @@
 //! Answers, worded as the contract words them: no token 401 `Authentication
 //! required`; a bad one 401 (`Token has expired`, `Invalid token
 //! signature`, ...); a level below the route's 403 `Insufficient
-//! permissions`. `JWT_SKIP_PATHS` lists paths served without a token (exact,
-//! or a prefix for an entry ending in `/`, `/` itself being exact).
+//! permissions`; a key id neither cached nor fetchable (the JWKS server is
+//! down) 500 `JWKS fetch failed`. `JWT_SKIP_PATHS` lists paths served
+//! without a token (exact, or a prefix for an entry ending in `/`, `/`
+//! itself being exact).
 //!
 //! A verified token also says who the request acts for ([`Caller`]): its
 //! tenant claim (`JWT_TENANT_CLAIM`, default `tenant`; absent: tenant
@@ -36,6 +42,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use queen_engine::naming::{default_tenant, name_problem};
 
 use crate::error::HttpError;
+use crate::jwks::{JwkKey, Jwks, JwksConfig, JwksError};
 use crate::routes::Access;
 
 /// Which algorithms tokens may use (`JWT_ALGORITHM`).
@@ -45,9 +52,9 @@ pub enum JwtAlgorithm {
     Auto,
     /// HMAC-SHA256 with `JWT_SECRET`.
     Hs256,
-    /// RSA with `JWT_PUBLIC_KEY`.
+    /// RSA with `JWT_PUBLIC_KEY` or `JWT_JWKS_URL`.
     Rs256,
-    /// Ed25519 with `JWT_PUBLIC_KEY`.
+    /// Ed25519 with `JWT_PUBLIC_KEY` or `JWT_JWKS_URL`.
     EdDsa,
 }
 
@@ -76,6 +83,8 @@ pub struct AuthConfig {
     pub secret: Option<String>,
     /// `JWT_PUBLIC_KEY`, PEM (RS256 or EdDSA).
     pub public_key: Option<String>,
+    /// `JWT_JWKS_URL` and its bounds (RS256 or EdDSA keys by `kid`).
+    pub jwks: Option<JwksConfig>,
     /// `JWT_ISSUER`: tokens must carry this `iss`.
     pub issuer: Option<String>,
     /// `JWT_AUDIENCE`: tokens must carry this `aud`.
@@ -101,6 +110,7 @@ impl Default for AuthConfig {
             algorithm: JwtAlgorithm::Auto,
             secret: None,
             public_key: None,
+            jwks: None,
             issuer: None,
             audience: None,
             clock_skew: Duration::from_secs(30),
@@ -152,6 +162,8 @@ impl Caller {
 /// Verified tokens' keys and rules.
 pub struct Auth {
     keys: Vec<(Algorithm, DecodingKey)>,
+    /// The JWKS document's keys, when `JWT_JWKS_URL` is set.
+    jwks: Option<Arc<Jwks>>,
     config: AuthConfig,
 }
 
@@ -162,6 +174,7 @@ impl std::fmt::Debug for Auth {
                 "algorithms",
                 &self.keys.iter().map(|(a, _)| *a).collect::<Vec<_>>(),
             )
+            .field("jwks", &self.jwks.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -209,13 +222,45 @@ impl Auth {
                     "JWT_PUBLIC_KEY is neither an RSA nor an Ed25519 public key in PEM".to_owned(),
                 );
             }
-        } else if matches!(config.algorithm, JwtAlgorithm::Rs256 | JwtAlgorithm::EdDsa) {
-            return Err("JWT_ALGORITHM RS256 and EdDSA need JWT_PUBLIC_KEY".to_owned());
+        } else if matches!(config.algorithm, JwtAlgorithm::Rs256 | JwtAlgorithm::EdDsa)
+            && config.jwks.is_none()
+        {
+            return Err(
+                "JWT_ALGORITHM RS256 and EdDSA need JWT_PUBLIC_KEY or JWT_JWKS_URL".to_owned(),
+            );
         }
-        if keys.is_empty() {
-            return Err("JWT_ENABLED needs JWT_SECRET or JWT_PUBLIC_KEY".to_owned());
+        if config.jwks.is_some() && config.algorithm == JwtAlgorithm::Hs256 {
+            return Err(
+                "JWT_JWKS_URL holds RS256 and EdDSA keys, which JWT_ALGORITHM HS256 refuses"
+                    .to_owned(),
+            );
         }
-        Ok(Auth { keys, config })
+        let jwks_algorithms = [
+            (JwtAlgorithm::Rs256, Algorithm::RS256),
+            (JwtAlgorithm::EdDsa, Algorithm::EdDSA),
+        ]
+        .into_iter()
+        .filter(|(ours, _)| wants(*ours))
+        .map(|(_, algorithm)| algorithm)
+        .collect();
+        let jwks = config
+            .jwks
+            .as_ref()
+            .map(|jwks_config| Jwks::new(jwks_config, jwks_algorithms).map(Arc::new))
+            .transpose()?;
+        if keys.is_empty() && jwks.is_none() {
+            return Err("JWT_ENABLED needs JWT_SECRET, JWT_PUBLIC_KEY or JWT_JWKS_URL".to_owned());
+        }
+        Ok(Auth { keys, jwks, config })
+    }
+
+    /// Fetch the JWKS document once, if there is one, so the first tokens
+    /// do not wait for it. A failure is logged, not returned: the broker
+    /// serves without it and fetches again when a token needs a key.
+    pub async fn warm(&self) {
+        if let Some(jwks) = &self.jwks {
+            jwks.warm().await;
+        }
     }
 
     /// Whether `path` is served without a token.
@@ -231,7 +276,7 @@ impl Auth {
 
     /// Let a request of `path` with `headers` reach a route of level
     /// `access`, or answer why not; answers who it acts for.
-    pub(crate) fn authorize(
+    pub(crate) async fn authorize(
         &self,
         headers: &HeaderMap,
         path: &str,
@@ -242,7 +287,7 @@ impl Auth {
         }
         let token = bearer(headers)
             .ok_or_else(|| HttpError::Unauthorized("Authentication required".to_owned()))?;
-        let claims = self.verify(token)?;
+        let claims = self.verify(token).await?;
         if self.level(&claims).is_none_or(|level| level < access) {
             return Err(HttpError::Forbidden("Insufficient permissions".to_owned()));
         }
@@ -269,15 +314,11 @@ impl Auth {
     }
 
     /// The claims of a token signed by one of the keys.
-    fn verify(&self, token: &str) -> Result<serde_json::Value, HttpError> {
+    async fn verify(&self, token: &str) -> Result<serde_json::Value, HttpError> {
         let invalid = |message: &str| HttpError::Unauthorized(message.to_owned());
         let header = jsonwebtoken::decode_header(token).map_err(|_| invalid("Invalid token"))?;
-        let (algorithm, key) = self
-            .keys
-            .iter()
-            .find(|(algorithm, _)| *algorithm == header.alg)
-            .ok_or_else(|| invalid("Invalid token algorithm"))?;
-        let mut validation = Validation::new(*algorithm);
+        let (key, jwks_down) = self.key_for(&header).await?;
+        let mut validation = Validation::new(header.alg);
         validation.leeway = self.config.clock_skew.as_secs();
         validation.validate_nbf = true;
         validation.required_spec_claims.clear();
@@ -290,9 +331,13 @@ impl Auth {
             Some(audience) => validation.set_audience(&[audience]),
             None => validation.validate_aud = false,
         }
-        jsonwebtoken::decode::<serde_json::Value>(token, key, &validation)
+        jsonwebtoken::decode::<serde_json::Value>(token, key.decoding_key(), &validation)
             .map(|data| data.claims)
             .map_err(|error| {
+                if jwks_down && *error.kind() == ErrorKind::InvalidSignature {
+                    // Signed by a key the JWKS may hold: not the token's fault.
+                    return HttpError::JwksUnavailable;
+                }
                 invalid(match error.kind() {
                     ErrorKind::ExpiredSignature => "Token has expired",
                     ErrorKind::ImmatureSignature => "Token is not valid yet",
@@ -303,6 +348,35 @@ impl Auth {
                     _ => "Invalid token",
                 })
             })
+    }
+
+    /// The key a token with `header` is verified with, and whether the JWKS
+    /// could not be asked for it (the key is then `JWT_PUBLIC_KEY`).
+    async fn key_for(&self, header: &jsonwebtoken::Header) -> Result<(Key<'_>, bool), HttpError> {
+        let invalid = |message: &str| HttpError::Unauthorized(message.to_owned());
+        let fixed = self
+            .keys
+            .iter()
+            .find(|(algorithm, _)| *algorithm == header.alg)
+            .map(|(_, key)| Key::Fixed(key));
+        let Some(jwks) = self.jwks.as_ref().filter(|jwks| jwks.serves(header.alg)) else {
+            return fixed
+                .map(|key| (key, false))
+                .ok_or_else(|| invalid("Invalid token algorithm"));
+        };
+        let Some(kid) = &header.kid else {
+            return fixed
+                .map(|key| (key, false))
+                .ok_or_else(|| invalid("Token has no key id"));
+        };
+        match (jwks.key(kid, header.alg).await, fixed) {
+            (Ok(key), _) => Ok((Key::Fetched(key), false)),
+            (Err(JwksError::WrongAlgorithm), _) => Err(invalid("Invalid token algorithm")),
+            (Err(JwksError::UnknownKey), Some(fixed)) => Ok((fixed, false)),
+            (Err(JwksError::UnknownKey), None) => Err(invalid("Invalid token key id")),
+            (Err(JwksError::Unavailable), Some(fixed)) => Ok((fixed, true)),
+            (Err(JwksError::Unavailable), None) => Err(HttpError::JwksUnavailable),
+        }
     }
 
     /// The highest level the token's roles grant.
@@ -332,6 +406,21 @@ impl Auth {
             .filter_map(of)
             .max();
         single.max(many)
+    }
+}
+
+/// A verification key: configured, or from the JWKS document.
+enum Key<'a> {
+    Fixed(&'a DecodingKey),
+    Fetched(Arc<JwkKey>),
+}
+
+impl Key<'_> {
+    fn decoding_key(&self) -> &DecodingKey {
+        match self {
+            Key::Fixed(key) => key,
+            Key::Fetched(fetched) => &fetched.key,
+        }
     }
 }
 

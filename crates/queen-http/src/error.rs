@@ -64,6 +64,11 @@ pub enum HttpError {
     #[error("{0}")]
     Unauthorized(String),
 
+    /// A token names a JWKS key the broker has not cached and cannot fetch
+    /// now (wire-api.md §0.5: 500; the fetch failure is logged in `jwks.rs`).
+    #[error("JWKS fetch failed")]
+    JwksUnavailable,
+
     /// The engine failed.
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -113,7 +118,8 @@ impl HttpError {
             | HttpError::NotFound(_)
             | HttpError::Conflict(_)
             | HttpError::Forbidden(_)
-            | HttpError::Unauthorized(_) => response::error(self.status(), &self.to_string()),
+            | HttpError::Unauthorized(_)
+            | HttpError::JwksUnavailable => response::error(self.status(), &self.to_string()),
         }
     }
 
@@ -127,6 +133,7 @@ impl HttpError {
             HttpError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             HttpError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             HttpError::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            HttpError::JwksUnavailable => StatusCode::INTERNAL_SERVER_ERROR,
             HttpError::BodyRead
             | HttpError::EmptyBody
             | HttpError::InvalidJson(_)

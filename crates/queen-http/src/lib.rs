@@ -6,6 +6,7 @@
 //! - `error`: the only place an error becomes a status code.
 //! - `server`: the accept loop and graceful connection shutdown.
 //! - `wire`: what every handler shares about the wire (the one name rule).
+//! - `auth`, `jwks`: JWT verification and the JWKS document's cached keys.
 //!
 //! **Invariant:** this crate never sees `tokio_postgres` types; it talks to
 //! `queen_engine::Engine` only.
@@ -22,6 +23,7 @@ mod error;
 pub mod fuzz;
 mod handlers;
 mod json;
+mod jwks;
 mod metrics;
 mod query;
 mod response;
@@ -32,6 +34,7 @@ mod wire;
 
 pub use auth::{Auth, AuthConfig, JwtAlgorithm};
 pub use error::HttpError;
+pub use jwks::{JwksConfig, MAX_DOCUMENT_BYTES as MAX_JWKS_BYTES, MAX_KEYS as MAX_JWKS_KEYS};
 pub use routes::Access;
 
 /// The route table as (method, pattern, access level, tenant-scoped), in

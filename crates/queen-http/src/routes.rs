@@ -303,7 +303,7 @@ async fn route_labelled(app: &App, req: Request) -> (&'static str, Response) {
     let found = find(&method, &segments);
     let caller = match (&app.auth, &found) {
         (Some(auth), Some((route, _))) => {
-            match auth.authorize(req.headers(), &path, route.access) {
+            match auth.authorize(req.headers(), &path, route.access).await {
                 Ok(caller) => caller,
                 Err(error) => return (route.pattern, error.into_response()),
             }

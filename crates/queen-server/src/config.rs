@@ -101,10 +101,26 @@ pub(crate) struct Config {
     #[arg(long, env = "JWT_PUBLIC_KEY")]
     pub(crate) jwt_public_key: Option<String>,
 
-    /// A JWKS URL: not supported yet; the boot refuses it rather than run
-    /// without the keys it names.
+    /// URL (http or https) of a JWKS document: RS256 and EdDSA tokens are
+    /// verified with its key of the id their `kid` names. Unreachable at
+    /// boot, the broker starts anyway and fetches it when a token needs it.
     #[arg(long, env = "JWT_JWKS_URL")]
     pub(crate) jwt_jwks_url: Option<String>,
+
+    /// Milliseconds one JWKS fetch may take, connect to last byte.
+    #[arg(long, env = "JWT_JWKS_TIMEOUT_MS", default_value_t = 5000)]
+    pub(crate) jwt_jwks_timeout_ms: u64,
+
+    /// Seconds fetched JWKS keys are used before the document is fetched
+    /// again (in the background; a failed fetch keeps the cached keys).
+    #[arg(long, env = "JWT_JWKS_CACHE_TTL_SECS", default_value_t = 3600)]
+    pub(crate) jwt_jwks_cache_ttl_secs: u64,
+
+    /// Least seconds between two JWKS fetches: a token whose kid is not
+    /// cached fetches the document again only this long after the last
+    /// fetch, so tokens with made-up key ids cannot make the broker fetch.
+    #[arg(long, env = "JWT_JWKS_REFRESH_MIN_SECS", default_value_t = 30)]
+    pub(crate) jwt_jwks_refresh_min_secs: u64,
 
     /// Required token issuer (iss); unset: not checked.
     #[arg(long, env = "JWT_ISSUER")]

@@ -107,6 +107,12 @@ async fn run(config: Config) -> Result<(), ServerError> {
     // Settings are checked before anything touches PostgreSQL.
     let engine_config = engine_config(&config)?;
     let auth = auth(&config)?;
+    if let Some(auth) = &auth {
+        // The JWKS keys, while the database comes up; a JWKS server that is
+        // down only logs a warning (tokens then fetch it when they need it).
+        let auth = Arc::clone(auth);
+        tokio::spawn(async move { auth.warm().await });
+    }
     let webapp = config
         .webapp_dir
         .as_deref()
@@ -305,11 +311,6 @@ fn auth(config: &Config) -> Result<Option<Arc<queen_http::Auth>>, ServerError> {
     if !config.jwt_enabled {
         return Ok(None);
     }
-    if config.jwt_jwks_url.is_some() {
-        return Err(ServerError::Key(
-            "JWT_JWKS_URL is not supported yet: give the key in JWT_PUBLIC_KEY".to_owned(),
-        ));
-    }
     let algorithm = config
         .jwt_algorithm
         .parse::<queen_http::JwtAlgorithm>()
@@ -319,6 +320,12 @@ fn auth(config: &Config) -> Result<Option<Arc<queen_http::Auth>>, ServerError> {
         algorithm,
         secret: optional(&config.jwt_secret),
         public_key: optional(&config.jwt_public_key),
+        jwks: optional(&config.jwt_jwks_url).map(|url| queen_http::JwksConfig {
+            url,
+            timeout: Duration::from_millis(config.jwt_jwks_timeout_ms),
+            cache_ttl: Duration::from_secs(config.jwt_jwks_cache_ttl_secs),
+            refresh_min: Duration::from_secs(config.jwt_jwks_refresh_min_secs),
+        }),
         issuer: optional(&config.jwt_issuer),
         audience: optional(&config.jwt_audience),
         clock_skew: Duration::from_secs(config.jwt_clock_skew),

@@ -261,6 +261,76 @@ async fn a_malformed_encryption_key_is_refused_at_boot() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_jwks_url_is_refused_at_boot_naming_it() {
+    let db = TestDb::empty().await;
+    let url = db.url();
+    let output = command(&[
+        ("QUEEN_DATABASE_URL", &url),
+        ("JWT_ENABLED", "true"),
+        ("JWT_JWKS_URL", "jwks.example/keys"),
+        ("PORT", "0"),
+    ])
+    .output()
+    .expect("run queen-server");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("JWT_JWKS_URL is not a valid URL"),
+        "{stderr}"
+    );
+}
+
+/// A JWKS server down at boot is a warning, not a failed boot: the broker
+/// serves, and a token it cannot find a key for answers 500.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jwks_server_down_at_boot_does_not_stop_the_broker() {
+    use base64::Engine as _;
+
+    let db = TestDb::empty().await;
+    let url = db.url();
+    let scratch = scratch();
+    let jwks_url = format!("http://127.0.0.1:{}/jwks.json", crate::harness::free_port());
+    let broker = Broker::start(
+        scratch.path(),
+        &[
+            ("QUEEN_DATABASE_URL", &url),
+            ("JWT_ENABLED", "true"),
+            ("JWT_JWKS_URL", &jwks_url),
+            ("JWT_JWKS_TIMEOUT_MS", "500"),
+        ],
+    )
+    .await;
+    // Only the header is read before the key lookup fails.
+    let b64 = |json: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json);
+    let token = format!(
+        "{}.{}.AAAA",
+        b64(r#"{"alg":"RS256","kid":"k1"}"#),
+        b64(r#"{"sub":"s","role":"admin","exp":4102444800}"#)
+    );
+    let bearer = format!("Bearer {token}");
+    let reply = broker
+        .client
+        .send_with(
+            hyper::Method::GET,
+            "/api/v1/dlq",
+            bytes::Bytes::new(),
+            &[("authorization", &bearer)],
+        )
+        .await;
+    assert_eq!(
+        (reply.status.as_u16(), reply.json()),
+        (500, serde_json::json!({"error": "JWKS fetch failed"}))
+    );
+    let (status, log) = broker.terminate();
+    assert!(status.success(), "exit status {status}:\n{log}");
+    assert!(
+        log.contains("JWKS fetch failed") && log.contains(&jwks_url),
+        "{log}"
+    );
+    assert!(!log.contains(&token), "the log shows a token:\n{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spool_directory_that_cannot_be_created_stops_the_boot() {
     let db = TestDb::empty().await;
     let url = db.url();
