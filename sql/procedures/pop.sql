@@ -10,7 +10,9 @@
 -- log_group_first_contact_v1 registers a (queue, group) and bulk-seeds its
 -- cursors once; log_subscribe_early_v1 provisions a queue a group subscribes
 -- to before its first push; log_has_pending_v1 is the cheap "anything at all?" probe;
--- log_seek_offset_v1 maps a timestamp to a cursor position.
+-- log_seek_offset_v1 maps a timestamp to a cursor position;
+-- log_rewind_auto_ack_v1 gives back an auto-acked claim the broker could not
+-- deliver.
 --
 -- Every function that reads a table is plpgsql: a LANGUAGE sql body is
 -- analysed when it is created, which takes locks on the tables it names, and
@@ -823,5 +825,31 @@ BEGIN
             END IF;
         END IF;
     END IF;
+END;
+$$;
+
+-- An auto-acked claim moved the cursor of (p_pid, p_group) past offsets
+-- p_from .. p_to in the claiming statement; when the broker then cannot
+-- deliver them (a payload sealed with a key it does not hold), it puts the
+-- cursor back before p_from, so nothing is lost. Only while the cursor is
+-- still where that claim left it and nobody leases the partition: if
+-- another pop moved on meanwhile, the answer is false and nothing changes
+-- (the messages stay in the log; a seek reaches them).
+CREATE OR REPLACE FUNCTION queen.log_rewind_auto_ack_v1(
+    p_pid   uuid,
+    p_group text,
+    p_from  bigint,
+    p_to    bigint
+) RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+BEGIN
+    UPDATE queen.log_consumers c
+       SET committed = p_from - 1,
+           total_consumed = greatest(c.total_consumed - (p_to - p_from + 1), 0)
+     WHERE c.partition_id = p_pid AND c.consumer_group = p_group
+       AND c.committed = p_to AND c.worker_id IS NULL;
+    RETURN FOUND;
 END;
 $$;

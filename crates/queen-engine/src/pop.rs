@@ -910,7 +910,7 @@ impl Serving {
                 PopRow::Verdict { .. } => 0,
             })
             .sum();
-        crate::offload::cpu(bytes, || -> Result<Popped, EngineError> {
+        let rendered = crate::offload::cpu(bytes, || -> Result<Popped, EngineError> {
             let mut messages = Vec::new();
             let mut names: HashMap<Uuid, Arc<str>> = HashMap::new();
             for row in rows {
@@ -969,7 +969,63 @@ impl Serving {
                 partitions_claimed: names.len(),
             })
         })
-        .await
+        .await;
+        if rendered.is_err() && request.auto_ack {
+            self.give_back(queue, &request.group, rows).await;
+        }
+        rendered
+    }
+
+    /// An auto-acked claim moved the cursors in the claiming statement, but
+    /// its messages cannot be delivered (a payload sealed with a key this
+    /// broker does not hold): put each partition's cursor back before what
+    /// it claimed, so the messages are delivered again (once the key is
+    /// there) instead of lost. When another pop moved a cursor meanwhile,
+    /// that partition's rewind is refused and logged.
+    async fn give_back(&self, queue: &QueueRef<'_>, group: &str, rows: &[PopRow]) {
+        let mut claimed: Vec<(Uuid, &str, i64, i64)> = Vec::new();
+        for row in rows {
+            let PopRow::Segment {
+                partition_id,
+                partition,
+                base_offset,
+                start_idx,
+                take,
+                ..
+            } = row
+            else {
+                continue;
+            };
+            let first = base_offset.saturating_add(i64::try_from(*start_idx).unwrap_or(0));
+            let last = first.saturating_add(i64::try_from(*take).unwrap_or(0)) - 1;
+            match claimed.iter_mut().find(|(id, ..)| id == partition_id) {
+                Some((_, _, from, to)) => {
+                    *from = (*from).min(first);
+                    *to = (*to).max(last);
+                }
+                None => claimed.push((*partition_id, partition, first, last)),
+            }
+        }
+        let Ok(client) = self.pop_client().await else {
+            tracing::error!(
+                queue = queue.name,
+                "an undeliverable auto-ack claim could not be given back: no connection"
+            );
+            return;
+        };
+        for (partition_id, partition, from, to) in claimed {
+            match queen_sql::pop::rewind_auto_ack(&**client, partition_id, group, from, to).await {
+                Ok(true) => {
+                    // Pending again: the ring offers it (no gate opens, so a
+                    // message that cannot be opened is not retried in a loop).
+                    self.hotlist.mark_ready_for(&queue.key, group, partition);
+                    tracing::warn!(queue = queue.name, %partition_id, from, to, "auto-ack claim given back: its messages could not be opened");
+                }
+                Ok(false) | Err(_) => {
+                    tracing::error!(queue = queue.name, %partition_id, from, to, "an undeliverable auto-ack claim could not be given back; a seek reaches its messages");
+                }
+            }
+        }
     }
 
     /// Remember what a leased pop served, per partition, so a full ack is one

@@ -22,6 +22,7 @@ const POP_SPECIFIC: &str =
 const POP_WILDCARD: &str =
     "SELECT * FROM queen.log_pop_wildcard_v1($1, $2, $3, $4, $5, $6, $7, $8, $9)";
 const HAS_PENDING: &str = "SELECT queen.log_has_pending_v1($1, $2)";
+const REWIND_AUTO_ACK: &str = "SELECT queen.log_rewind_auto_ack_v1($1, $2, $3, $4)";
 const PENDING_COUNT: &str = "SELECT queen.log_pending_count_v1($1, $2, $3, $4)";
 const QUEUE_BY_NAME: &str =
     "SELECT id, min_pop_wait_time FROM queen.queues WHERE tenant_id = $1 AND name = $2";
@@ -382,6 +383,30 @@ pub async fn pop_wildcard(
     )
     .await?;
     rows.iter().map(decode).collect()
+}
+
+/// Give back offsets `from ..= to` of `partition_id` that an auto-acked pop
+/// of `group` claimed and could not deliver (`log_rewind_auto_ack_v1`):
+/// false when the cursor moved on meanwhile and nothing changed.
+pub async fn rewind_auto_ack(
+    client: &impl GenericClient,
+    partition_id: Uuid,
+    group: &str,
+    from: i64,
+    to: i64,
+) -> Result<bool, SqlError> {
+    let row = client
+        .query_typed_one(
+            REWIND_AUTO_ACK,
+            &[
+                (&partition_id, Type::UUID),
+                (&group, Type::TEXT),
+                (&from, Type::INT8),
+                (&to, Type::INT8),
+            ],
+        )
+        .await?;
+    Ok(row.try_get(0)?)
 }
 
 /// False means definitively nothing to deliver for the group (leases ignored).

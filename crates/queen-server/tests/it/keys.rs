@@ -160,9 +160,10 @@ async fn a_rotated_key_reads_what_the_old_one_sealed_across_restarts() {
         .unwrap();
     assert!(status.success(), "{log}");
 
-    // Key B alone: what A sealed no longer opens. (A leased pop: its lease
-    // runs out and the message comes back; an autoAck pop would have
-    // consumed it before the broker found it could not open it.)
+    // Key B alone: what A sealed no longer opens. An autoAck pop fails,
+    // and gives its claim back (its cursor moved in the claiming
+    // statement): nothing is lost. A leased pop fails too; its lease runs
+    // out and the message comes back.
     let broker = Broker::start(
         scratch.path(),
         &[
@@ -171,17 +172,24 @@ async fn a_rotated_key_reads_what_the_old_one_sealed_across_restarts() {
         ],
     )
     .await;
-    let reply = broker.client.get("/api/v1/pop/queue/vault?batch=1").await;
-    assert_ne!(
-        reply.status,
-        200,
-        "a message sealed by A opened without A: {}",
-        String::from_utf8_lossy(&reply.body)
-    );
+    for pop in [
+        "/api/v1/pop/queue/vault?batch=1&autoAck=true",
+        "/api/v1/pop/queue/vault?batch=1&autoAck=true",
+        "/api/v1/pop/queue/vault?batch=1",
+    ] {
+        let reply = broker.client.get(pop).await;
+        assert_ne!(
+            reply.status,
+            200,
+            "a message sealed by A opened without A: {}",
+            String::from_utf8_lossy(&reply.body)
+        );
+    }
     let (status, log) = tokio::task::spawn_blocking(move || broker.terminate())
         .await
         .unwrap();
     assert!(status.success(), "{log}");
+    assert!(log.contains("auto-ack claim given back"), "{log}");
 
     // B with A as the old key again, once that lease ended: A's second
     // message, then B's.
