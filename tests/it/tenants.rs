@@ -565,3 +565,123 @@ async fn the_tokens_sub_is_the_producer_and_a_body_producer_sub_is_ignored() {
     );
     open.stop().await;
 }
+
+async fn broker_with(config: queen_engine::EngineConfig) -> TestBroker {
+    TestBroker::serve_with(
+        queen_testkit::TestDb::new().await,
+        config,
+        queen_http::ServeOptions {
+            auth: Some(Arc::new(
+                Auth::new(AuthConfig {
+                    secret: Some(SECRET.to_owned()),
+                    ..AuthConfig::default()
+                })
+                .unwrap(),
+            )),
+            ..queen_http::ServeOptions::default()
+        },
+    )
+    .await
+}
+
+/// A push spooled during maintenance drains into its own tenant's queue,
+/// with its producer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spooled_pushes_drain_into_their_own_tenants_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = broker_with(queen_engine::EngineConfig {
+        spool: Some(queen_engine::SpoolConfig {
+            dir: dir.path().to_owned(),
+            max_bytes: 1 << 30,
+            push_timeout: Duration::from_secs(5),
+        }),
+        maintenance_refresh: Duration::from_millis(100),
+        ..queen_engine::EngineConfig::default()
+    })
+    .await;
+    let a = As::new(&broker, &token(Some("tenant-a"), "alice"));
+    let b = As::new(&broker, &token(Some("tenant-b"), "bob"));
+    a.ok(
+        "POST",
+        "/api/v1/system/maintenance",
+        Some(&json!({"enabled": true})),
+    )
+    .await;
+    for (who, payload) in [(&a, "for A"), (&b, "for B")] {
+        let pushed = who
+            .ok(
+                "POST",
+                "/api/v1/push",
+                Some(&json!({"items": [{"queue": "q", "payload": payload}]})),
+            )
+            .await;
+        assert_eq!(pushed[0]["status"], "buffered", "{pushed}");
+    }
+    a.ok(
+        "POST",
+        "/api/v1/system/maintenance",
+        Some(&json!({"enabled": false})),
+    )
+    .await;
+    for (who, payload, sub) in [(&a, "for A", "alice"), (&b, "for B", "bob")] {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let popped = loop {
+            let popped = who
+                .ok("GET", "/api/v1/pop/queue/q?batch=10&autoAck=true", None)
+                .await;
+            if !popped.is_null() {
+                break popped;
+            }
+            assert!(std::time::Instant::now() < deadline, "nothing drained");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let messages = popped["messages"].as_array().unwrap();
+        assert_eq!(messages.len(), 1, "{popped}");
+        assert_eq!(messages[0]["data"], payload, "{popped}");
+        assert_eq!(messages[0]["producerSub"], sub, "{popped}");
+    }
+    broker.stop().await;
+}
+
+/// Statistics rows and the queue series of `/metrics` are per tenant: two
+/// tenants' queues of one name are two rows and two series.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statistics_rows_and_metrics_series_keep_tenants_apart() {
+    let broker = broker().await;
+    let a = As::new(&broker, &token(Some("tenant-a"), "alice"));
+    let b = As::new(&broker, &token(Some("tenant-b"), "bob"));
+    for (who, n) in [(&a, 3), (&b, 2)] {
+        let items: Vec<Value> = (0..n)
+            .map(|i| json!({"queue": "q", "payload": i}))
+            .collect();
+        who.ok("POST", "/api/v1/push", Some(&json!({"items": items})))
+            .await;
+    }
+    broker.engine.write_stats().await.unwrap();
+    let sql = broker.sql().await;
+    let rows = sql
+        .query(
+            "SELECT tenant_id, pushed, partitions FROM queen.stats_queue_minute
+              WHERE queue_name = 'q' ORDER BY tenant_id",
+            &[],
+        )
+        .await
+        .unwrap();
+    let rows: Vec<(String, i64, i32)> = rows
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2)))
+        .collect();
+    assert_eq!(
+        rows,
+        [("tenant-a".to_owned(), 3, 1), ("tenant-b".to_owned(), 2, 1)]
+    );
+    let text =
+        String::from_utf8(broker.client.get("/metrics/prometheus").await.body.to_vec()).unwrap();
+    for series in [
+        "queen_queue_messages{tenant=\"tenant-a\",queue=\"q\"} 3",
+        "queen_queue_messages{tenant=\"tenant-b\",queue=\"q\"} 2",
+    ] {
+        assert!(text.contains(series), "{series} missing from:\n{text}");
+    }
+    broker.stop().await;
+}
