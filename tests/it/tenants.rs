@@ -40,17 +40,7 @@ fn token(tenant: Option<&str>, sub: &str) -> String {
 }
 
 async fn broker() -> TestBroker {
-    TestBroker::start_serving(queen_http::ServeOptions {
-        auth: Some(Arc::new(
-            Auth::new(AuthConfig {
-                secret: Some(SECRET.to_owned()),
-                ..AuthConfig::default()
-            })
-            .unwrap(),
-        )),
-        ..queen_http::ServeOptions::default()
-    })
-    .await
+    broker_with(queen_engine::EngineConfig::default()).await
 }
 
 /// One tenant's client.

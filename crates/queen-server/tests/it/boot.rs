@@ -241,43 +241,37 @@ fn the_one_list_of_database_variables_matches_the_settings() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_malformed_encryption_key_is_refused_at_boot() {
+/// Boot with `vars` (and a database): it must fail, saying `message`.
+async fn refused_at_boot(vars: &[(&str, &str)], message: &str) {
     let db = TestDb::empty().await;
     let url = db.url();
-    let output = command(&[
-        ("QUEEN_DATABASE_URL", &url),
-        ("QUEEN_ENCRYPTION_KEY", "not-hex"),
-        ("PORT", "0"),
-    ])
-    .output()
-    .expect("run queen-server");
+    let mut all = vec![("QUEEN_DATABASE_URL", url.as_str()), ("PORT", "0")];
+    all.extend_from_slice(vars);
+    let output = command(&all).output().expect("run queen-server");
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        stderr.contains("QUEEN_ENCRYPTION_KEY must be 64 hexadecimal characters"),
-        "{stderr}"
-    );
+    assert!(stderr.contains(message), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_encryption_key_is_refused_at_boot() {
+    refused_at_boot(
+        &[("QUEEN_ENCRYPTION_KEY", "not-hex")],
+        "QUEEN_ENCRYPTION_KEY must be 64 hexadecimal characters",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_jwks_url_is_refused_at_boot_naming_it() {
-    let db = TestDb::empty().await;
-    let url = db.url();
-    let output = command(&[
-        ("QUEEN_DATABASE_URL", &url),
-        ("JWT_ENABLED", "true"),
-        ("JWT_JWKS_URL", "jwks.example/keys"),
-        ("PORT", "0"),
-    ])
-    .output()
-    .expect("run queen-server");
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        stderr.contains("JWT_JWKS_URL is not a valid URL"),
-        "{stderr}"
-    );
+    refused_at_boot(
+        &[
+            ("JWT_ENABLED", "true"),
+            ("JWT_JWKS_URL", "jwks.example/keys"),
+        ],
+        "JWT_JWKS_URL is not a valid URL",
+    )
+    .await;
 }
 
 /// A JWKS server down at boot is a warning, not a failed boot: the broker
