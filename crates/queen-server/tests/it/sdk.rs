@@ -397,12 +397,13 @@ async fn the_python_stream_sdk_aggregates_windows_exactly_across_a_broker_restar
 
 /// Issue 18: the official Python client with a bearer token against a broker
 /// with `JWT_ENABLED` (HS256): read-write works, no token is 401, read-only
-/// pushing is 403 (`tests/sdk/auth_e2e.py`).
+/// pushing is 403, another tenant's token sees nothing of the queue, and the
+/// token's `sub` is each message's producer (`tests/sdk/auth_e2e.py`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_python_sdk_sends_its_bearer_token() {
     let python = python().await;
     let secret = "sdk-auth-test-secret";
-    let token = |role: &str| {
+    let token = |role: &str, tenant: &str| {
         let exp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
@@ -410,7 +411,8 @@ async fn the_official_python_sdk_sends_its_bearer_token() {
             + 600;
         jsonwebtoken::encode(
             &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
-            &serde_json::json!({"sub": "sdk", "role": role, "exp": exp}),
+            &serde_json::json!({"sub": format!("sdk-{tenant}"), "role": role, "tenant": tenant,
+                                "exp": exp}),
             &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
         )
         .unwrap()
@@ -429,7 +431,8 @@ async fn the_official_python_sdk_sends_its_bearer_token() {
     .await;
     let script = workspace_root().join("tests/sdk/auth_e2e.py");
     let base = broker.client.base().to_owned();
-    let (rw, ro) = (token("read-write"), token("read-only"));
+    let (rw, ro) = (token("read-write", "acme"), token("read-only", "acme"));
+    let other = token("read-write", "globex");
     let run = tokio::task::spawn_blocking(move || {
         run_limited(
             Command::new(&python)
@@ -437,6 +440,7 @@ async fn the_official_python_sdk_sends_its_bearer_token() {
                 .env("QUEEN_URL", &base)
                 .env("QUEEN_TOKEN_RW", &rw)
                 .env("QUEEN_TOKEN_RO", &ro)
+                .env("QUEEN_TOKEN_OTHER_TENANT", &other)
                 .env("NO_PROXY", "127.0.0.1,localhost"),
             SCRIPT_LIMIT,
         )
