@@ -4,7 +4,9 @@
 //! this broker served, all `completed`, becomes one positional advance
 //! (`log_ack_batch_v1`). Anything else (a partial ack, another broker's pop,
 //! a restart, a failure) resolves transaction ids to offsets through the
-//! hash sidecar (`log_ack_v1`). When that asks for a dead letter, the frame is
+//! hash sidecar (`log_ack_v1`). Both are called through their `_v2`
+//! wrappers, which first check the partition is the caller's tenant's (another
+//! tenant's answers not found). When that asks for a dead letter, the frame is
 //! decoded here and filed with `log_dlq_head_v1`, and the deferred items are
 //! resubmitted.
 //!
