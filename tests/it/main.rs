@@ -14,6 +14,7 @@ mod lifecycle;
 mod limits;
 mod maintenance;
 mod malformed;
+mod mesh;
 mod names;
 mod pop;
 mod pop_early;

@@ -36,6 +36,7 @@ use crate::crypto::AtRest;
 use crate::health::HealthProbe;
 use crate::lifecycle::Lifecycle;
 use crate::maintenance::Maintenance;
+use crate::mesh::{Hint, Mesh};
 use crate::metrics::{ClusterCache, ProcessMetrics, Scrape};
 use crate::naming::queue_key;
 use crate::pop::{Serving, ServingConfig};
@@ -55,6 +56,8 @@ use crate::{
 
 /// The broker. Cheap to share: hand out `Arc<Engine>`.
 pub struct Engine {
+    /// The other brokers on this database, when configured.
+    mesh: Option<Mesh>,
     pool: deadpool_postgres::Pool,
     config: EngineConfig,
     started_at: Instant,
@@ -165,7 +168,20 @@ impl Engine {
             Arc::clone(&registry),
             Arc::clone(&at_rest),
         );
-        let ready = serving.ready();
+        let mesh = config.mesh.as_ref().and_then(|mesh_config| {
+            let engine = weak.clone();
+            let apply: crate::mesh::Apply = Arc::new(move |hints| {
+                if let Some(engine) = engine.upgrade() {
+                    engine.apply_hints(hints);
+                }
+            });
+            Mesh::start(mesh_config, pool.clone(), apply)
+                .map_err(|error| {
+                    tracing::error!(%error, "cannot start the mesh; peers will not hear of this broker's pushes");
+                })
+                .ok()
+        });
+        let ready = serving.ready().with_mesh(mesh.as_ref().map(Mesh::out));
         let push = Arc::new(Fusion::start(
             pool.clone(),
             FusionConfig {
@@ -205,6 +221,7 @@ impl Engine {
             Arc::clone(&stats),
         );
         Engine {
+            mesh,
             cluster: ClusterCache::default(),
             writer: WriterState::default(),
             stats,
@@ -487,10 +504,15 @@ impl Engine {
     /// the request breaks a rule (see [`ConfigureQueue`]).
     pub async fn configure(&self, request: ConfigureQueue) -> Result<Configured, EngineError> {
         let queue = queue_key(&request.tenant, &request.queue).into_owned();
+        let (configured_tenant, configured_queue) = (request.tenant.clone(), request.queue.clone());
         let configured = self.lifecycle.configure(request).await?;
         self.bounded
             .set(&queue, configured.settings.max_queue_size > 0);
         self.queue_configured(&queue);
+        self.tell(Hint::QueueChanged {
+            tenant: configured_tenant,
+            queue: configured_queue,
+        });
         Ok(configured)
     }
 
@@ -501,6 +523,10 @@ impl Engine {
     pub async fn delete_queue(&self, tenant: &str, queue: &str) -> Result<bool, EngineError> {
         let existed = self.lifecycle.delete_queue(tenant, queue).await?;
         self.queue_deleted(&queue_key(tenant, queue));
+        self.tell(Hint::QueueDeleted {
+            tenant: tenant.to_owned(),
+            queue: queue.to_owned(),
+        });
         Ok(existed)
     }
 
@@ -523,6 +549,7 @@ impl Engine {
             group,
             queue.map(|queue| queue_key(tenant, queue)).as_deref(),
         );
+        self.tell_group(tenant, group, queue);
         Ok(deleted)
     }
 
@@ -544,6 +571,7 @@ impl Engine {
             .await?;
         if sought.is_some() {
             self.group_changed(group, Some(&queue_key(tenant, queue)));
+            self.tell_group(tenant, group, Some(queue));
         }
         Ok(sought)
     }
@@ -562,6 +590,7 @@ impl Engine {
             .set_subscription_timestamp(tenant, group, at)
             .await?;
         self.group_changed(group, None);
+        self.tell_group(tenant, group, None);
         Ok(rows)
     }
 
@@ -704,6 +733,73 @@ impl Engine {
         self.serving.group_changed(group, queue);
     }
 
+    // ---- the mesh ----
+
+    /// Tell the other brokers `hint` (nothing without a mesh).
+    fn tell(&self, hint: Hint) {
+        if let Some(mesh) = &self.mesh {
+            mesh.out().send(hint);
+        }
+    }
+
+    fn tell_group(&self, tenant: &str, group: &str, queue: Option<&str>) {
+        self.tell(Hint::GroupChanged {
+            tenant: tenant.to_owned(),
+            group: group.to_owned(),
+            queue: queue.map(str::to_owned),
+        });
+    }
+
+    /// Apply what a peer told this broker: a push opens the queue's gate
+    /// and marks its rings; an invalidation drops what is cached here.
+    pub(crate) fn apply_hints(self: Arc<Self>, hints: Vec<Hint>) {
+        let mut refresh_bounded = false;
+        let mut refresh_maintenance = false;
+        let ready = self.serving.ready();
+        for hint in hints {
+            match hint {
+                Hint::Pushed {
+                    tenant,
+                    queue,
+                    partition,
+                } => ready.hinted(&tenant, &queue, &partition),
+                Hint::QueueChanged { tenant, queue } => {
+                    self.queue_configured(&queue_key(&tenant, &queue));
+                    refresh_bounded = true;
+                }
+                Hint::QueueDeleted { tenant, queue } => {
+                    self.queue_deleted(&queue_key(&tenant, &queue));
+                }
+                Hint::GroupChanged {
+                    tenant,
+                    group,
+                    queue,
+                } => {
+                    let key = queue.as_deref().map(|queue| queue_key(&tenant, queue));
+                    self.group_changed(&group, key.as_deref());
+                }
+                Hint::Maintenance => refresh_maintenance = true,
+            }
+        }
+        if refresh_bounded || refresh_maintenance {
+            tokio::spawn(async move {
+                if refresh_bounded {
+                    let _ = self.bounded.refresh().await;
+                }
+                if refresh_maintenance {
+                    if let Err(error) = self.refresh_maintenance().await {
+                        tracing::debug!(error = %crate::error_chain(&error), "maintenance refresh after a peer's hint failed");
+                    }
+                }
+            });
+        }
+    }
+
+    /// What the mesh has sent and received (`None`: no mesh).
+    pub fn mesh_stats(&self) -> Option<crate::MeshStats> {
+        self.mesh.as_ref().map(Mesh::stats)
+    }
+
     // ---- operation ----
 
     /// Warm up to `connections` pooled connections (capped at the pool's
@@ -733,7 +829,9 @@ impl Engine {
     pub async fn set_pop_maintenance(&self, enabled: bool) -> Result<(), EngineError> {
         self.maintenance
             .set_pop(enabled, |enabled| self.serving.set_maintenance(enabled))
-            .await
+            .await?;
+        self.tell(Hint::Maintenance);
+        Ok(())
     }
 
     /// Whether pop maintenance mode is on.
@@ -750,7 +848,9 @@ impl Engine {
                     spool.set_maintenance(enabled);
                 }
             })
-            .await
+            .await?;
+        self.tell(Hint::Maintenance);
+        Ok(())
     }
 
     /// Whether push maintenance mode is on.
@@ -894,6 +994,7 @@ impl Engine {
             maintenance: (self.maintenance(), self.pop_maintenance()),
             cpu: crate::metrics::cpu_times(),
             rss_bytes: crate::metrics::rss_bytes(),
+            mesh: self.mesh_stats(),
         }
     }
 

@@ -27,6 +27,7 @@ mod hotlist;
 mod lifecycle;
 mod limiter;
 mod maintenance;
+mod mesh;
 mod messages;
 pub mod metrics;
 pub mod naming;
@@ -57,6 +58,7 @@ pub use engine::{Engine, Health, MemoryStats, Pushed};
 pub use error::EngineError;
 pub use lifecycle::{CursorLag, GroupDeletion, GroupSummary, SeekTarget, Seeked, Subscription};
 pub use limiter::{LimiterConfig, LimiterStats};
+pub use mesh::{test_datagram as mesh_test_datagram, Hint, MeshConfig, MeshStats, MeshTransport};
 pub use messages::{
     GroupView, ListedMessage, MessageDetail, MessagePage, MessageStatus, MovedToDlq,
     MAX_PAGE_SEGMENTS,
@@ -127,6 +129,10 @@ pub struct EngineConfig {
     pub hostname: String,
     /// The port the broker listens on, for the statistics rows.
     pub port: u16,
+    /// The mesh with the other brokers on this database (`mesh/`); `None`:
+    /// this broker tells nobody, and learns of other brokers' pushes at
+    /// its hot-list reseeds.
+    pub mesh: Option<MeshConfig>,
 }
 
 /// This machine's host name (`localhost` when it cannot be read).
@@ -158,6 +164,7 @@ impl Default for EngineConfig {
             stats_retention: Duration::from_secs(7 * 86_400),
             hostname: hostname(),
             port: 6632,
+            mesh: None,
         }
     }
 }

@@ -59,6 +59,8 @@ pub struct ProcessMetrics {
     pub cpu: (Duration, Duration),
     /// Resident set size, bytes (0 where `/proc` is missing).
     pub rss_bytes: u64,
+    /// The mesh's counters (`None`: no mesh).
+    pub mesh: Option<crate::MeshStats>,
 }
 
 impl ProcessMetrics {
@@ -510,6 +512,40 @@ impl Collector for EngineCollector {
             "Resident set size",
             as_i64_u(p.rss_bytes),
         )?;
+
+        if let Some(mesh) = &p.mesh {
+            let mut family = e.encode_descriptor(
+                "mesh_hints",
+                "Mesh hints since start, by direction and outcome",
+                None,
+                MetricType::Counter,
+            )?;
+            for (direction, outcome, value) in [
+                ("sent", "sent", mesh.sent_hints),
+                ("sent", "dropped_full", mesh.dropped_full),
+                ("received", "applied", mesh.received_hints),
+            ] {
+                ConstCounter::new(value).encode(
+                    family.encode_family(&[("direction", direction), ("outcome", outcome)])?,
+                )?;
+            }
+            let mut family = e.encode_descriptor(
+                "mesh_batches",
+                "Mesh batches (datagrams or notifications) since start, by outcome",
+                None,
+                MetricType::Counter,
+            )?;
+            for (outcome, value) in [
+                ("sent", mesh.sent_batches),
+                ("send_error", mesh.send_errors),
+                ("received", mesh.received_batches),
+                ("dropped_unsigned", mesh.dropped_unsigned),
+                ("dropped_malformed", mesh.dropped_malformed),
+                ("dropped_replayed", mesh.dropped_replayed),
+            ] {
+                ConstCounter::new(value).encode(family.encode_family(&[("outcome", outcome)])?)?;
+            }
+        }
 
         // The cluster series.
         gauge(

@@ -5,11 +5,13 @@
 //! parked pops of the queue wake. It cannot read the rings or wait on a gate;
 //! those belong to pop serving (`pop.rs`), which owns the hot-list and the
 //! wake gates. Both know a queue by its `naming::queue_key`, so one tenant's
-//! push never wakes another tenant's queue of the same name.
+//! push never wakes another tenant's queue of the same name. With a mesh,
+//! each announcement is also sent to the other brokers as a hint.
 
 use std::sync::Arc;
 
 use crate::hotlist::HotList;
+use crate::mesh::{Hint, MeshOut};
 use crate::naming::queue_key;
 use crate::wake::WakeGates;
 
@@ -18,19 +20,46 @@ use crate::wake::WakeGates;
 pub(crate) struct Ready {
     hotlist: Arc<HotList>,
     gates: Arc<WakeGates>,
+    /// The other brokers, told the same (`mesh/`), when there is a mesh.
+    mesh: Option<MeshOut>,
 }
 
 impl Ready {
     pub(crate) fn new(hotlist: Arc<HotList>, gates: Arc<WakeGates>) -> Ready {
-        Ready { hotlist, gates }
+        Ready {
+            hotlist,
+            gates,
+            mesh: None,
+        }
+    }
+
+    /// The same handle, also telling the mesh's peers.
+    pub(crate) fn with_mesh(self, mesh: Option<MeshOut>) -> Ready {
+        Ready { mesh, ..self }
+    }
+
+    /// A peer's push hint: what [`Ready::pushed`] does here, not told on.
+    pub(crate) fn hinted(&self, tenant: &str, queue: &str, partition: &str) {
+        let key = queue_key(tenant, queue);
+        self.hotlist.mark_ready(&key, partition);
+        self.gates.open_partition(&key, partition);
+    }
+
+    fn tell(&self, tenant: &str, queue: &str, partition: &str) {
+        if let Some(mesh) = &self.mesh {
+            mesh.send(Hint::Pushed {
+                tenant: tenant.to_owned(),
+                queue: queue.to_owned(),
+                partition: partition.to_owned(),
+            });
+        }
     }
 
     /// After a push committed: every group's ring of the queue offers the
     /// partition, then parked pops of the queue (and discovery pops) wake.
     pub(crate) fn pushed(&self, tenant: &str, queue: &str, partition: &str) {
-        let key = queue_key(tenant, queue);
-        self.hotlist.mark_ready(&key, partition);
-        self.gates.open_partition(&key, partition);
+        self.hinted(tenant, queue, partition);
+        self.tell(tenant, queue, partition);
     }
 
     /// After an ack released a cursor with data behind it (ack-promote): the
@@ -39,5 +68,7 @@ impl Ready {
         let key = queue_key(tenant, queue);
         self.hotlist.mark_ready_for(&key, group, partition);
         self.gates.open_partition(&key, partition);
+        // Peers' rings may have dropped the partition while it was leased.
+        self.tell(tenant, queue, partition);
     }
 }

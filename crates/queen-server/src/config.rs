@@ -201,6 +201,27 @@ pub(crate) struct Config {
     #[arg(long, env = "QUEEN_HOTLIST", default_value = "1", value_parser = parse_flag, action = clap::ArgAction::Set)]
     pub(crate) hotlist: bool,
 
+    /// The other brokers on this database, for the UDP mesh: `host:port`
+    /// entries, comma-separated (a name resolving to several addresses is
+    /// several peers). Empty: the mesh goes through PostgreSQL
+    /// `LISTEN`/`NOTIFY` instead.
+    #[arg(long, env = "QUEEN_PEERS", default_value = "")]
+    pub(crate) peers: String,
+
+    /// The UDP port the mesh listens on (with `QUEEN_PEERS`).
+    #[arg(long, env = "QUEEN_SYNC_PORT", default_value_t = 6633)]
+    pub(crate) sync_port: u16,
+
+    /// The secret every mesh datagram is authenticated with (required with
+    /// `QUEEN_PEERS`; the same on every broker).
+    #[arg(long, env = "QUEEN_SYNC_SECRET")]
+    pub(crate) sync_secret: Option<String>,
+
+    /// Without `QUEEN_PEERS`, exchange the mesh's hints through PostgreSQL
+    /// `LISTEN`/`NOTIFY` (1) or not at all (0: a lone broker).
+    #[arg(long, env = "QUEEN_MESH_NOTIFY", default_value = "1", value_parser = parse_flag, action = clap::ArgAction::Set)]
+    pub(crate) mesh_notify: bool,
+
     /// How often (ms) a hot-list ring is reseeded from SQL: the most a missed
     /// wake-up hint can delay a message.
     #[arg(long, env = "QUEEN_HOTLIST_RESEED_MS", default_value_t = 5000)]

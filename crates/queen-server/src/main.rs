@@ -51,6 +51,12 @@ enum ServerError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot bind the mesh's UDP port {addr} (QUEEN_SYNC_PORT)")]
+    SyncBind {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot install signal handlers")]
     Signals(#[source] std::io::Error),
     #[error("invalid configuration")]
@@ -184,6 +190,8 @@ async fn serve(
         })?;
     }
     let spool_dir = engine_config.spool.as_ref().map(|spool| spool.dir.clone());
+    let mut engine_config = engine_config;
+    engine_config.mesh = mesh_config(config, &db_config)?;
     let pool = queen_sql::connect::pool(db_config, config.db_pool_size)?;
     let engine = queen_engine::Engine::new(pool, engine_config);
     // The engine logged why (another broker holds the directory, or it is
@@ -258,7 +266,60 @@ fn engine_config(config: &Config) -> Result<queen_engine::EngineConfig, ServerEr
         stats_retention: Duration::from_secs(config.stats_retention_days.saturating_mul(86_400)),
         hostname: hostname(),
         port: config.port,
+        mesh: None,
     })
+}
+
+/// The mesh: UDP to `QUEEN_PEERS` (with `QUEEN_SYNC_SECRET`, on
+/// `QUEEN_SYNC_PORT`, bound here so a port in use stops the boot), else
+/// `LISTEN`/`NOTIFY` on the broker's database unless `QUEEN_MESH_NOTIFY=0`.
+fn mesh_config(
+    config: &Config,
+    db_config: &tokio_postgres::Config,
+) -> Result<Option<queen_engine::MeshConfig>, ServerError> {
+    let peers: Vec<String> = config
+        .peers
+        .split(',')
+        .map(str::trim)
+        .filter(|peer| !peer.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let transport = if peers.is_empty() {
+        if !config.mesh_notify {
+            return Ok(None);
+        }
+        queen_engine::MeshTransport::Notify(Box::new(db_config.clone()))
+    } else {
+        let secret = config
+            .sync_secret
+            .clone()
+            .filter(|secret| !secret.is_empty())
+            .ok_or_else(|| {
+                ServerError::Key(
+                    "QUEEN_PEERS needs QUEEN_SYNC_SECRET (the same on every broker)".to_owned(),
+                )
+            })?;
+        if let Some(peer) = peers.iter().find(|peer| {
+            peer.rsplit_once(':')
+                .is_none_or(|(_, port)| port.parse::<u16>().is_err())
+        }) {
+            return Err(ServerError::Key(format!(
+                "QUEEN_PEERS entry {peer:?} is not host:port"
+            )));
+        }
+        let addr = std::net::SocketAddr::from(([0, 0, 0, 0], config.sync_port));
+        let socket = std::net::UdpSocket::bind(addr)
+            .map_err(|source| ServerError::SyncBind { addr, source })?;
+        queen_engine::MeshTransport::Udp {
+            socket: Arc::new(socket),
+            peers,
+            secret: secret.into_bytes(),
+        }
+    };
+    Ok(Some(queen_engine::MeshConfig {
+        transport,
+        drop_inbound: false,
+    }))
 }
 
 /// The at-rest key: from `QUEEN_ENCRYPTION_KEY` or the file
