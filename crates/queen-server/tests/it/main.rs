@@ -6,6 +6,7 @@ mod faults;
 mod harness;
 mod inspect;
 mod keys;
+mod mesh;
 mod metrics;
 mod page;
 mod sdk;
