@@ -36,6 +36,11 @@ pub(crate) struct CommonArgs {
     /// Write the JSON report to this file (it is printed to stdout too).
     #[arg(long, value_name = "PATH")]
     pub(crate) json: Option<PathBuf>,
+    /// How several brokers on one database tell each other of pushes:
+    /// `notify` (PostgreSQL `LISTEN`/`NOTIFY`, the default with no setting)
+    /// or `udp` (`QUEEN_PEERS` naming the others on loopback ports).
+    #[arg(long, value_enum, default_value_t = MeshMode::Notify)]
+    pub(crate) mesh: MeshMode,
     /// Extra environment for the broker, e.g. `--broker-env QUEEN_PUSH_FLUSHERS=8`.
     #[arg(long = "broker-env", value_name = "KEY=VALUE", value_parser = parse_key_value)]
     pub(crate) broker_env: Vec<(String, String)>,
@@ -97,6 +102,16 @@ fn parse_pg_setting(text: &str) -> Result<String, String> {
 
 /// The run directory and the cluster in it. Dropping it stops the cluster and
 /// removes the directory, unless [`Env::keep_dir`] was called.
+/// `--mesh`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum MeshMode {
+    /// `LISTEN`/`NOTIFY` through the database.
+    Notify,
+    /// Signed UDP datagrams between the brokers.
+    Udp,
+}
+
 pub(crate) struct Env {
     cluster: ClusterGuard,
     dir: RunDir,
@@ -173,17 +188,31 @@ impl Env {
         n: usize,
     ) -> Result<Vec<Broker>> {
         let mut brokers = Vec::with_capacity(n);
+        // With `--mesh udp`, each broker names the others as its peers.
+        let sync_ports = (0..n)
+            .map(|_| {
+                std::net::UdpSocket::bind("127.0.0.1:0")
+                    .and_then(|socket| socket.local_addr())
+                    .map(|addr| addr.port())
+                    .context("pick a UDP port")
+            })
+            .collect::<Result<Vec<u16>>>()?;
         for k in 0..n {
             let log = self.dir().join(format!("broker-{dbname}-{k}.log"));
-            brokers.push(
-                Broker::start(
-                    &common.broker,
-                    &self.database_url(dbname),
-                    log,
-                    &common.broker_env,
-                )
-                .await?,
-            );
+            let mut vars = common.broker_env.clone();
+            if common.mesh == MeshMode::Udp && n > 1 {
+                let peers: Vec<String> = sync_ports
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, _)| *j != k)
+                    .map(|(_, port)| format!("127.0.0.1:{port}"))
+                    .collect();
+                vars.push(("QUEEN_PEERS".to_owned(), peers.join(",")));
+                vars.push(("QUEEN_SYNC_PORT".to_owned(), sync_ports[k].to_string()));
+                vars.push(("QUEEN_SYNC_SECRET".to_owned(), "queen-load".to_owned()));
+            }
+            brokers
+                .push(Broker::start(&common.broker, &self.database_url(dbname), log, &vars).await?);
         }
         Ok(brokers)
     }

@@ -86,6 +86,11 @@ pub(crate) struct LatencyOpts {
     /// `batch=` of each pop, comma-separated [default: 1; leased: 1,10].
     #[arg(long, value_name = "N,..", value_delimiter = ',')]
     pub(crate) batches: Vec<usize>,
+    /// Brokers on the database, comma-separated [default: 1]: the producer
+    /// pushes through the first, the consumers pop through the last, so
+    /// with two or more every wake-up crosses brokers (the mesh's hints).
+    #[arg(long, value_name = "N,..", value_delimiter = ',')]
+    pub(crate) brokers: Vec<usize>,
 }
 
 /// How the consumers of a latency case consume.
@@ -127,6 +132,7 @@ impl LatencyOpts {
             grace: 2.0,
             modes: Vec::new(),
             batches: Vec::new(),
+            brokers: Vec::new(),
         }
     }
 
@@ -137,6 +143,11 @@ impl LatencyOpts {
         } else {
             self.modes.clone()
         };
+        let broker_counts = if self.brokers.is_empty() {
+            vec![1]
+        } else {
+            self.brokers.clone()
+        };
         let consumer_cases = |rate: u32, partitions: usize| {
             let mut cases = Vec::new();
             for &mode in &modes {
@@ -146,12 +157,15 @@ impl LatencyOpts {
                     (true, _) => vec![1],
                 };
                 for batch in batches {
-                    cases.push(Case {
-                        rate,
-                        partitions,
-                        mode,
-                        batch,
-                    });
+                    for &brokers in &broker_counts {
+                        cases.push(Case {
+                            rate,
+                            partitions,
+                            mode,
+                            batch,
+                            brokers,
+                        });
+                    }
                 }
             }
             cases
@@ -218,17 +232,23 @@ struct Case {
     partitions: usize,
     mode: Mode,
     batch: usize,
+    brokers: usize,
 }
 
 impl scenario::Case for Case {
     fn name(self) -> String {
-        format!(
+        let name = format!(
             "r{} p{} {} b{}",
             self.rate,
             self.partitions,
             self.mode.name(),
             self.batch
-        )
+        );
+        if self.brokers == 1 {
+            name
+        } else {
+            format!("{name} n{}", self.brokers)
+        }
     }
 }
 
@@ -297,8 +317,9 @@ async fn run_case(
     case: Case,
 ) -> Result<LatencyResult> {
     let dbname = env.create_database("latency").await?;
-    let mut brokers = env.start_brokers(common, &dbname, 1).await?;
+    let mut brokers = env.start_brokers(common, &dbname, case.brokers).await?;
     let addr = brokers[0].addr();
+    let consumer_addr = brokers[brokers.len() - 1].addr();
     let postmaster = env.postmaster_pid()?;
     let pids = env::pids(&brokers);
 
@@ -362,7 +383,7 @@ async fn run_case(
 
     let mut consumer_tasks = Vec::with_capacity(opts.consumers);
     for _ in 0..opts.consumers {
-        let conn = Conn::connect(addr).await?;
+        let conn = Conn::connect(consumer_addr).await?;
         consumer_tasks.push(tokio::spawn(consume(conn, Arc::clone(&shared))));
     }
     if early {

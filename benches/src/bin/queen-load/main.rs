@@ -94,6 +94,9 @@ enum Command {
     /// Every scenario on one cluster: ceiling, push, pop, latency; then push
     /// as a ratio to the ceiling and issue 6's targets.
     All(AllArgs),
+    /// Push, consume and cross-broker latency with 1, 2 and 3 brokers on one
+    /// database (not in `all`).
+    Mesh(AllArgs),
 }
 
 /// Arguments of `queen-load all`: each scenario runs with its defaults.
@@ -196,6 +199,32 @@ fn main() -> ExitCode {
         Command::Soak(args) => ("soak", args.common, vec![Part::Soak(args.opts)]),
         Command::Streams(args) => ("streams", args.common, vec![Part::Streams(args.opts)]),
         Command::Observe(args) => ("observe", args.common, vec![Part::Observe(args.opts)]),
+        Command::Mesh(args) => {
+            let brokers = vec![1, 2, 3];
+            let mut push = push::PushOpts::for_all(args.quick, args.duration);
+            push.brokers.clone_from(&brokers);
+            // Single messages and batches of 100 over 100 partitions, 16
+            // producers spread over the brokers.
+            push.axes = matrix::Axes {
+                batches: vec![1, 100],
+                partitions: vec![100],
+                producers: vec![16],
+            };
+            let mut pop = pop::PopOpts::for_all(args.quick, args.duration);
+            pop.brokers.clone_from(&brokers);
+            pop.consumers = vec![32];
+            pop.modes = vec![pop::Mode::Ack];
+            let mut latency = latency::LatencyOpts::for_all(args.quick, args.duration);
+            latency.brokers = brokers;
+            latency.rates = vec![100];
+            latency.partitions = vec![1];
+            latency.modes = vec![latency::Mode::Auto];
+            (
+                "mesh",
+                args.common,
+                vec![Part::Push(push), Part::Pop(pop), Part::Latency(latency)],
+            )
+        }
         Command::All(args) => (
             "all",
             args.common,
@@ -237,6 +266,9 @@ async fn execute(scenario: &'static str, common: &CommonArgs, parts: &[Part]) ->
     let machine = report::machine(&env, &common.broker).await?;
     let bodies = Arc::new(Bodies::generate());
     let mut report = Report::new(scenario, started_at, machine, common.max_other_cpu);
+    report
+        .settings
+        .insert("mesh".to_owned(), serde_json::json!(common.mesh));
     report.settings.insert(
         "postgresql".to_owned(),
         stats::server_settings(&env.admin, &common.pg_settings).await?,

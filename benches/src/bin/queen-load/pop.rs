@@ -120,6 +120,10 @@ pub(crate) struct PopOpts {
     /// segment size the consumers read.
     #[arg(long, value_name = "N", default_value_t = 100)]
     pub(crate) prefill_batch: usize,
+    /// Brokers on the database, consumers spread over them, comma-separated
+    /// [default: 1].
+    #[arg(long, value_name = "N,..", value_delimiter = ',')]
+    pub(crate) brokers: Vec<usize>,
 }
 
 /// How the pop words `--warmup` and `--quick`.
@@ -139,6 +143,7 @@ impl PopOpts {
             batch: 100,
             prefill: None,
             prefill_batch: 100,
+            brokers: Vec::new(),
         }
     }
 
@@ -155,10 +160,21 @@ impl PopOpts {
         } else {
             self.modes.clone()
         };
+        let brokers = if self.brokers.is_empty() {
+            vec![1]
+        } else {
+            self.brokers.clone()
+        };
         let mut cases = Vec::new();
         for &mode in &modes {
             for &consumers in &consumers {
-                cases.push(Case { mode, consumers });
+                for &brokers in &brokers {
+                    cases.push(Case {
+                        mode,
+                        consumers,
+                        brokers,
+                    });
+                }
             }
         }
         cases
@@ -208,11 +224,16 @@ impl PopOpts {
 struct Case {
     mode: Mode,
     consumers: usize,
+    brokers: usize,
 }
 
 impl scenario::Case for Case {
     fn name(self) -> String {
-        format!("{} c{}", self.mode.name(), self.consumers)
+        if self.brokers == 1 {
+            format!("{} c{}", self.mode.name(), self.consumers)
+        } else {
+            format!("{} c{} n{}", self.mode.name(), self.consumers, self.brokers)
+        }
     }
 }
 
@@ -296,8 +317,12 @@ async fn run_case(
     case: Case,
 ) -> Result<Outcome> {
     let dbname = env.create_database("pop").await?;
-    let mut brokers = env.start_brokers(common, &dbname, 1).await?;
+    let mut brokers = env.start_brokers(common, &dbname, case.brokers).await?;
     let addr = brokers[0].addr();
+    // Consumer i pops (and acks) through broker i mod n.
+    let consumer_addrs: Vec<SocketAddr> = (0..case.consumers)
+        .map(|i| brokers[i % brokers.len()].addr())
+        .collect();
     let postmaster = env.postmaster_pid()?;
     let pids = env::pids(&brokers);
 
@@ -333,7 +358,7 @@ async fn run_case(
     )
     .await?;
 
-    let consumers = Conn::connect_many(addr, case.consumers).await?;
+    let consumers = connect_spread(&consumer_addrs).await?;
 
     // Warm-up, then top up the backlog for the window.
     let warm_started = Instant::now();
@@ -363,7 +388,7 @@ async fn run_case(
     // nothing for 30 s (hyper's header read timeout), and a top-up can last
     // that long.
     drop(consumers);
-    let consumers = Conn::connect_many(addr, case.consumers).await?;
+    let consumers = connect_spread(&consumer_addrs).await?;
 
     // The window.
     let ((consumers, window), measured) = scenario::measure(
@@ -452,6 +477,15 @@ impl cpu::Measured for Outcome {
 }
 
 /// `Some(reason)` when `POST /api/v1/ack/batch` answers 404.
+/// One connection to each of `addrs`.
+async fn connect_spread(addrs: &[SocketAddr]) -> Result<Vec<Conn>> {
+    let mut conns = Vec::with_capacity(addrs.len());
+    for &addr in addrs {
+        conns.push(Conn::connect(addr).await?);
+    }
+    Ok(conns)
+}
+
 async fn ack_route_missing(addr: SocketAddr) -> Result<Option<String>> {
     let mut conn = Conn::connect(addr).await?;
     let body = format!("{{\"acknowledgments\":[],\"consumerGroup\":\"{QUEUE_MODE}\"}}");
