@@ -14,8 +14,10 @@
 --                     that offset, in one transaction; log_dlq_head_v2 does
 --                     it only while no other worker holds a live lease.
 --   log_lease_extend_v1  extends a lease on every partition it holds.
---   *_v2 (at the end)  the same, guarded by the caller's tenant: what the
---                     broker calls; partition_in_tenant_v1 is the guard.
+--   *_v2 (at the end)  log_ack_v1 and log_lease_extend_v1 guarded by the
+--                     caller's tenant (partition_in_tenant_v1); the broker
+--                     calls log_ack_batch_v1 only for a batch it served to a
+--                     pop of the acking tenant.
 --
 -- An ack whose lease is no longer the live one (another worker re-claimed the
 -- batch after expiry) is refused: the batch belongs to the new holder. An ack
@@ -465,28 +467,6 @@ BEGIN
     RETURN EXISTS (SELECT 1
                      FROM queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id
                     WHERE p.id = p_pid AND q.tenant_id = p_tenant);
-END;
-$$;
-
--- log_ack_batch_v1 of a partition of p_tenant; another tenant's partition
--- answers o_acked false (the broker then resolves the items one by one, and
--- log_ack_v2 refuses them too).
-CREATE OR REPLACE FUNCTION queen.log_ack_batch_v2(
-    p_tenant    text,
-    p_pid       uuid,
-    p_group     text,
-    p_lease     uuid,
-    p_batch_end bigint
-) RETURNS TABLE (o_acked boolean, o_pending boolean)
-LANGUAGE plpgsql
-VOLATILE
-AS $$
-BEGIN
-    IF NOT queen.partition_in_tenant_v1(p_pid, p_tenant) THEN
-        o_acked := false; o_pending := false; RETURN NEXT;
-        RETURN;
-    END IF;
-    RETURN QUERY SELECT * FROM queen.log_ack_batch_v1(p_pid, p_group, p_lease, p_batch_end);
 END;
 $$;
 

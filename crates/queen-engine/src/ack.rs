@@ -4,9 +4,10 @@
 //! this broker served, all `completed`, becomes one positional advance
 //! (`log_ack_batch_v1`). Anything else (a partial ack, another broker's pop,
 //! a restart, a failure) resolves transaction ids to offsets through the
-//! hash sidecar (`log_ack_v1`). Both are called through their `_v2`
-//! wrappers, which first check the partition is the caller's tenant's (another
-//! tenant's answers not found). When that asks for a dead letter, the frame is
+//! hash sidecar (`log_ack_v1`, called through `log_ack_v2`, which first checks
+//! the partition is the caller's tenant's; the positional path needs no such
+//! check: the registry entry it uses is of a pop of that tenant). When that
+//! asks for a dead letter, the frame is
 //! decoded here and filed with `log_dlq_head_v1`, and the deferred items are
 //! resubmitted.
 //!
@@ -193,13 +194,18 @@ impl Acks {
         if let Some(lease) = lease {
             let all_completed = items.iter().all(|i| i.status == AckStatus::Completed);
             if let Some(served) = self.registry.get(lease, partition_id, Instant::now()) {
+                // The registry knows the queue by its key: the batch was
+                // served to a pop of that tenant, which proves the partition
+                // is the tenant's (another tenant's ack takes the guarded
+                // hash path, and is refused there).
+                let (served_tenant, queue) = split_queue_key(&served.queue);
                 if all_completed
+                    && served_tenant == tenant
                     && served.group == group
                     && AckRegistry::covers_whole_batch(&served, &hashes)
                 {
                     let acked = queen_sql::ack::ack_batch(
                         client,
-                        tenant,
                         partition_id,
                         group,
                         lease,
@@ -209,8 +215,6 @@ impl Acks {
                     if acked.acked {
                         self.positional.fetch_add(1, Ordering::Relaxed);
                         self.registry.forget(lease, partition_id);
-                        // The registry knows the queue by its key.
-                        let (_, queue) = split_queue_key(&served.queue);
                         if acked.pending {
                             self.ready.promoted(tenant, queue, group, &served.partition);
                         }

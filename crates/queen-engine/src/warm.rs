@@ -150,7 +150,6 @@ async fn warm_one(
                 .saturating_sub(1);
             queen_sql::ack::ack_batch(
                 &transaction,
-                DEFAULT_TENANT,
                 *partition_id,
                 params.group,
                 params.worker,

@@ -9,7 +9,7 @@ use uuid::Uuid;
 use crate::prepared::{self, Conn};
 use crate::SqlError;
 
-const ACK_BATCH: &str = "SELECT * FROM queen.log_ack_batch_v2($1, $2, $3, $4, $5)";
+const ACK_BATCH: &str = "SELECT * FROM queen.log_ack_batch_v1($1, $2, $3, $4)";
 const ACK: &str = "SELECT * FROM queen.log_ack_v2($1, $2, $3, $4, $5, $6, $7, $8)";
 const DLQ_HEAD: &str =
     "SELECT * FROM queen.log_dlq_head_v2($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
@@ -24,10 +24,11 @@ pub struct BatchAck {
     pub pending: bool,
 }
 
-/// Advance the cursor to `batch_end`, guarded by the lease and by `tenant`.
+/// Advance the cursor to `batch_end`, guarded by the lease. Not by a
+/// tenant: the caller has checked the partition is the acking tenant's (the
+/// broker takes this path only for a batch it served that tenant's pop).
 pub async fn ack_batch(
     conn: &impl Conn,
-    tenant: &str,
     partition_id: Uuid,
     group: &str,
     lease: Uuid,
@@ -36,8 +37,8 @@ pub async fn ack_batch(
     let row = prepared::query_one(
         conn,
         ACK_BATCH,
-        &[Type::TEXT, Type::UUID, Type::TEXT, Type::UUID, Type::INT8],
-        &[&tenant, &partition_id, &group, &lease, &batch_end],
+        &[Type::UUID, Type::TEXT, Type::UUID, Type::INT8],
+        &[&partition_id, &group, &lease, &batch_end],
     )
     .await?;
     Ok(BatchAck {
