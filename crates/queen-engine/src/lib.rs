@@ -35,6 +35,7 @@ mod offload;
 mod pop;
 mod push;
 mod queue_cache;
+mod reader;
 mod ready;
 mod registry;
 mod retention;

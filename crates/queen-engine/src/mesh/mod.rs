@@ -11,8 +11,9 @@
 //!
 //! Outbound, [`MeshOut::send`] never waits: hints go into a bounded queue
 //! ([`MAX_PENDING`]; past it they are dropped and counted) that one task
-//! drains, coalescing what arrives within [`COALESCE`] into one batch,
-//! duplicates removed. Two transports carry batches:
+//! drains in rounds, duplicates removed: a hint after a quiet spell leaves
+//! at once, and under load a round goes at most every [`UDP_SPACING`] (1 ms)
+//! or [`NOTIFY_SPACING`] (5 ms), carrying everything that arrived meanwhile. Two transports carry batches:
 //! - UDP (`udp.rs`) to `QUEEN_PEERS`, each datagram tagged with a MAC
 //!   over `QUEEN_SYNC_SECRET`; unsigned, forged and replayed datagrams are
 //!   dropped and counted;
@@ -108,8 +109,12 @@ pub struct MeshConfig {
 pub(crate) const MAX_PENDING: usize = 4096;
 /// Hints of one outbound round at most.
 const MAX_ROUND: usize = 1024;
-/// How long the sender gathers hints before sending them as one batch.
-pub(crate) const COALESCE: Duration = Duration::from_millis(2);
+/// The least time between two UDP rounds: a hint after a quiet spell
+/// leaves at once; under load, what arrives within this is one round.
+pub(crate) const UDP_SPACING: Duration = Duration::from_millis(1);
+/// The same for `NOTIFY`, where each round is a statement and a commit of
+/// its own: at most 200 per second per broker.
+pub(crate) const NOTIFY_SPACING: Duration = Duration::from_millis(5);
 /// How often `QUEEN_PEERS` names are resolved again.
 pub(crate) const RESOLVE_EVERY: Duration = Duration::from_secs(30);
 
@@ -302,8 +307,9 @@ fn rand_u64() -> u64 {
     u64::from_le_bytes(bytes[..8].try_into().unwrap_or([0; 8]))
 }
 
-/// Drain the outbound queue: wait for a hint, gather for [`COALESCE`],
-/// drop duplicates, send.
+/// Drain the outbound queue in rounds: wait for a hint, wait out the
+/// spacing since the last round, take everything queued, drop duplicates,
+/// send.
 async fn send_loop(
     mut rx: mpsc::Receiver<Hint>,
     sender: Sender,
@@ -311,11 +317,19 @@ async fn send_loop(
     counters: Arc<Counters>,
 ) {
     let mut seq = 0u64;
+    let spacing = match &sender {
+        Sender::Udp(_) => UDP_SPACING,
+        Sender::Notify(_) => NOTIFY_SPACING,
+    };
+    let mut last_round = tokio::time::Instant::now() - spacing;
     loop {
         let Some(first) = rx.recv().await else {
             return;
         };
-        tokio::time::sleep(COALESCE).await;
+        // A round at most every `spacing`: right away after a quiet
+        // spell, else gathering until the spacing is over.
+        tokio::time::sleep_until(last_round + spacing).await;
+        last_round = tokio::time::Instant::now();
         let mut seen = HashSet::new();
         let mut round = Vec::new();
         for hint in std::iter::once(first).chain(std::iter::from_fn(|| rx.try_recv().ok())) {

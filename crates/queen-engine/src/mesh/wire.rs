@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::Hint;
+use crate::reader::Reader;
 
 const MAGIC: &[u8; 2] = b"QH";
 const VERSION: u8 = 1;
@@ -139,77 +140,54 @@ fn finish((mut out, count): (Vec<u8>, u16)) -> Vec<u8> {
     out
 }
 
-struct Reader<'a> {
-    rest: &'a [u8],
+/// A name: `u8` length and bytes, UTF-8 under the one name rule (empty
+/// allowed: the absent queue of a group hint).
+fn name(reader: &mut Reader<'_>) -> Option<String> {
+    let name = std::str::from_utf8(reader.u8_field()?).ok()?;
+    (name.is_empty() || crate::naming::name_problem(name).is_none()).then(|| name.to_owned())
 }
 
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.rest.len() < n {
-            return None;
-        }
-        let (head, rest) = self.rest.split_at(n);
-        self.rest = rest;
-        Some(head)
-    }
-
-    fn u8(&mut self) -> Option<u8> {
-        self.take(1).map(|b| b[0])
-    }
-
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-
-    fn name(&mut self) -> Option<String> {
-        let len = usize::from(self.u8()?);
-        let name = std::str::from_utf8(self.take(len)?).ok()?;
-        // The one name rule holds on the wire too: nothing else is applied.
-        (len == 0 || crate::naming::name_problem(name).is_none()).then(|| name.to_owned())
-    }
-
-    fn required(&mut self) -> Option<String> {
-        self.name().filter(|name| !name.is_empty())
-    }
+fn required(reader: &mut Reader<'_>) -> Option<String> {
+    name(reader).filter(|name| !name.is_empty())
 }
 
 /// The batch in `bytes`, or `None` when it is malformed.
 pub(crate) fn decode(bytes: &[u8]) -> Option<Batch> {
-    let mut reader = Reader { rest: bytes };
-    if reader.take(2)? != MAGIC || reader.u8()? != VERSION {
+    let mut reader = Reader::new(bytes);
+    if reader.take(2)? != MAGIC || reader.byte()? != VERSION {
         return None;
     }
-    let sender = reader.u64()?;
-    let seq = reader.u64()?;
-    let sent_ms = reader.u64()?;
-    let count = u16::from_le_bytes(reader.take(2)?.try_into().ok()?);
+    let sender = reader.u64_le()?;
+    let seq = reader.u64_le()?;
+    let sent_ms = reader.u64_le()?;
+    let count = reader.u16_le()?;
     let mut hints = Vec::with_capacity(usize::from(count).min(1024));
     for _ in 0..count {
-        let hint = match reader.u8()? {
+        let hint = match reader.byte()? {
             KIND_PUSHED => Hint::Pushed {
-                tenant: reader.required()?,
-                queue: reader.required()?,
-                partition: reader.required()?,
+                tenant: required(&mut reader)?,
+                queue: required(&mut reader)?,
+                partition: required(&mut reader)?,
             },
             KIND_QUEUE_CHANGED => Hint::QueueChanged {
-                tenant: reader.required()?,
-                queue: reader.required()?,
+                tenant: required(&mut reader)?,
+                queue: required(&mut reader)?,
             },
             KIND_QUEUE_DELETED => Hint::QueueDeleted {
-                tenant: reader.required()?,
-                queue: reader.required()?,
+                tenant: required(&mut reader)?,
+                queue: required(&mut reader)?,
             },
             KIND_GROUP_CHANGED => Hint::GroupChanged {
-                tenant: reader.required()?,
-                group: reader.required()?,
-                queue: reader.name().filter(|queue| !queue.is_empty()),
+                tenant: required(&mut reader)?,
+                group: required(&mut reader)?,
+                queue: name(&mut reader).filter(|queue| !queue.is_empty()),
             },
             KIND_MAINTENANCE => Hint::Maintenance,
             _ => return None,
         };
         hints.push(hint);
     }
-    reader.rest.is_empty().then_some(Batch {
+    reader.is_empty().then_some(Batch {
         sender,
         seq,
         sent_ms,

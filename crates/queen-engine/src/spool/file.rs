@@ -25,6 +25,8 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use uuid::Uuid;
 
+use crate::reader::Reader;
+
 /// A log passing this size is closed and a new one started.
 pub(crate) const ROTATE_BYTES: u64 = 64 * 1024 * 1024;
 
@@ -102,25 +104,25 @@ impl Record {
         if crc32fast::hash(body) != crc {
             return None;
         }
-        let mut reader = Reader { rest: body };
+        let mut reader = Reader::new(body);
         let tenant = match reader.byte()? {
-            RECORD_VERSION => reader.string()?,
+            RECORD_VERSION => string(&mut reader)?,
             RECORD_VERSION_1 => crate::naming::DEFAULT_TENANT.to_owned(),
             _ => return None,
         };
-        let queue = reader.string()?;
-        let partition = reader.string()?;
-        let transaction_id = reader.string()?;
+        let queue = string(&mut reader)?;
+        let partition = string(&mut reader)?;
+        let transaction_id = string(&mut reader)?;
         let trace_id = match reader.byte()? {
             0 => None,
             _ => Some(Uuid::from_slice(reader.take(16)?).ok()?),
         };
         let producer_sub = match reader.byte()? {
             0 => None,
-            _ => Some(reader.string()?),
+            _ => Some(string(&mut reader)?),
         };
-        let payload = Bytes::copy_from_slice(reader.field()?);
-        reader.rest.is_empty().then_some((
+        let payload = Bytes::copy_from_slice(reader.u32_field()?);
+        reader.is_empty().then_some((
             Record {
                 tenant,
                 queue,
@@ -140,32 +142,9 @@ fn put(out: &mut Vec<u8>, field: &[u8]) {
     out.extend_from_slice(field);
 }
 
-struct Reader<'a> {
-    rest: &'a [u8],
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.rest.len() < n {
-            return None;
-        }
-        let (head, rest) = self.rest.split_at(n);
-        self.rest = rest;
-        Some(head)
-    }
-
-    fn byte(&mut self) -> Option<u8> {
-        self.take(1).map(|b| b[0])
-    }
-
-    fn field(&mut self) -> Option<&'a [u8]> {
-        let len = u32::from_le_bytes(self.take(4)?.try_into().ok()?) as usize;
-        self.take(len)
-    }
-
-    fn string(&mut self) -> Option<String> {
-        String::from_utf8(self.field()?.to_vec()).ok()
-    }
+/// A spool record's length-prefixed string.
+fn string(reader: &mut Reader<'_>) -> Option<String> {
+    String::from_utf8(reader.u32_field()?.to_vec()).ok()
 }
 
 /// The records of `bytes` from its start, each with the offset just past
