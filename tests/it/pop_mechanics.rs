@@ -193,8 +193,10 @@ async fn parked_pops_hold_no_permit_connection_or_lock_and_empty_polls_take_no_p
     );
     let locks: i64 = select_i64(
         &broker.sql().await,
+        // This test's database only: other tests run beside it on the cluster.
         "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation \
-         JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'queen'",
+         JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'queen' \
+           AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
     )
     .await;
     assert_eq!(locks, 0, "a parked pop holds a lock");
