@@ -738,7 +738,7 @@ impl Engine {
     /// Tell the other brokers `hint` (nothing without a mesh).
     fn tell(&self, hint: Hint) {
         if let Some(mesh) = &self.mesh {
-            mesh.out().send(hint);
+            mesh.send(hint);
         }
     }
 

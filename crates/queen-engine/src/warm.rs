@@ -83,7 +83,7 @@ async fn warm_one(
     let queue = format!("__queen_warm_up_{}", Uuid::now_v7());
     let (_, _, partition, entry) = Entry::from_item(
         PushItem {
-            tenant: std::sync::Arc::from(DEFAULT_TENANT),
+            tenant: crate::naming::default_tenant(),
             queue: queue.clone(),
             partition: "Default".to_owned(),
             transaction_id: None,

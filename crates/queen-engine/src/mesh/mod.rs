@@ -195,7 +195,6 @@ impl MeshOut {
 /// The running mesh.
 pub(crate) struct Mesh {
     out: MeshOut,
-    counters: Arc<Counters>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -263,11 +262,7 @@ impl Mesh {
             Arc::clone(&counters),
         )));
         Ok(Mesh {
-            out: MeshOut {
-                tx,
-                counters: Arc::clone(&counters),
-            },
-            counters,
+            out: MeshOut { tx, counters },
             tasks,
         })
     }
@@ -277,9 +272,14 @@ impl Mesh {
         self.out.clone()
     }
 
+    /// Queue `hint` for the peers (see [`MeshOut::send`]).
+    pub(crate) fn send(&self, hint: Hint) {
+        self.out.send(hint);
+    }
+
     /// The counters now.
     pub(crate) fn stats(&self) -> MeshStats {
-        self.counters.snapshot()
+        self.out.counters.snapshot()
     }
 }
 
