@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use queen_engine::{EngineConfig, MeshConfig, MeshTransport};
 use queen_testkit::TestDb;
 use queen_tests::TestBroker;
-use serde_json::{json, Value};
+use serde_json::json;
+
+use crate::support::{configure, push};
 
 /// Brokers on one database; `reseed` their hot-list reseed period.
 fn notify_config(db: &TestDb, reseed: Duration, drop_inbound: bool) -> EngineConfig {
@@ -47,22 +49,6 @@ fn udp_configs(secret: &[u8], reseed: Duration) -> (EngineConfig, EngineConfig) 
     (config(a, b_port), config(b, a_port))
 }
 
-async fn push(broker: &TestBroker, queue: &str, payload: Value) {
-    let reply = broker
-        .client
-        .post_json(
-            "/api/v1/push",
-            &json!({"items": [{"queue": queue, "payload": payload}]}),
-        )
-        .await;
-    assert_eq!(
-        reply.status,
-        201,
-        "{}",
-        String::from_utf8_lossy(&reply.body)
-    );
-}
-
 /// A consumer parked on `consumer` (long-poll up to 10 s), then one push on
 /// `producer`: how long until the consumer had it.
 async fn wake_latency(producer: &TestBroker, consumer: &TestBroker, queue: &str) -> Duration {
@@ -80,7 +66,7 @@ async fn wake_latency(producer: &TestBroker, consumer: &TestBroker, queue: &str)
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     let pushed_at = Instant::now();
-    push(producer, queue, json!({"at": "now"})).await;
+    push(producer, queue, "Default", &[json!({"at": "now"})]).await;
     let (popped, at) = parked.await.unwrap();
     assert_eq!(
         popped["messages"].as_array().map(Vec::len),
@@ -90,14 +76,6 @@ async fn wake_latency(producer: &TestBroker, consumer: &TestBroker, queue: &str)
     at - pushed_at
 }
 
-async fn configure(broker: &TestBroker, queue: &str) {
-    let reply = broker
-        .client
-        .post_json("/api/v1/configure", &json!({"queue": queue}))
-        .await;
-    assert_eq!(reply.status, 200);
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_push_on_one_broker_wakes_a_consumer_parked_on_another_through_notify() {
     let db = TestDb::new().await;
@@ -105,7 +83,7 @@ async fn a_push_on_one_broker_wakes_a_consumer_parked_on_another_through_notify(
     let reseed = Duration::from_secs(30);
     let a = TestBroker::serve(db.clone(), notify_config(&db, reseed, false)).await;
     let b = TestBroker::serve(db.clone(), notify_config(&db, reseed, false)).await;
-    configure(&a, "q").await;
+    configure(&a, "q", json!({})).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     for _ in 0..5 {
         let latency = wake_latency(&a, &b, "q").await;
@@ -127,7 +105,7 @@ async fn udp_hints_wake_peers_and_unsigned_or_replayed_datagrams_are_dropped() {
     };
     let a = TestBroker::serve(db.clone(), a_config).await;
     let b = TestBroker::serve(db.clone(), b_config).await;
-    configure(&a, "u").await;
+    configure(&a, "u", json!({})).await;
     for _ in 0..3 {
         let latency = wake_latency(&a, &b, "u").await;
         assert!(latency < Duration::from_secs(2), "woken after {latency:?}");
@@ -172,7 +150,7 @@ async fn a_lost_hint_costs_at_most_one_reseed() {
     let reseed = Duration::from_millis(1500);
     let a = TestBroker::serve(db.clone(), notify_config(&db, reseed, false)).await;
     let b = TestBroker::serve(db.clone(), notify_config(&db, reseed, true)).await;
-    configure(&a, "lossy").await;
+    configure(&a, "lossy", json!({})).await;
     for _ in 0..3 {
         let latency = wake_latency(&a, &b, "lossy").await;
         assert!(
@@ -193,7 +171,7 @@ async fn a_queue_deleted_through_one_broker_ends_pops_parked_on_another() {
     let reseed = Duration::from_secs(30);
     let a = TestBroker::serve(db.clone(), notify_config(&db, reseed, false)).await;
     let b = TestBroker::serve(db.clone(), notify_config(&db, reseed, false)).await;
-    configure(&a, "doomed").await;
+    configure(&a, "doomed", json!({})).await;
     let reply = b.client.get("/api/v1/pop/queue/doomed?autoAck=true").await;
     assert!(reply.status.is_success());
     let client = b.client.clone();
