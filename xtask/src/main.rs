@@ -86,12 +86,7 @@ fn ci() -> Result<(), String> {
         "-D",
         "warnings",
     ])?;
-    cargo(&["test", "--workspace", "--exclude", "queen-tests"])?;
-    // The in-process integration tests wait on PostgreSQL and on each other's
-    // long-polls far more than they compute: four at a time on two cores
-    // halves their time (each has its own database; none counts anything
-    // cluster-wide).
-    cargo(&["test", "-p", "queen-tests", "--", "--test-threads", "4"])?;
+    cargo(&["test", "--workspace"])?;
     // The engine embedded without HTTP, as its example shows users doing it.
     cargo(&[
         "run",
