@@ -979,6 +979,7 @@ impl Engine {
     /// The process series now: every component's figures, no database.
     pub fn process_metrics(&self) -> ProcessMetrics {
         let status = self.pool.status();
+        let hotlist = self.serving.hotlist_size();
         ProcessMetrics {
             uptime: self.stats.uptime(),
             totals: self.stats.totals(),
@@ -987,7 +988,9 @@ impl Engine {
             limiter: self.serving.limiter_stats(),
             pops_in_progress: self.serving.in_progress(),
             parked: self.serving.parked(),
-            hotlist: self.serving.hotlist_size(),
+            hotlist: (hotlist.0, hotlist.1),
+            hotlist_bytes: hotlist.2,
+            pop_wakeups: self.serving.wakeups(),
             memory: self.memory_stats(),
             spool: self.spool_stats(),
             retention: self.retention.stats(),

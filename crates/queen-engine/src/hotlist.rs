@@ -398,15 +398,35 @@ impl HotList {
         queues
     }
 
-    /// (rings, partition names they hold ready or scheduled): one pass
-    /// under the lock, for `/metrics`.
-    pub(crate) fn size(&self) -> (usize, usize) {
+    /// (rings, partition names they hold ready or scheduled, the bytes those
+    /// take): one pass under the lock, for `/metrics`. Bytes count each
+    /// ring's containers at their capacity and every name's heap copy (a
+    /// ready name is held twice: the queue and its de-duplication set).
+    pub(crate) fn size(&self) -> (usize, usize, usize) {
+        const STRING: usize = std::mem::size_of::<String>();
         let rings = self.rings.lock();
-        let entries = rings
-            .values()
-            .map(|ring| ring.ready.len() + ring.waiting.len())
-            .sum();
-        (rings.len(), entries)
+        let (mut entries, mut bytes) = (0, 0);
+        for ((queue, group), ring) in rings.iter() {
+            entries += ring.ready.len() + ring.waiting.len();
+            bytes += std::mem::size_of::<Ring>() + 2 * STRING + queue.len() + group.len();
+            bytes += ring.ready.capacity() * STRING
+                + ring.in_ready.capacity() * (STRING + 8)
+                + ring.window_due.capacity() * (STRING + 8)
+                + ring.waiting.capacity() * (STRING + 32);
+            bytes += ring.ready.iter().map(|name| 2 * name.len()).sum::<usize>();
+            bytes += ring.window_due.iter().map(String::len).sum::<usize>();
+            bytes += ring
+                .wheel
+                .values()
+                .map(|names| 48 + names.capacity() * STRING)
+                .sum::<usize>();
+            bytes += ring
+                .waiting
+                .keys()
+                .map(|name| 2 * name.len())
+                .sum::<usize>();
+        }
+        (rings.len(), entries, bytes)
     }
 
     /// Forget rings unused for [`IDLE_RING_EXPIRY`].

@@ -47,6 +47,10 @@ pub struct ProcessMetrics {
     pub parked: Vec<(String, usize)>,
     /// Hot-list rings and the partition names they hold.
     pub hotlist: (usize, usize),
+    /// The bytes the hot-list rings take (an estimate from their sizes).
+    pub hotlist_bytes: usize,
+    /// Parked pops a wake gate woke, since start.
+    pub pop_wakeups: u64,
     /// The client-keyed maps.
     pub memory: MemoryStats,
     /// The push spool, if any.
@@ -423,9 +427,27 @@ impl Collector for EngineCollector {
         )?;
         gauge(
             e,
+            "hotlist_bytes",
+            "Bytes the hot-list rings take (estimated from their sizes)",
+            as_i64(p.hotlist_bytes),
+        )?;
+        counter(
+            e,
+            "pop_wakeups",
+            "Parked pops a wake gate woke",
+            p.pop_wakeups,
+        )?;
+        gauge(
+            e,
             "wake_gates",
             "Wake gates held",
             as_i64(p.memory.wake_gates),
+        )?;
+        gauge(
+            e,
+            "queue_cache_entries",
+            "Queue names the pop path's queue cache holds",
+            as_i64(p.memory.queue_cache_entries),
         )?;
         gauge(
             e,

@@ -35,7 +35,7 @@ use crate::limiter::{Limiter, LimiterConfig, LimiterStats};
 use crate::naming::{queue_key, QueueRef};
 use crate::ready::Ready;
 use crate::registry::AckRegistry;
-use crate::wake::{Gate, WakeGates};
+use crate::wake::{Gate, WaitKey, WakeGates};
 use crate::EngineError;
 
 /// The consumer group of queue mode: one shared cursor per partition.
@@ -192,6 +192,9 @@ pub(crate) struct PopState {
     pub(crate) parked: AtomicUsize,
     /// Connections checked out by the pop path.
     checkouts: AtomicU64,
+    /// Parked pops a gate woke (`queen_pop_wakeups`): what a push costs the
+    /// pops parked on its queue.
+    wakeups: AtomicU64,
 }
 
 /// Async gates by key hash: a fixed set of stripes (so no map keyed by client
@@ -355,8 +358,8 @@ impl Serving {
         self.gates.parked()
     }
 
-    /// (rings, names they hold) of the hot-list.
-    pub(crate) fn hotlist_size(&self) -> (usize, usize) {
+    /// (rings, names they hold, their bytes) of the hot-list.
+    pub(crate) fn hotlist_size(&self) -> (usize, usize, usize) {
         self.hotlist.size()
     }
 
@@ -406,7 +409,12 @@ impl Serving {
             }
             PopTarget::Discovery { .. } => self.gates.discovery(&request.tenant),
         };
-        self.hold_for_min_pop_wait(&request, deadline).await;
+        let wait_key = match &request.target {
+            PopTarget::Partition { partition, .. } => WaitKey::new(&request.group, Some(partition)),
+            _ => WaitKey::new(&request.group, None),
+        };
+        self.hold_for_min_pop_wait(&request, deadline, &wait_key)
+            .await;
         let _parked = ParkedGuard::new(&self.state.parked);
         let mut attempt = 0u32;
         // Whether the gate (not the timer) ended the last wait.
@@ -438,9 +446,10 @@ impl Serving {
             }
             let interval = self.config.pop_wait.interval(attempt).min(deadline - now);
             tokio::select! {
-                () = gate.wait_past(seen) => {
+                () = gate.wait_past(seen, &wait_key) => {
                     attempt = 0;
                     woken = true;
+                    self.state.wakeups.fetch_add(1, Ordering::Relaxed);
                 }
                 () = tokio::time::sleep(interval) => {
                     attempt = attempt.saturating_add(1);
@@ -469,6 +478,10 @@ impl Serving {
     /// Connections the pop path has checked out since start: each is at
     /// least one SQL round trip. A caught-up queue polled through the
     /// hot-list costs none.
+    pub(crate) fn wakeups(&self) -> u64 {
+        self.state.wakeups.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn checkouts(&self) -> u64 {
         self.state.checkouts.load(Ordering::Relaxed)
     }
@@ -494,7 +507,12 @@ impl Serving {
     /// `log_pending_count_v1` call, on a connection returned before waiting,
     /// made again each time a push or a wake opens the queue's gate; with the
     /// hot-list, a ring with nothing ready skips even that.
-    async fn hold_for_min_pop_wait(&self, request: &PopRequest, deadline: Instant) {
+    async fn hold_for_min_pop_wait(
+        &self,
+        request: &PopRequest,
+        deadline: Instant,
+        wait_key: &WaitKey,
+    ) {
         if !self.state.any_min_pop_wait.load(Ordering::Relaxed) || request.batch <= 1 {
             return;
         }
@@ -545,7 +563,7 @@ impl Serving {
             }
             tokio::select! {
                 () = tokio::time::sleep_until(until.into()) => return,
-                () = gate.wait_past(seen) => {}
+                () = gate.wait_past(seen, wait_key) => {}
             }
         }
     }

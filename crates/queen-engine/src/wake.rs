@@ -1,5 +1,15 @@
 //! Wake gates: one per queue, a generation counter plus a notify.
 //!
+//! Who wakes how many: a push (or an ack-promote) of one partition wakes one
+//! parked pop per consumer group parked on the queue (and every pop parked on
+//! that very partition), not every pop parked on the queue: ten thousand
+//! consumers parked on 100 queues used to wake a hundred pops per push
+//! (issue 20), all but one of which found nothing and parked again. A woken
+//! pop that is cancelled before it runs hands its wake to the next waiter
+//! (`tokio::sync::Notify::notify_one`). Everything else that opens a gate
+//! (a lease or hold ending, a group's cursors moved, a queue deleted,
+//! maintenance, shutdown) wakes every waiter.
+//!
 //! Who waits: a parked long-poll pop, holding no permit, no pooled connection
 //! and no lock. Who wakes: a local push after commit, an ack that leaves data
 //! behind the cursor, the hot-list's wheel when a lease or a visibility hold
@@ -44,6 +54,45 @@ pub(crate) struct Gate {
     /// Pops waiting on the gate now (the parked pops of `/metrics` and the
     /// statistics rows).
     parked: AtomicUsize,
+    /// The waiters by who they are, each kind with its own notify (for
+    /// [`Gate::open_partition`]) and how many wait on it. An entry lives only
+    /// while a pop waits on it, so the map is bounded by the parked pops.
+    waiters: Mutex<HashMap<WaitKey, (Arc<Notify>, usize)>>,
+}
+
+/// Who a parked pop is, for the wakes of one partition's new data: its
+/// consumer group, and its partition when it pops only that one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct WaitKey {
+    group: Box<str>,
+    partition: Option<Box<str>>,
+}
+
+impl WaitKey {
+    pub(crate) fn new(group: &str, partition: Option<&str>) -> WaitKey {
+        WaitKey {
+            group: group.into(),
+            partition: partition.map(Into::into),
+        }
+    }
+}
+
+/// Takes a waiter off its gate's map when its wait ends or is cancelled.
+struct Registered<'g> {
+    gate: &'g Gate,
+    key: &'g WaitKey,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        let mut waiters = self.gate.waiters.lock();
+        if let Some(entry) = waiters.get_mut(self.key) {
+            entry.1 = entry.1.saturating_sub(1);
+            if entry.1 == 0 {
+                waiters.remove(self.key);
+            }
+        }
+    }
 }
 
 /// Counts one waiter of a gate while it waits (dropped when the wait ends or
@@ -83,6 +132,22 @@ impl Gate {
         self.notify.notify_waiters();
     }
 
+    /// Open the gate for new data in `partition`: one waiter of each group
+    /// waiting on the whole queue wakes, and every waiter on that partition.
+    /// A pop that finds nothing re-checks the generation and parks again; the
+    /// others of its group stay parked.
+    pub(crate) fn open_partition(&self, partition: &str) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        let waiters = self.waiters.lock();
+        for (key, (notify, _)) in waiters.iter() {
+            match key.partition.as_deref() {
+                None => notify.notify_one(),
+                Some(name) if name == partition => notify.notify_waiters(),
+                Some(_) => {}
+            }
+        }
+    }
+
     /// Remember that `partition` has new data, unless the gate already holds
     /// [`MAX_HINTS`] names.
     fn hint(&self, partition: &str) {
@@ -105,20 +170,36 @@ impl Gate {
         }
     }
 
-    /// Wait until the gate was opened after `seen` was read. Returns at once if
+    /// Wait, as `key`, until the gate was opened after `seen` was read for
+    /// everyone or for `key` ([`Gate::open_partition`]). Returns at once if
     /// that already happened.
-    pub(crate) async fn wait_past(&self, seen: u64) {
+    pub(crate) async fn wait_past(&self, seen: u64, key: &WaitKey) {
         let _parked = Parked::new(&self.parked);
+        let own = {
+            let mut waiters = self.waiters.lock();
+            let entry = waiters
+                .entry(key.clone())
+                .or_insert_with(|| (Arc::new(Notify::new()), 0));
+            entry.1 += 1;
+            Arc::clone(&entry.0)
+        };
+        let _registered = Registered { gate: self, key };
         loop {
-            let notified = self.notify.notified();
-            tokio::pin!(notified);
+            let everyone = self.notify.notified();
+            let mine = own.notified();
+            tokio::pin!(everyone);
+            tokio::pin!(mine);
             // Register before checking, so an `open` between the check and the
             // await is not lost.
-            notified.as_mut().enable();
+            everyone.as_mut().enable();
+            mine.as_mut().enable();
             if self.generation() != seen {
                 return;
             }
-            notified.await;
+            tokio::select! {
+                () = &mut everyone => {}
+                () = &mut mine => {}
+            }
         }
     }
 }
@@ -246,8 +327,14 @@ impl WakeGates {
         if let (Some(gate), Some(partition), true) = (&gate, partition, self.hints) {
             gate.hint(partition);
         }
-        for gate in [gate, discovery].into_iter().flatten() {
-            gate.open();
+        if let Some(gate) = gate {
+            match partition {
+                Some(partition) => gate.open_partition(partition),
+                None => gate.open(),
+            }
+        }
+        if let Some(discovery) = discovery {
+            discovery.open();
         }
     }
 
@@ -309,7 +396,8 @@ mod tests {
         let seen = gate.generation();
         gates.open("q");
         // Opened before waiting: returns at once.
-        tokio::time::timeout(Duration::from_millis(1), gate.wait_past(seen))
+        let key = WaitKey::new("g", None);
+        tokio::time::timeout(Duration::from_millis(1), gate.wait_past(seen, &key))
             .await
             .expect("wait_past missed an earlier open");
     }
@@ -322,7 +410,9 @@ mod tests {
         let mut waiters = Vec::new();
         for _ in 0..3 {
             let gate = Arc::clone(&gate);
-            waiters.push(tokio::spawn(async move { gate.wait_past(seen).await }));
+            waiters.push(tokio::spawn(async move {
+                gate.wait_past(seen, &WaitKey::new("g", None)).await;
+            }));
         }
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert!(
@@ -338,6 +428,92 @@ mod tests {
         }
     }
 
+    /// Spawn a waiter on `gate` as `key` that counts itself in `woken`.
+    fn waiter(
+        gate: &Arc<Gate>,
+        key: WaitKey,
+        woken: &Arc<AtomicUsize>,
+    ) -> tokio::task::JoinHandle<()> {
+        let (gate, woken) = (Arc::clone(gate), Arc::clone(woken));
+        tokio::spawn(async move {
+            let seen = gate.generation();
+            gate.wait_past(seen, &key).await;
+            woken.fetch_add(1, Ordering::SeqCst);
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn new_data_in_a_partition_wakes_one_pop_per_group_not_every_pop() {
+        // Issue 20: 10,000 consumers parked on 100 queues; every push woke
+        // all hundred parked on its queue.
+        let gates = Arc::new(WakeGates::default());
+        let gate = gates.gate("q");
+        let (a, b, p, other) = (
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+        );
+        let mut tasks = Vec::new();
+        for _ in 0..100 {
+            tasks.push(waiter(&gate, WaitKey::new("a", None), &a));
+        }
+        for _ in 0..10 {
+            tasks.push(waiter(&gate, WaitKey::new("b", None), &b));
+        }
+        for _ in 0..3 {
+            tasks.push(waiter(&gate, WaitKey::new("a", Some("p1")), &p));
+            tasks.push(waiter(&gate, WaitKey::new("a", Some("p2")), &other));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(gate.parked.load(Ordering::SeqCst), 116);
+
+        gates.open_partition("q", "p1");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        // One of each group's queue-wide waiters, every waiter on p1, none on p2.
+        assert_eq!(a.load(Ordering::SeqCst), 1);
+        assert_eq!(b.load(Ordering::SeqCst), 1);
+        assert_eq!(p.load(Ordering::SeqCst), 3);
+        assert_eq!(other.load(Ordering::SeqCst), 0);
+
+        // A second push wakes the next one of each group.
+        gates.open_partition("q", "p1");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(a.load(Ordering::SeqCst), 2);
+        assert_eq!(b.load(Ordering::SeqCst), 2);
+
+        // Anything else still wakes everyone, and the map empties behind them.
+        gates.open("q");
+        for task in tasks {
+            tokio::time::timeout(Duration::from_millis(10), task)
+                .await
+                .expect("open() left a waiter parked")
+                .unwrap();
+        }
+        assert_eq!(a.load(Ordering::SeqCst), 100);
+        assert_eq!(other.load(Ordering::SeqCst), 3);
+        assert!(gate.waiters.lock().is_empty());
+        assert_eq!(gate.parked.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cancelled_wake_passes_to_the_next_waiter() {
+        let gates = Arc::new(WakeGates::default());
+        let gate = gates.gate("q");
+        let woken = Arc::new(AtomicUsize::new(0));
+        let first = waiter(&gate, WaitKey::new("a", None), &woken);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let second = waiter(&gate, WaitKey::new("a", None), &woken);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        // The first waiter is chosen, then cancelled before it runs.
+        gates.open_partition("q", "p");
+        first.abort();
+        tokio::time::timeout(Duration::from_millis(10), second)
+            .await
+            .expect("the wake was lost with the cancelled waiter")
+            .unwrap();
+    }
+
     #[tokio::test(start_paused = true)]
     async fn gates_are_per_queue() {
         let gates = WakeGates::default();
@@ -348,9 +524,12 @@ mod tests {
         assert_ne!(a.generation(), 0);
         assert_eq!(b.generation(), seen_b);
         assert!(
-            tokio::time::timeout(Duration::from_millis(50), b.wait_past(seen_b))
-                .await
-                .is_err(),
+            tokio::time::timeout(
+                Duration::from_millis(50),
+                b.wait_past(seen_b, &WaitKey::new("g", None))
+            )
+            .await
+            .is_err(),
             "opening a woke b"
         );
     }
