@@ -30,6 +30,14 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS idx_log_partitions_queue_oldest_txn
     ON queen.log_partitions (queue_id, oldest_txn_at)
     WHERE oldest_txn_at IS NOT NULL;
 
+-- The sidecar's work-list across queues: every queue's sidecar cutoff is at
+-- least 900 s old, so the purge scans this from the oldest for partitions
+-- past 900 s and checks each one's own cutoff; its cost follows the due work,
+-- not the queue count.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS idx_log_partitions_oldest_txn
+    ON queen.log_partitions (oldest_txn_at)
+    WHERE oldest_txn_at IS NOT NULL;
+
 -- The lease lookup of log_lease_extend_v1 when the broker's ack registry does
 -- not know the lease (popped through another broker, or before a restart):
 -- without it, every such extend reads every cursor row of every queue.

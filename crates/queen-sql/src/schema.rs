@@ -322,6 +322,7 @@ mod tests {
             [
                 "idx_log_partitions_queue_oldest_live",
                 "idx_log_partitions_queue_oldest_txn",
+                "idx_log_partitions_oldest_txn",
                 "idx_log_consumers_worker",
                 "idx_log_partitions_queue_empty",
                 "idx_message_traces_names",

@@ -6,6 +6,7 @@ mod push_flush;
 mod push_probe;
 mod queues;
 mod registry;
+mod retention_cost;
 mod schema;
 mod segments;
 mod unnest_hashes;

@@ -303,6 +303,7 @@ async fn check_indexes(client: &tokio_postgres::Client) {
     assert_eq!(
         texts(client, INDEXES_SQL, "queen.log_partitions").await[..],
         [
+            "idx_log_partitions_oldest_txn|valid|CREATE INDEX idx_log_partitions_oldest_txn ON queen.log_partitions USING btree (oldest_txn_at) WHERE (oldest_txn_at IS NOT NULL)",
             "idx_log_partitions_queue_empty|valid|CREATE INDEX idx_log_partitions_queue_empty ON queen.log_partitions USING btree (queue_id, last_write_at) WHERE (oldest_live_at IS NULL)",
             "idx_log_partitions_queue_oldest_live|valid|CREATE INDEX idx_log_partitions_queue_oldest_live ON queen.log_partitions USING btree (queue_id, oldest_live_at) WHERE (oldest_live_at IS NOT NULL)",
             "idx_log_partitions_queue_oldest_txn|valid|CREATE INDEX idx_log_partitions_queue_oldest_txn ON queen.log_partitions USING btree (queue_id, oldest_txn_at) WHERE (oldest_txn_at IS NOT NULL)",
@@ -533,7 +534,7 @@ async fn two_concurrent_applies_on_one_empty_database_both_succeed() {
             .iter()
             .filter(|index| index.contains("|valid|"))
             .count(),
-        6
+        7
     );
     let observer = db.client().await;
     for client in [&first, &second] {
