@@ -38,6 +38,27 @@ pub fn hotlist(c: &mut Criterion) {
             },
         );
     }
+    // Issue 20: the same push with 10,000 other queues' rings on the broker
+    // (a flat map of rings made this walk all of them), and the wheel's tick
+    // over them with nothing due.
+    {
+        let hot = HotList::default();
+        for q in 0..10_000 {
+            hot.reseed(&format!("other{q}"), "g", Vec::new(), now);
+        }
+        hot.reseed("q", "g", Vec::new(), now);
+        let names: Vec<String> = (0..1024).map(|i| format!("p{i}")).collect();
+        let mut i = 0usize;
+        group.bench_function("mark_ready_among_10k_queues", |b| {
+            b.iter(|| {
+                hot.mark_ready("q", &names[i % names.len()]);
+                i += 1;
+            });
+        });
+        group.bench_function("wheel_tick_10k_rings_idle", |b| {
+            b.iter(|| black_box(hot.promote_due(Instant::now())));
+        });
+    }
     // The empty check a parked consumer's re-poll makes (nothing ready).
     let hot = HotList::default();
     hot.reseed("q", "g", Vec::new(), now);
