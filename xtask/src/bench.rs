@@ -4,7 +4,7 @@
 //!
 //! Scenarios: `all` (the default: every one below but `soak` on one cluster,
 //! plus push as a ratio to the ceiling and issue 6's targets), `push`, `pop`,
-//! `latency`, `ceiling`, `soak`, `streams`, `observe`, `mesh` (see `benches/src/bin/queen-load/`). Options are passed to
+//! `latency`, `ceiling`, `soak`, `streams`, `observe`, `mesh`, `scale` (see `benches/src/bin/queen-load/`). Options are passed to
 //! `queen-load` unchanged; the usual ones are `--duration SECS`, `--quick` and
 //! `--json PATH` and `--pg-setting NAME=VALUE` (repeatable: a PostgreSQL
 //! server setting for the bench cluster; `docs/postgresql.md` compares them);
@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 const SCENARIOS: &[&str] = &[
-    "all", "push", "pop", "latency", "ceiling", "soak", "streams", "observe", "mesh",
+    "all", "push", "pop", "latency", "ceiling", "soak", "streams", "observe", "mesh", "scale",
 ];
 
 pub(crate) const USAGE: &str =
@@ -36,6 +36,9 @@ scenarios:
   observe  (not in all) push throughput with and without statistics rows and a scrape every second
   mesh     (not in all) push, consume and cross-broker latency with 1, 2 and 3 brokers on one
            database; `--mesh udp` for the UDP mesh instead of LISTEN/NOTIFY
+  scale    (not in all) issue 20's cases: a million partitions, 10,000 queues, 10,000
+           parked consumers, single-message pushes over many partitions
+           (`--cases million,queues,parked,spread,soak`; soak only when named)
 
 Builds queen-server and queen-load (release), then runs queen-load against a
 throwaway durable PostgreSQL. Options go to queen-load unchanged; see

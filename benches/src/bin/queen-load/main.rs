@@ -22,7 +22,9 @@
 //! - `streams` (`streams.rs`, not part of `all`): stream cycles per second
 //!   with 1, 10 and 100 state ops per cycle;
 //! - `observe` (`observe.rs`, not part of `all`): push throughput with and
-//!   without statistics rows and a scrape every second.
+//!   without statistics rows and a scrape every second;
+//! - `scale` (`scale.rs`, `scale_soak.rs`, not part of `all`): issue 20's
+//!   cases at the scale the design claims.
 //!
 //! Shared pieces: `env.rs` (cluster and broker lifecycle), `http.rs` (one
 //! keep-alive connection), `payload.rs` (request bodies), `matrix.rs` (the
@@ -45,6 +47,12 @@ mod payload;
 mod pop;
 mod push;
 mod report;
+mod scale;
+mod scale_million;
+mod scale_parked;
+mod scale_queues;
+mod scale_soak;
+mod scale_spread;
 mod scenario;
 mod soak;
 mod stats;
@@ -97,6 +105,10 @@ enum Command {
     /// Push, consume and cross-broker latency with 1, 2 and 3 brokers on one
     /// database (not in `all`).
     Mesh(AllArgs),
+    /// Issue 20's scale cases: a million partitions, ten thousand queues, ten
+    /// thousand parked consumers, single-message pushes over many
+    /// partitions, and the long soak (not in `all`).
+    Scale(ScenarioArgs<scale::ScaleOpts>),
 }
 
 /// Arguments of `queen-load all`: each scenario runs with its defaults.
@@ -121,6 +133,7 @@ enum Part {
     Soak(soak::SoakOpts),
     Streams(streams::StreamsOpts),
     Observe(observe::ObserveOpts),
+    Scale(scale::ScaleOpts),
 }
 
 impl Part {
@@ -133,6 +146,7 @@ impl Part {
             Part::Soak(_) => "soak",
             Part::Streams(_) => "streams",
             Part::Observe(_) => "observe",
+            Part::Scale(_) => "scale",
         }
     }
 
@@ -145,6 +159,7 @@ impl Part {
             Part::Soak(opts) => opts.validate(),
             Part::Streams(opts) => opts.validate(),
             Part::Observe(opts) => opts.validate(),
+            Part::Scale(opts) => opts.validate(),
         }
     }
 
@@ -157,6 +172,7 @@ impl Part {
             Part::Soak(opts) => opts.settings(),
             Part::Streams(opts) => opts.settings(),
             Part::Observe(opts) => opts.settings(),
+            Part::Scale(opts) => opts.settings(),
         }
     }
 
@@ -175,6 +191,7 @@ impl Part {
             Part::Soak(opts) => soak::run(env, common, opts, report).await,
             Part::Streams(opts) => streams::run(env, common, opts, report).await,
             Part::Observe(opts) => observe::run(env, common, opts, report).await,
+            Part::Scale(opts) => scale::run(env, common, opts, report).await,
         }
     }
 }
@@ -199,6 +216,7 @@ fn main() -> ExitCode {
         Command::Soak(args) => ("soak", args.common, vec![Part::Soak(args.opts)]),
         Command::Streams(args) => ("streams", args.common, vec![Part::Streams(args.opts)]),
         Command::Observe(args) => ("observe", args.common, vec![Part::Observe(args.opts)]),
+        Command::Scale(args) => ("scale", args.common, vec![Part::Scale(args.opts)]),
         Command::Mesh(args) => {
             let brokers = vec![1, 2, 3];
             let mut push = push::PushOpts::for_all(args.quick, args.duration);

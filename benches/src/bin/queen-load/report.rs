@@ -97,6 +97,10 @@ pub(crate) struct Report {
     pub(crate) soak: Vec<crate::soak::SoakResult>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) streams: Vec<crate::streams::StreamsResult>,
+    /// The `scale` scenario's cases (issue 20), one JSON object each, with a
+    /// `case` field naming it; their tables are printed as they finish.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) scale: Vec<serde_json::Value>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) observe: Vec<crate::observe::ObserveResult>,
     /// Issue 6's targets, for those whose figures this run measured.
@@ -178,6 +182,7 @@ impl Report {
             pop: Vec::new(),
             latency: Vec::new(),
             soak: Vec::new(),
+            scale: Vec::new(),
             streams: Vec::new(),
             observe: Vec::new(),
             targets: Vec::new(),
@@ -195,6 +200,7 @@ impl Report {
             && self.pop.is_empty()
             && self.latency.is_empty()
             && self.soak.is_empty()
+            && self.scale.is_empty()
             && self.streams.is_empty()
             && self.observe.is_empty()
             && self.skipped.is_empty()

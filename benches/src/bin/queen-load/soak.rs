@@ -309,7 +309,7 @@ pub(crate) async fn run(
 }
 
 /// `len` hex digits from fresh random UUIDs.
-fn hex_payload(len: usize) -> String {
+pub(crate) fn hex_payload(len: usize) -> String {
     let mut out = String::with_capacity(len + 32);
     while out.len() < len {
         out.push_str(&uuid::Uuid::new_v4().simple().to_string());
