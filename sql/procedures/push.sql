@@ -117,6 +117,7 @@ DECLARE
     v_tids    tid[];
     v_lasts   bigint[];
     v_locked  integer;
+    v_distinct integer;
     v_need    integer;
 BEGIN
     -- The set-based path: every slot's queue and partition exist, no queue is
@@ -157,9 +158,9 @@ BEGIN
                array_agg(l.pid ORDER BY l.i), array_agg(l.qid ORDER BY l.i),
                array_agg(l.enc ORDER BY l.i), array_agg(l.win ORDER BY l.i),
                array_agg(l.tid ORDER BY l.i), array_agg(l.last ORDER BY l.i)
-          INTO v_locked, v_need, v_pids, v_qids, v_encs, v_windows, v_tids, v_lasts
+          INTO v_locked, v_distinct, v_pids, v_qids, v_encs, v_windows, v_tids, v_lasts
           FROM locked l;
-        IF v_locked = v_n AND v_need = v_n THEN
+        IF v_locked = v_n AND v_distinct = v_n THEN
             v_need := 0;
             IF true = ANY (p_probe) THEN
                 -- What the loop's step 4 would probe: a slot without coverage,

@@ -172,6 +172,15 @@ impl PopWait {
     }
 }
 
+/// Who `request` waits as on its queue's gate: its group, and its partition
+/// when it pops only that one.
+fn wait_key_of(request: &PopRequest) -> WaitKey {
+    match &request.target {
+        PopTarget::Partition { partition, .. } => WaitKey::new(&request.group, Some(partition)),
+        _ => WaitKey::new(&request.group, None),
+    }
+}
+
 /// Per-broker caches of the pop path.
 #[derive(Debug, Default)]
 pub(crate) struct PopState {
@@ -409,12 +418,9 @@ impl Serving {
             }
             PopTarget::Discovery { .. } => self.gates.discovery(&request.tenant),
         };
-        let wait_key = match &request.target {
-            PopTarget::Partition { partition, .. } => WaitKey::new(&request.group, Some(partition)),
-            _ => WaitKey::new(&request.group, None),
-        };
-        self.hold_for_min_pop_wait(&request, deadline, &wait_key)
-            .await;
+        self.hold_for_min_pop_wait(&request, deadline).await;
+        // Who this pop waits as, made only if it ever parks.
+        let mut wait_key: Option<WaitKey> = None;
         let _parked = ParkedGuard::new(&self.state.parked);
         let mut attempt = 0u32;
         // Whether the gate (not the timer) ended the last wait.
@@ -445,8 +451,9 @@ impl Serving {
                 return Ok(popped);
             }
             let interval = self.config.pop_wait.interval(attempt).min(deadline - now);
+            let wait_key = wait_key.get_or_insert_with(|| wait_key_of(&request));
             tokio::select! {
-                () = gate.wait_past(seen, &wait_key) => {
+                () = gate.wait_past(seen, wait_key) => {
                     attempt = 0;
                     woken = true;
                     self.state.wakeups.fetch_add(1, Ordering::Relaxed);
@@ -475,13 +482,14 @@ impl Serving {
         Ok(self.pool.get().await.map_err(queen_sql::SqlError::from)?)
     }
 
-    /// Connections the pop path has checked out since start: each is at
-    /// least one SQL round trip. A caught-up queue polled through the
-    /// hot-list costs none.
+    /// Parked pops a wake gate woke since start.
     pub(crate) fn wakeups(&self) -> u64 {
         self.state.wakeups.load(Ordering::Relaxed)
     }
 
+    /// Connections the pop path has checked out since start: each is at
+    /// least one SQL round trip. A caught-up queue polled through the
+    /// hot-list costs none.
     pub(crate) fn checkouts(&self) -> u64 {
         self.state.checkouts.load(Ordering::Relaxed)
     }
@@ -507,12 +515,7 @@ impl Serving {
     /// `log_pending_count_v1` call, on a connection returned before waiting,
     /// made again each time a push or a wake opens the queue's gate; with the
     /// hot-list, a ring with nothing ready skips even that.
-    async fn hold_for_min_pop_wait(
-        &self,
-        request: &PopRequest,
-        deadline: Instant,
-        wait_key: &WaitKey,
-    ) {
+    async fn hold_for_min_pop_wait(&self, request: &PopRequest, deadline: Instant) {
         if !self.state.any_min_pop_wait.load(Ordering::Relaxed) || request.batch <= 1 {
             return;
         }
@@ -538,6 +541,7 @@ impl Serving {
         }
         let until = (Instant::now() + Duration::from_millis(window)).min(deadline);
         let gate = self.gates.gate(&queue.key);
+        let wait_key = wait_key_of(request);
         let batch = i32::try_from(request.batch).unwrap_or(i32::MAX);
         let max_partitions = i32::try_from(request.max_partitions.max(1)).unwrap_or(i32::MAX);
         loop {
@@ -563,7 +567,7 @@ impl Serving {
             }
             tokio::select! {
                 () = tokio::time::sleep_until(until.into()) => return,
-                () = gate.wait_past(seen, wait_key) => {}
+                () = gate.wait_past(seen, &wait_key) => {}
             }
         }
     }
