@@ -538,3 +538,334 @@ BEGIN
     RETURN QUERY SELECT * FROM queen.log_lease_extend_v1(p_lease, p_seconds, v_pids);
 END;
 $$;
+
+-- ---- log_ack_v3: one partition's items in one statement ----
+--
+-- The per-item ack the broker calls (v1/v2 stay for brokers of the previous
+-- version during a rolling upgrade). Items are applied in offset order, all
+-- in this one statement, so an ack batch's dispositions never race each
+-- other:
+--   completed   moves the cursor to the item (acking offset N completes every
+--               earlier offset: the cursor is a prefix);
+--   dlq         files the item's frame in queen.log_dlq (each dlq item its own
+--               row; dropped when dlqEnabled is false) and moves the cursor
+--               to it; so does 'failed' once the retry budget is spent (and
+--               always inside a transaction, p_failed_to_dlq);
+--   failed      with budget left: charges one retry, releases the lease (or
+--               holds it for retryDelay) and stops: the cursor stays before
+--               it, and it and everything after it are delivered again, after
+--               the messages already completed, as ordered partitions require;
+--               the later items answer 'not_applied';
+--   retry       releases without charging budget, and stops the same way.
+-- The retry budget counts failures of the message at the cursor's head: it
+-- starts again from 0 whenever the cursor moves.
+--
+-- Two things need the broker, which alone can decode frames, and the call
+-- then changes nothing and answers what it needs instead, for a second call
+-- with it (nothing is decided across the two calls: the second decides again
+-- from the row as it is then):
+--   need_frame    o_offset: the frame to file as a dead letter; pass it in the
+--                 p_frame_* arrays (a segment retention removed is filed with
+--                 a placeholder without asking);
+--   need_resolve  o_idx: the item's hash is not in the sidecar, and the
+--                 sidecar no longer covers the span after the cursor (it was
+--                 purged after GREATEST(dedup window, completed retention,
+--                 900 s)); pass the item's offset in p_offsets, found by
+--                 decoding the span's frames. p_offsets NULL means first call:
+--                 given (even all NULL), no resolution is asked for again and
+--                 an unresolved item is not_found.
+-- Both come with 'segment' rows (o_seg_base, o_seg_blob, o_seg_created_at):
+-- each segment the broker must decode, once.
+-- Every other call answers one row per item (ok, not_found, invalid_lease,
+-- unknown_status, dlq, not_applied) and a final 'state' row (o_lease_released,
+-- o_pending, o_queue, o_partition). Another tenant's partition answers
+-- not_found for every item, exactly as a partition that does not exist.
+CREATE OR REPLACE FUNCTION queen.log_ack_v3(
+    p_tenant          text,
+    p_pid             uuid,
+    p_group           text,
+    p_lease           uuid,
+    p_hashes          bytea,
+    p_statuses        text[],
+    p_errors          text[],
+    p_failed_to_dlq   boolean,
+    p_offsets         bigint[],
+    p_frame_offsets   bigint[],
+    p_frame_ids       uuid[],
+    p_frame_txns      text[],
+    p_frame_traces    uuid[],
+    p_frame_subs      text[],
+    p_frame_payloads  bytea[],
+    p_frame_encrypted boolean[],
+    p_frame_created   timestamptz[]
+) RETURNS TABLE (
+    o_idx            integer,
+    o_result         text,
+    o_offset         bigint,
+    o_seg_base       bigint,
+    o_seg_blob       bytea,
+    o_seg_created_at timestamptz,
+    o_lease_released boolean,
+    o_pending        boolean,
+    o_queue          text,
+    o_partition      text
+)
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    v_now         timestamptz := clock_timestamp();
+    v_n           integer := coalesce(array_length(p_statuses, 1), 0);
+    v_queue       text;
+    v_partition   text;
+    v_retry_limit integer;
+    v_retry_delay integer;
+    v_dlq_enabled boolean;
+    v_last_off    bigint;
+    v_txns_start  bigint;
+    v_c           record;
+    v_start       bigint;
+    v_upper       bigint;
+    v_committed   bigint;
+    v_worker      uuid;
+    v_batch_end   bigint;
+    v_retries     integer;
+    v_hold        boolean := false;
+    v_released    boolean := false;
+    v_stopped     boolean := false;
+    v_changed     boolean := false;
+    v_item        record;
+    v_status      text;
+    v_result      text;
+    v_fi          integer;
+    v_off         bigint;
+    v_seg         record;
+    v_res_idx     integer[] := '{}';
+    v_res         text[] := '{}';
+    v_res_off     bigint[] := '{}';
+    v_need_frames bigint[] := '{}';
+    v_need_idx    integer[] := '{}';
+    v_dlq_offs    bigint[] := '{}';
+    v_dlq_fi      integer[] := '{}';
+    v_dlq_err     text[] := '{}';
+    v_dlq_retries integer[] := '{}';
+BEGIN
+    SELECT q.name, p.name, q.retry_limit, q.dlq_enabled, p.last_offset, p.txns_start,
+           CASE WHEN q.retry_delay_applied THEN q.retry_delay ELSE 0 END
+      INTO v_queue, v_partition, v_retry_limit, v_dlq_enabled, v_last_off, v_txns_start,
+           v_retry_delay
+      FROM queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id
+     WHERE p.id = p_pid AND q.tenant_id = p_tenant;
+    IF FOUND THEN
+        SELECT c.committed, c.worker_id, c.batch_end, c.batch_retry_count
+          INTO v_c
+          FROM queen.log_consumers c
+         WHERE c.partition_id = p_pid AND c.consumer_group = p_group
+           FOR UPDATE;
+    END IF;
+    IF NOT FOUND THEN
+        FOR v_i IN 0 .. v_n - 1 LOOP
+            o_idx := v_i; o_result := 'not_found'; RETURN NEXT;
+        END LOOP;
+        RETURN;
+    END IF;
+    o_queue := v_queue; o_partition := v_partition;
+    v_start := v_c.committed;
+    v_committed := v_c.committed;
+    v_worker := v_c.worker_id;
+    v_batch_end := v_c.batch_end;
+    v_retries := v_c.batch_retry_count;
+    v_upper := COALESCE(v_c.batch_end, v_last_off);
+
+    -- Resolve every hash: an offset the broker found (p_offsets), else the
+    -- sidecar of the span after the cursor plus the last 16 rows before it
+    -- (so a repeated ack answers ok). A transaction id stored twice resolves
+    -- to its first occurrence after the cursor, else the newest covered one.
+    FOR v_item IN
+        WITH incoming AS MATERIALIZED (
+            SELECT n.idx, n.h FROM queen.log_unnest_hashes(p_hashes) n
+        ), given AS (
+            SELECT (g.ord - 1)::integer AS idx, g.off
+              FROM unnest(p_offsets) WITH ORDINALITY g(off, ord)
+             WHERE g.off IS NOT NULL
+        ), span AS (
+            SELECT t.base_offset, t.hashes
+              FROM queen.log_txns t
+             WHERE t.partition_id = p_pid AND t.end_offset > v_c.committed
+               AND t.base_offset <= v_upper
+            UNION ALL
+            (SELECT t.base_offset, t.hashes
+               FROM queen.log_txns t
+              WHERE t.partition_id = p_pid AND t.end_offset <= v_c.committed
+              ORDER BY t.base_offset DESC
+              LIMIT 16)
+        ), matched AS (
+            SELECT i.idx,
+                   COALESCE(min(s.base_offset + u.idx)
+                                FILTER (WHERE s.base_offset + u.idx > v_c.committed),
+                            max(s.base_offset + u.idx)) AS off
+              FROM span s
+             CROSS JOIN LATERAL queen.log_unnest_hashes(s.hashes) u
+              JOIN incoming i ON i.h = u.h
+             GROUP BY i.idx
+        )
+        SELECT i.idx, COALESCE(g.off, m.off) AS off
+          FROM incoming i
+          LEFT JOIN matched m ON m.idx = i.idx
+          LEFT JOIN given g ON g.idx = i.idx
+         ORDER BY 2 NULLS FIRST, i.idx
+    LOOP
+        v_status := p_statuses[v_item.idx + 1];
+        IF v_status = 'success' THEN
+            v_status := 'completed';
+        END IF;
+        IF v_status IS NULL OR v_status NOT IN ('completed', 'failed', 'dlq', 'retry') THEN
+            v_result := 'unknown_status';
+        ELSIF v_item.off IS NULL THEN
+            IF p_offsets IS NULL AND v_txns_start > v_c.committed + 1 THEN
+                v_need_idx := v_need_idx || v_item.idx;
+                v_result := 'need';
+            ELSE
+                v_result := 'not_found';
+            END IF;
+        ELSIF v_item.off <= v_committed THEN
+            -- Covered by the cursor: done, whoever holds the lease now (acks
+            -- are idempotent, and repeating one must not fail).
+            v_result := 'ok';
+        ELSIF v_stopped THEN
+            v_result := 'not_applied';
+        ELSIF p_lease IS NOT NULL AND v_worker IS DISTINCT FROM p_lease THEN
+            v_result := 'invalid_lease';
+        ELSE
+            IF v_status = 'failed' AND (p_failed_to_dlq OR v_retries >= v_retry_limit) THEN
+                v_status := 'dlq';
+            END IF;
+            IF v_status = 'completed' THEN
+                v_result := 'ok';
+            ELSIF v_status = 'retry' THEN
+                v_worker := NULL; v_batch_end := NULL;
+                v_changed := true; v_released := true; v_stopped := true;
+                v_result := 'ok';
+            ELSIF v_status = 'failed' THEN
+                -- Spend one retry: everything from the cursor comes back,
+                -- after the queue's retryDelay when one is configured (the
+                -- cursor is then held by the nil lease until then: no pop
+                -- claims it, a pop that meets it answers 'leased' with that
+                -- revisit time, so parked consumers are woken when it ends).
+                v_hold := v_retry_delay > 0;
+                v_worker := CASE WHEN v_hold THEN '00000000-0000-0000-0000-000000000000'::uuid END;
+                v_batch_end := NULL;
+                v_retries := v_retries + 1;
+                v_changed := true; v_released := true; v_stopped := true;
+                v_result := 'ok';
+            ELSE
+                -- A dead letter: its frame, as the broker decoded it, or a
+                -- placeholder when retention removed its segment.
+                v_fi := array_position(p_frame_offsets, v_item.off);
+                IF v_fi IS NULL AND EXISTS (
+                    SELECT 1 FROM (SELECT s.end_offset FROM queen.log_segments s
+                                    WHERE s.partition_id = p_pid AND s.base_offset <= v_item.off
+                                    ORDER BY s.base_offset DESC LIMIT 1) s
+                     WHERE s.end_offset >= v_item.off) THEN
+                    v_need_frames := v_need_frames || v_item.off;
+                END IF;
+                v_dlq_offs := v_dlq_offs || v_item.off;
+                v_dlq_fi := v_dlq_fi || v_fi;
+                v_dlq_err := v_dlq_err || COALESCE(NULLIF(p_errors[v_item.idx + 1], ''),
+                    CASE WHEN p_statuses[v_item.idx + 1] = 'dlq' THEN 'Moved to DLQ'
+                         ELSE 'Retries exhausted' END);
+                v_dlq_retries := v_dlq_retries || v_retries;
+                v_result := 'dlq';
+            END IF;
+            IF v_result IN ('ok', 'dlq') AND NOT v_stopped THEN
+                -- completed or dead-lettered: the cursor moves to the item,
+                -- and the head's retry budget starts again.
+                v_committed := v_item.off;
+                v_retries := 0;
+                v_changed := true;
+                IF v_batch_end IS NULL OR v_item.off >= v_batch_end THEN
+                    v_worker := NULL; v_batch_end := NULL;
+                    v_released := true;
+                END IF;
+            END IF;
+        END IF;
+        v_res_idx := v_res_idx || v_item.idx;
+        v_res := v_res || v_result;
+        v_res_off := v_res_off || v_item.off;
+    END LOOP;
+
+    -- Something only the broker can do first: answer what, change nothing.
+    IF cardinality(v_need_frames) > 0 OR cardinality(v_need_idx) > 0 THEN
+        FOREACH v_fi IN ARRAY v_need_idx LOOP
+            o_idx := v_fi; o_result := 'need_resolve'; RETURN NEXT;
+        END LOOP;
+        o_idx := NULL;
+        FOR v_seg IN
+            SELECT DISTINCT ON (s.base_offset) s.base_offset, s.blob, s.created_at
+              FROM queen.log_segments s
+             WHERE s.partition_id = p_pid
+               AND (   (cardinality(v_need_idx) > 0
+                        AND s.end_offset > v_c.committed AND s.base_offset <= v_upper
+                        AND s.base_offset < v_txns_start)
+                    OR s.base_offset = ANY (ARRAY(
+                        SELECT (SELECT s2.base_offset FROM queen.log_segments s2
+                                 WHERE s2.partition_id = p_pid AND s2.base_offset <= f.off
+                                 ORDER BY s2.base_offset DESC LIMIT 1)
+                          FROM unnest(v_need_frames) f(off))))
+             ORDER BY s.base_offset
+             LIMIT 256
+        LOOP
+            o_result := 'segment'; o_offset := v_c.committed;
+            o_seg_base := v_seg.base_offset; o_seg_blob := v_seg.blob;
+            o_seg_created_at := v_seg.created_at;
+            RETURN NEXT;
+        END LOOP;
+        o_seg_base := NULL; o_seg_blob := NULL; o_seg_created_at := NULL;
+        FOREACH v_off IN ARRAY v_need_frames LOOP
+            o_offset := v_off; o_result := 'need_frame'; RETURN NEXT;
+        END LOOP;
+        RETURN;
+    END IF;
+
+    IF v_changed THEN
+        UPDATE queen.log_consumers c
+           SET committed = v_committed,
+               total_consumed = c.total_consumed + (v_committed - v_start),
+               last_consumed_at = CASE WHEN v_committed > v_start THEN v_now ELSE c.last_consumed_at END,
+               worker_id = v_worker,
+               batch_end = v_batch_end,
+               lease_expires_at = CASE WHEN v_worker IS NULL THEN NULL
+                                       WHEN v_hold THEN v_now + make_interval(secs => v_retry_delay / 1000.0)
+                                       ELSE c.lease_expires_at END,
+               lease_acquired_at = CASE WHEN v_worker IS NULL THEN NULL
+                                        WHEN v_hold THEN v_now
+                                        ELSE c.lease_acquired_at END,
+               batch_retry_count = v_retries,
+               attempt_count = CASE WHEN v_committed > v_start THEN 0 ELSE c.attempt_count END,
+               attempt_offset = CASE WHEN v_committed > v_start THEN NULL ELSE c.attempt_offset END
+         WHERE c.partition_id = p_pid AND c.consumer_group = p_group;
+    END IF;
+    IF cardinality(v_dlq_offs) > 0 AND COALESCE(v_dlq_enabled, true) THEN
+        INSERT INTO queen.log_dlq (partition_id, consumer_group, message_offset, message_id,
+                                   transaction_id, trace_id, producer_sub, payload, encrypted,
+                                   message_created_at, error, retry_count)
+        SELECT p_pid, p_group, d.off,
+               COALESCE(p_frame_ids[d.fi], '00000000-0000-0000-0000-000000000000'::uuid),
+               COALESCE(p_frame_txns[d.fi], ''), p_frame_traces[d.fi], p_frame_subs[d.fi],
+               COALESCE(p_frame_payloads[d.fi], 'null'::bytea),
+               COALESCE(p_frame_encrypted[d.fi], false),
+               COALESCE(p_frame_created[d.fi], v_now), d.err, d.retries
+          FROM unnest(v_dlq_offs, v_dlq_fi, v_dlq_err, v_dlq_retries) d(off, fi, err, retries)
+        ON CONFLICT (partition_id, consumer_group, message_offset) DO NOTHING;
+    END IF;
+
+    FOR v_fi IN 1 .. cardinality(v_res) LOOP
+        o_idx := v_res_idx[v_fi]; o_result := v_res[v_fi]; o_offset := v_res_off[v_fi];
+        RETURN NEXT;
+    END LOOP;
+    o_idx := NULL; o_offset := NULL; o_result := 'state';
+    o_lease_released := v_released;
+    o_pending := v_last_off > v_committed;
+    RETURN NEXT;
+END;
+$$;

@@ -535,3 +535,205 @@ async fn lease_extend_reads_seconds_like_every_integer_in_a_body() {
     }
     broker.stop().await;
 }
+
+/// Ack `popped`'s messages in one `/ack/batch` call, message `i` with
+/// `statuses[i]` (an error text with each non-completed one).
+async fn ack_each(broker: &TestBroker, popped: &Value, statuses: &[&str]) -> Vec<Value> {
+    let acks: Vec<Value> = messages(popped)
+        .iter()
+        .zip(statuses)
+        .map(|(m, status)| {
+            json!({"transactionId": m["transactionId"], "partitionId": m["partitionId"],
+                   "leaseId": m["leaseId"], "status": status,
+                   "error": format!("{status} {}", m["data"])})
+        })
+        .collect();
+    let reply = broker
+        .client
+        .post_json("/api/v1/ack/batch", &json!({"acknowledgments": acks}))
+        .await;
+    expect_status(&reply, 200);
+    reply.json().as_array().unwrap().clone()
+}
+
+/// The dead letters of `queue`: (payload, error text), oldest offset first.
+async fn dead_letters(broker: &TestBroker, queue: &str) -> Vec<(Value, String)> {
+    let reply = broker
+        .client
+        .get(&format!("/api/v1/dlq?queue={queue}"))
+        .await;
+    expect_status(&reply, 200);
+    let mut letters: Vec<(Value, String)> = reply.json()["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["data"].clone(),
+                l["errorMessage"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    letters.sort_by_key(|(data, _)| data.as_i64());
+    letters
+}
+
+#[tokio::test]
+async fn an_ack_batch_with_several_dead_letters_files_each_and_completes_the_rest() {
+    let broker = TestBroker::start().await;
+    push(
+        &broker,
+        "several",
+        "p",
+        &(0..6).map(|i| json!(i)).collect::<Vec<_>>(),
+    )
+    .await;
+    let popped = pop(&broker, "/api/v1/pop/queue/several?batch=10")
+        .await
+        .unwrap();
+    assert_eq!(data(&popped).len(), 6);
+    let statuses = [
+        "completed",
+        "dlq",
+        "completed",
+        "dlq",
+        "completed",
+        "completed",
+    ];
+    let results = ack_each(&broker, &popped, &statuses).await;
+    for (result, status) in results.iter().zip(statuses) {
+        assert_eq!(result["success"], true, "{results:?}");
+        assert_eq!(result["dlq"], status == "dlq", "{results:?}");
+    }
+    // Each dead letter filed with its own payload and error.
+    assert_eq!(
+        dead_letters(&broker, "several").await,
+        [
+            (json!(1), "dlq 1".to_owned()),
+            (json!(3), "dlq 3".to_owned())
+        ]
+    );
+    let (committed, worker, retries, _) = cursor(&broker, "p").await;
+    assert_eq!((committed, worker, retries), (5, None, 0));
+    // Nothing comes back, now or after the lease would have expired.
+    assert!(pop(&broker, "/api/v1/pop/queue/several").await.is_none());
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn a_failed_item_stops_the_advance_there_and_only_what_follows_comes_back() {
+    let broker = TestBroker::start().await;
+    configure(&broker, "stops", json!({"retryLimit": 2})).await;
+    push(
+        &broker,
+        "stops",
+        "p",
+        &(0..5).map(|i| json!(i)).collect::<Vec<_>>(),
+    )
+    .await;
+    let popped = pop(&broker, "/api/v1/pop/queue/stops?batch=10")
+        .await
+        .unwrap();
+    let results = ack_each(
+        &broker,
+        &popped,
+        &["completed", "dlq", "failed", "completed", "completed"],
+    )
+    .await;
+    let success: Vec<bool> = results.iter().map(|r| r["success"] == true).collect();
+    assert_eq!(success, [true, true, true, false, false], "{results:?}");
+    assert!(results[3]["error"]
+        .as_str()
+        .unwrap()
+        .starts_with("Not applied"));
+    // The cursor sits before the failed one, its budget charged once.
+    let (committed, worker, retries, _) = cursor(&broker, "p").await;
+    assert_eq!((committed, worker, retries), (1, None, 1));
+    assert_eq!(dead_letters(&broker, "stops").await.len(), 1);
+    // The failed one and what follows come back, in order.
+    let again = pop(&broker, "/api/v1/pop/queue/stops?batch=10")
+        .await
+        .unwrap();
+    assert_eq!(data(&again), [json!(2), json!(3), json!(4)]);
+    // Failing it again spends the rest of the budget; past it, the failed
+    // one is dead-lettered in place and the batch's later items complete.
+    let results = ack_each(&broker, &again, &["failed", "completed", "completed"]).await;
+    assert_eq!(results[1]["success"], false, "{results:?}");
+    let third = pop(&broker, "/api/v1/pop/queue/stops?batch=10")
+        .await
+        .unwrap();
+    assert_eq!(data(&third), [json!(2), json!(3), json!(4)]);
+    let results = ack_each(&broker, &third, &["failed", "completed", "completed"]).await;
+    let flags: Vec<(bool, bool)> = results
+        .iter()
+        .map(|r| (r["success"] == true, r["dlq"] == true))
+        .collect();
+    assert_eq!(
+        flags,
+        [(true, true), (true, false), (true, false)],
+        "{results:?}"
+    );
+    let (committed, worker, retries, _) = cursor(&broker, "p").await;
+    assert_eq!((committed, worker, retries), (4, None, 0));
+    let letters = dead_letters(&broker, "stops").await;
+    assert_eq!(
+        letters.iter().map(|(d, _)| d.clone()).collect::<Vec<_>>(),
+        [json!(1), json!(2)]
+    );
+    assert!(pop(&broker, "/api/v1/pop/queue/stops").await.is_none());
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acks_on_another_broker_after_the_sidecar_purge_complete_each_message_once() {
+    let broker = TestBroker::start_with(EngineConfig {
+        retention_interval: None,
+        ..EngineConfig::default()
+    })
+    .await;
+    configure(&broker, "purged", json!({"leaseTime": 2})).await;
+    // Five segments, so the span is several rows of sidecar and segments.
+    for i in 0..5 {
+        push(&broker, "purged", "p", &[json!(i)]).await;
+    }
+    let popped = pop(&broker, "/api/v1/pop/queue/purged?batch=10")
+        .await
+        .unwrap();
+    assert_eq!(data(&popped).len(), 5);
+    // The sidecar ages past its window and the real retention pass purges it.
+    let sql = broker.sql().await;
+    sql.batch_execute(
+        "UPDATE queen.log_txns SET created_at = created_at - interval '1 hour';
+         UPDATE queen.log_partitions SET oldest_txn_at = oldest_txn_at - interval '1 hour';",
+    )
+    .await
+    .unwrap();
+    let removed = broker.engine.retention_pass().await.unwrap();
+    assert_eq!(removed.txn_rows, 5);
+    // Every ack lands on a broker that never saw the lease: one by one, the
+    // fourth as a dead letter, then the last two again (a repeated ack).
+    let other = TestBroker::serve(broker.db.clone(), EngineConfig::default()).await;
+    let all = messages(&popped);
+    for (i, message) in all.iter().enumerate() {
+        let status = if i == 3 { "dlq" } else { "completed" };
+        let result = ack_one(&other, message, status, None).await;
+        assert_eq!(result["success"], true, "message {i}: {result:?}");
+    }
+    assert_eq!(
+        other.engine.ack_stats(),
+        (0, 5),
+        "every ack resolved by hash"
+    );
+    let (committed, worker, _, _) = cursor(&broker, "p").await;
+    assert_eq!((committed, worker), (4, None));
+    assert_eq!(
+        dead_letters(&broker, "purged").await,
+        [(json!(3), "Moved to DLQ".to_owned())]
+    );
+    // Past the lease, nothing is delivered again.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert!(pop(&other, "/api/v1/pop/queue/purged").await.is_none());
+    assert!(pop(&broker, "/api/v1/pop/queue/purged").await.is_none());
+    other.stop().await;
+    broker.stop().await;
+}

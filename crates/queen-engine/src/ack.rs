@@ -3,13 +3,13 @@
 //! Items are grouped by (partition, lease). A group that is exactly a batch
 //! this broker served, all `completed`, becomes one positional advance
 //! (`log_ack_batch_v1`). Anything else (a partial ack, another broker's pop,
-//! a restart, a failure) resolves transaction ids to offsets through the
-//! hash sidecar (`log_ack_v1`, called through `log_ack_v2`, which first checks
-//! the partition is the caller's tenant's; the positional path needs no such
-//! check: the registry entry it uses is of a pop of that tenant). When that
-//! asks for a dead letter, the frame is
-//! decoded here and filed with `log_dlq_head_v1`, and the deferred items are
-//! resubmitted.
+//! a restart, a failure, dead letters) is one `log_ack_v3` statement that
+//! resolves transaction ids through the hash sidecar and applies every item
+//! in offset order (it first checks the partition is the caller's tenant's;
+//! the positional path needs no such check: the registry entry it uses is of
+//! a pop of that tenant). Frames SQL cannot read (a dead letter's, or the
+//! leased span's once the sidecar was purged) are decoded here and handed to
+//! a second call.
 //!
 //! After an ack that released a lease with data left behind the cursor, the
 //! partition goes back into the group's hot-list ring and the queue's gate
@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use queen_sql::ack::{DeadLetter, DlqRequest, ItemResult};
+use queen_sql::ack::{AckAnswer, AckCall, AckNeeds, AckResults, DlqFrame, ItemResult};
 use uuid::Uuid;
 
 use crate::naming::split_queue_key;
@@ -109,8 +109,16 @@ type GroupKey = (Uuid, Option<Uuid>);
 /// The error of an item `log_ack_v1` returned no row for (it always should).
 const NO_RESULT: &str = "ack not applied: no result for this item";
 
-/// Rounds of dead-letter filing one group of items may need.
-const MAX_DLQ_ROUNDS: usize = 64;
+/// The error of an item after a `failed` or `retry` item of its partition:
+/// the cursor stops before that one, so this one is delivered again.
+pub(crate) const NOT_APPLIED: &str =
+    "Not applied: an earlier message of this partition failed or was \
+     retried in this ack, and this one is delivered again after it";
+
+/// Calls one group of items may need: a first call, one after resolving
+/// hashes the purged sidecar lost, one after decoding dead letters' frames,
+/// and one spare for a cursor that moved meanwhile.
+const MAX_ACK_ROUNDS: usize = 4;
 
 /// The ack component: applies acks and lease extensions. It reads the
 /// batches pop serving registered (the registry is their one shared
@@ -232,155 +240,119 @@ impl Acks {
             }
         }
 
-        // The hash path. An item keeps the "no result" error unless a row of
-        // the answer speaks for it.
+        // The hash path: every item applied in offset order by one
+        // `log_ack_v3` statement; a call that needs frames decoded first (a
+        // dead letter's, or the span's when the sidecar was purged) changed
+        // nothing and is made again with them.
         self.by_hash.fetch_add(1, Ordering::Relaxed);
+        let flat_hashes: Vec<u8> = hashes.iter().flatten().copied().collect();
+        let statuses: Vec<&str> = items.iter().map(|i| i.status.as_sql()).collect();
+        let errors: Vec<Option<String>> = items
+            .iter()
+            .map(|i| i.error.as_deref().map(text_column))
+            .collect();
+        let errors: Vec<Option<&str>> = errors.iter().map(Option::as_deref).collect();
+        let mut offsets: Option<Vec<Option<i64>>> = None;
+        let mut frames: Vec<DlqFrame> = Vec::new();
+        for _round in 0..MAX_ACK_ROUNDS {
+            let call = AckCall {
+                tenant,
+                partition_id,
+                group,
+                lease,
+                hashes: &flat_hashes,
+                statuses: &statuses,
+                errors: &errors,
+                failed_to_dlq,
+                offsets: offsets.as_deref(),
+                frames: &frames,
+            };
+            match queen_sql::ack::ack(client, &call).await? {
+                AckAnswer::Applied(results) => {
+                    return Ok(self.applied(
+                        tenant,
+                        group,
+                        partition_id,
+                        lease,
+                        items.len(),
+                        &results,
+                    ));
+                }
+                AckAnswer::Needs(needs) => {
+                    let found = decode_needs(&needs, &hashes).await?;
+                    let mut resolved = offsets.take().unwrap_or_else(|| vec![None; items.len()]);
+                    for (idx, offset) in found.resolved {
+                        if let Some(slot) = resolved.get_mut(idx) {
+                            *slot = Some(offset);
+                        }
+                    }
+                    offsets = Some(resolved);
+                    for frame in found.frames {
+                        if !frames.iter().any(|f| f.offset == frame.offset) {
+                            frames.push(frame);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(vec![
+            AckOutcome {
+                error: Some("ack could not be completed; retry it".to_owned()),
+                ..AckOutcome::default()
+            };
+            items.len()
+        ])
+    }
+
+    /// The outcomes of an applied by-hash ack, after forgetting a released
+    /// lease and announcing an ack-promote.
+    fn applied(
+        &self,
+        tenant: &str,
+        group: &str,
+        partition_id: Uuid,
+        lease: Option<Uuid>,
+        n: usize,
+        results: &AckResults,
+    ) -> Vec<AckOutcome> {
         let mut outcomes = vec![
             AckOutcome {
                 error: Some(NO_RESULT.to_owned()),
                 ..AckOutcome::default()
             };
-            items.len()
+            n
         ];
-        let mut todo: Vec<usize> = (0..items.len()).collect();
-        for _round in 0..MAX_DLQ_ROUNDS {
-            if todo.is_empty() {
-                break;
-            }
-            let round_hashes: Vec<u8> = todo.iter().flat_map(|&i| hashes[i]).collect();
-            let statuses: Vec<&str> = todo.iter().map(|&i| items[i].status.as_sql()).collect();
-            let errors: Vec<Option<&str>> =
-                todo.iter().map(|&i| items[i].error.as_deref()).collect();
-            let results = queen_sql::ack::ack(
-                client,
-                tenant,
-                partition_id,
-                group,
-                lease,
-                &round_hashes,
-                &statuses,
-                &errors,
-                failed_to_dlq,
-            )
-            .await?;
-            let mut next = Vec::new();
-            let mut filed_pending = None;
-            for (round_idx, result) in &results.items {
-                let Some(&item_idx) = todo.get(*round_idx) else {
-                    continue;
-                };
-                let outcome = &mut outcomes[item_idx];
-                outcome.queue.clone_from(&results.queue);
-                outcome.partition.clone_from(&results.partition);
-                outcome.error = None;
-                match result {
-                    ItemResult::Ok => outcome.success = true,
-                    ItemResult::NotFound => {
-                        outcome.error = Some("Message not found".to_owned());
-                    }
-                    ItemResult::InvalidLease => {
-                        outcome.error = Some(INVALID_LEASE.to_owned());
-                    }
-                    ItemResult::UnknownStatus => {}
-                    ItemResult::Deferred => {
-                        outcome.error = Some(NO_RESULT.to_owned());
-                        next.push(item_idx);
-                    }
-                    ItemResult::Dlq(request) => {
-                        let filed = self
-                            .file_dead_letter(client.client(), partition_id, group, lease, request)
-                            .await?;
-                        if filed.applied {
-                            filed_pending = Some(filed.pending);
-                            outcome.success = true;
-                            outcome.dlq = true;
-                            outcome.lease_released = true;
-                        } else {
-                            // The lease ended and another worker re-claimed the
-                            // batch between the decision and the filing.
-                            outcome.error = Some(INVALID_LEASE.to_owned());
-                        }
-                    }
+        for (idx, result) in &results.items {
+            let Some(outcome) = outcomes.get_mut(*idx) else {
+                continue;
+            };
+            outcome.queue.clone_from(&results.queue);
+            outcome.partition.clone_from(&results.partition);
+            outcome.lease_released = results.lease_released;
+            outcome.error = None;
+            match result {
+                ItemResult::Ok => outcome.success = true,
+                ItemResult::Dlq => {
+                    outcome.success = true;
+                    outcome.dlq = true;
                 }
+                ItemResult::NotFound => outcome.error = Some("Message not found".to_owned()),
+                ItemResult::InvalidLease => outcome.error = Some(INVALID_LEASE.to_owned()),
+                ItemResult::NotApplied => outcome.error = Some(NOT_APPLIED.to_owned()),
+                ItemResult::UnknownStatus => {}
             }
-            let released = results.lease_released || filed_pending.is_some();
-            if released {
-                if let Some(lease) = lease {
-                    self.registry.forget(lease, partition_id);
-                }
-                for &idx in &todo {
-                    outcomes[idx].lease_released |= results.lease_released;
-                }
+        }
+        if results.lease_released {
+            if let Some(lease) = lease {
+                self.registry.forget(lease, partition_id);
             }
-            let pending = filed_pending.unwrap_or(results.pending);
-            if released && pending {
+            if results.pending {
                 if let (Some(queue), Some(partition)) = (&results.queue, &results.partition) {
                     self.ready.promoted(tenant, queue, group, partition);
                 }
             }
-            todo = next;
         }
-        for idx in todo {
-            outcomes[idx].error = Some("ack could not be completed; retry it".to_owned());
-        }
-        Ok(outcomes)
-    }
-
-    /// Decode the frame `request` names and file it (or drop it), unless
-    /// another worker holds a live lease now (the decision was made under
-    /// `lease`).
-    async fn file_dead_letter(
-        &self,
-        client: &impl queen_sql::GenericClient,
-        partition_id: Uuid,
-        group: &str,
-        lease: Option<Uuid>,
-        request: &DlqRequest,
-    ) -> Result<queen_sql::ack::DlqFiled, EngineError> {
-        let Some((base, blob, created_at)) = &request.segment else {
-            // Retention removed the segment: nothing to file, but the cursor
-            // must still move past the poison offset.
-            let letter = DeadLetter {
-                partition_id,
-                group,
-                lease,
-                offset: request.offset,
-                message_id: Uuid::nil(),
-                transaction_id: "",
-                trace_id: None,
-                producer_sub: None,
-                payload: b"null",
-                encrypted: false,
-                created_at: std::time::SystemTime::now(),
-                error: &request.error,
-                retry_count: request.retry_count,
-            };
-            return Ok(queen_sql::ack::dlq_head(client, &letter).await?);
-        };
-        let estimate = crate::offload::inflated_estimate(blob.len());
-        let segment = crate::offload::cpu(estimate, || queen_frame::decompress(blob)).await?;
-        let idx = usize::try_from(request.offset - base)
-            .map_err(|_| EngineError::Internal("dead-letter offset before its segment"))?;
-        let frames = segment.slice(idx, 1)?;
-        let frame = frames
-            .first()
-            .ok_or(EngineError::Internal("dead-letter frame missing"))?;
-        let letter = DeadLetter {
-            partition_id,
-            group,
-            lease,
-            offset: request.offset,
-            message_id: Uuid::from_bytes(frame.message_id),
-            transaction_id: frame.transaction_id,
-            trace_id: frame.trace_id.map(Uuid::from_bytes),
-            producer_sub: frame.producer_sub,
-            payload: frame.payload,
-            encrypted: frame.encrypted,
-            created_at: *created_at,
-            error: &request.error,
-            retry_count: request.retry_count,
-        };
-        Ok(queen_sql::ack::dlq_head(client, &letter).await?)
+        outcomes
     }
 
     /// (positional, by-hash) ack calls since start: how often the registry
@@ -446,4 +418,63 @@ impl LeaseError {
             LeaseError::Expired => "Lease already expired",
         }
     }
+}
+
+/// A text column refuses NUL: a stored id or an error text that holds one
+/// (accepted before pushes refused them) is filed with U+FFFD in its place,
+/// so filing a dead letter cannot fail on what a client sent.
+pub(crate) fn text_column(text: &str) -> String {
+    text.replace('\0', "\u{FFFD}")
+}
+
+/// What decoding the segments an ack call asked for found.
+struct Decoded {
+    /// (item index, offset) of each item the purged sidecar could not resolve.
+    resolved: Vec<(usize, i64)>,
+    /// The dead letters' frames.
+    frames: Vec<DlqFrame>,
+}
+
+/// Decode `needs.segments` (off the async workers when large): find each
+/// unresolved item's first offset after the cursor, and each frame to file.
+async fn decode_needs(needs: &AckNeeds, hashes: &[[u8; 16]]) -> Result<Decoded, EngineError> {
+    let mut out = Decoded {
+        resolved: Vec::new(),
+        frames: Vec::new(),
+    };
+    let mut unresolved: Vec<usize> = needs.resolve.clone();
+    for segment in &needs.segments {
+        let blob = &segment.blob;
+        let estimate = crate::offload::inflated_estimate(blob.len());
+        let decoded = crate::offload::cpu(estimate, || queen_frame::decompress(blob)).await?;
+        for (i, frame) in decoded.frames().enumerate() {
+            let frame = frame?;
+            let offset = segment.base_offset
+                + i64::try_from(i).map_err(|_| EngineError::Internal("segment too long"))?;
+            if needs.frames.contains(&offset) {
+                out.frames.push(DlqFrame {
+                    offset,
+                    message_id: Uuid::from_bytes(frame.message_id),
+                    transaction_id: text_column(frame.transaction_id),
+                    trace_id: frame.trace_id.map(Uuid::from_bytes),
+                    producer_sub: frame.producer_sub.map(text_column),
+                    payload: frame.payload.to_vec(),
+                    encrypted: frame.encrypted,
+                    created_at: segment.created_at,
+                });
+            }
+            if offset > needs.committed && !unresolved.is_empty() {
+                let hash = queen_frame::txn_hash(frame.transaction_id);
+                unresolved.retain(|&idx| {
+                    if hashes.get(idx) == Some(&hash) {
+                        out.resolved.push((idx, offset));
+                        false
+                    } else {
+                        true
+                    }
+                });
+            }
+        }
+    }
+    Ok(out)
 }

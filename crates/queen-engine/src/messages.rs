@@ -461,7 +461,11 @@ impl Lifecycle {
             return Ok(MovedToDlq::NotFound);
         };
         // A lease id nobody holds: the filing is refused if any consumer
-        // holds a live lease on the cursor now.
+        // holds a live lease on the cursor now. Text columns refuse NUL, which
+        // a stored id may hold (pushes refuse it now, not always before).
+        let transaction_id = crate::ack::text_column(frame.transaction_id);
+        let producer_sub = frame.producer_sub.map(crate::ack::text_column);
+        let error = crate::ack::text_column(error);
         let filed = queen_sql::ack::dlq_head(
             &**client,
             &queen_sql::ack::DeadLetter {
@@ -470,13 +474,13 @@ impl Lifecycle {
                 lease: Some(Uuid::new_v4()),
                 offset: located.offset,
                 message_id: Uuid::from_bytes(frame.message_id),
-                transaction_id: frame.transaction_id,
+                transaction_id: &transaction_id,
                 trace_id: frame.trace_id.map(Uuid::from_bytes),
-                producer_sub: frame.producer_sub,
+                producer_sub: producer_sub.as_deref(),
                 payload: frame.payload,
                 encrypted: frame.encrypted,
                 created_at: row.created_at,
-                error,
+                error: &error,
                 retry_count: 0,
             },
         )

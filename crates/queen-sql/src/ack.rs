@@ -10,7 +10,8 @@ use crate::prepared::{self, Conn};
 use crate::SqlError;
 
 const ACK_BATCH: &str = "SELECT * FROM queen.log_ack_batch_v1($1, $2, $3, $4)";
-const ACK: &str = "SELECT * FROM queen.log_ack_v2($1, $2, $3, $4, $5, $6, $7, $8)";
+const ACK: &str = "SELECT * FROM queen.log_ack_v3($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, \
+                   $12, $13, $14, $15, $16, $17)";
 const DLQ_HEAD: &str =
     "SELECT * FROM queen.log_dlq_head_v2($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
 const LEASE_EXTEND: &str = "SELECT * FROM queen.log_lease_extend_v2($1, $2, $3, $4)";
@@ -52,32 +53,79 @@ pub async fn ack_batch(
 pub enum ItemResult {
     /// Applied, or already covered by the cursor.
     Ok,
-    /// The hash is not in the partition's recent sidecar.
+    /// The hash is neither in the partition's sidecar nor, where the sidecar
+    /// was purged, among the span's frames.
     NotFound,
     /// The lease given is not the live one.
     InvalidLease,
     /// The status is not one the broker knows.
     UnknownStatus,
-    /// A frame must be filed as a dead letter (see [`DlqRequest`]).
-    Dlq(DlqRequest),
-    /// Not processed; resubmit after the dead letter is filed.
-    Deferred,
+    /// Filed as a dead letter (or dropped, with dead-lettering off); the
+    /// cursor moved past it.
+    Dlq,
+    /// Not applied: an earlier item of the partition failed or was retried,
+    /// so this one is delivered again after it.
+    NotApplied,
 }
 
-/// The frame `log_ack_v1` asks the broker to file.
+/// A segment `log_ack_v3` needs decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DlqRequest {
-    /// Offset of the frame to file.
+pub struct NeededSegment {
+    /// Its first offset.
+    pub base_offset: i64,
+    /// Its compressed frames.
+    pub blob: Vec<u8>,
+    /// Its timestamp.
+    pub created_at: SystemTime,
+}
+
+/// What only the broker can do before an ack applies: the call changed
+/// nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AckNeeds {
+    /// Items (by index) whose hash the purged sidecar no longer holds: find
+    /// their offsets among the segments' frames.
+    pub resolve: Vec<usize>,
+    /// Offsets of frames to file as dead letters.
+    pub frames: Vec<i64>,
+    /// The segments holding both.
+    pub segments: Vec<NeededSegment>,
+    /// The cursor the call saw: a hash resolves to its first occurrence
+    /// after it.
+    pub committed: i64,
+}
+
+/// A decoded frame the broker hands in to be filed as a dead letter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DlqFrame {
+    /// Its offset.
     pub offset: i64,
-    /// The segment holding it (`None` if retention removed it).
-    pub segment: Option<(i64, Vec<u8>, SystemTime)>,
-    /// The error text to store.
-    pub error: String,
-    /// Retries spent.
-    pub retry_count: i32,
+    /// Message id.
+    pub message_id: Uuid,
+    /// Transaction id (no NUL: the text column refuses it).
+    pub transaction_id: String,
+    /// Trace id.
+    pub trace_id: Option<Uuid>,
+    /// Producer sub (no NUL).
+    pub producer_sub: Option<String>,
+    /// Payload as stored (sealed when `encrypted`).
+    pub payload: Vec<u8>,
+    /// Payload is sealed.
+    pub encrypted: bool,
+    /// Its segment's timestamp.
+    pub created_at: SystemTime,
 }
 
 /// What a per-hash ack call answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AckAnswer {
+    /// Applied: per input item (by index) its result.
+    Applied(AckResults),
+    /// Nothing applied yet: call again with what this asks for.
+    Needs(AckNeeds),
+}
+
+/// An applied per-hash ack.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AckResults {
     /// Per input item (by index): its result.
@@ -92,20 +140,45 @@ pub struct AckResults {
     pub partition: Option<String>,
 }
 
-/// Ack by transaction-id hashes (16 bytes each, concatenated), on a
-/// partition of `tenant` (another tenant's answers `NotFound` per item).
-#[allow(clippy::too_many_arguments)] // mirrors the procedure's parameters one to one
-pub async fn ack(
-    conn: &impl Conn,
-    tenant: &str,
-    partition_id: Uuid,
-    group: &str,
-    lease: Option<Uuid>,
-    hashes: &[u8],
-    statuses: &[&str],
-    errors: &[Option<&str>],
-    failed_to_dlq: bool,
-) -> Result<AckResults, SqlError> {
+/// One per-hash ack call's input.
+#[derive(Debug, Clone, Copy)]
+pub struct AckCall<'a> {
+    /// The acking tenant (another tenant's partition answers `NotFound`).
+    pub tenant: &'a str,
+    /// The partition.
+    pub partition_id: Uuid,
+    /// The consumer group.
+    pub group: &'a str,
+    /// The lease the items were delivered under.
+    pub lease: Option<Uuid>,
+    /// Transaction-id hashes, 16 bytes each, concatenated.
+    pub hashes: &'a [u8],
+    /// Per item: its status.
+    pub statuses: &'a [&'a str],
+    /// Per item: its error text (no NUL).
+    pub errors: &'a [Option<&'a str>],
+    /// File `failed` straight to the DLQ (transactions).
+    pub failed_to_dlq: bool,
+    /// Per item: the offset the broker resolved (`None` on a first call).
+    pub offsets: Option<&'a [Option<i64>]>,
+    /// Frames to file as dead letters.
+    pub frames: &'a [DlqFrame],
+}
+
+/// Ack by transaction-id hashes on one partition (`log_ack_v3`): every
+/// item applied in offset order in one statement, or, when the broker must
+/// decode frames first, nothing applied and [`AckAnswer::Needs`].
+pub async fn ack(conn: &impl Conn, call: &AckCall<'_>) -> Result<AckAnswer, SqlError> {
+    let offsets: Option<Vec<Option<i64>>> = call.offsets.map(<[Option<i64>]>::to_vec);
+    let f = call.frames;
+    let frame_offsets: Vec<i64> = f.iter().map(|x| x.offset).collect();
+    let frame_ids: Vec<Uuid> = f.iter().map(|x| x.message_id).collect();
+    let frame_txns: Vec<&str> = f.iter().map(|x| x.transaction_id.as_str()).collect();
+    let frame_traces: Vec<Option<Uuid>> = f.iter().map(|x| x.trace_id).collect();
+    let frame_subs: Vec<Option<&str>> = f.iter().map(|x| x.producer_sub.as_deref()).collect();
+    let frame_payloads: Vec<&[u8]> = f.iter().map(|x| x.payload.as_slice()).collect();
+    let frame_encrypted: Vec<bool> = f.iter().map(|x| x.encrypted).collect();
+    let frame_created: Vec<SystemTime> = f.iter().map(|x| x.created_at).collect();
     let rows = prepared::query(
         conn,
         ACK,
@@ -118,72 +191,102 @@ pub async fn ack(
             Type::TEXT_ARRAY,
             Type::TEXT_ARRAY,
             Type::BOOL,
+            Type::INT8_ARRAY,
+            Type::INT8_ARRAY,
+            Type::UUID_ARRAY,
+            Type::TEXT_ARRAY,
+            Type::UUID_ARRAY,
+            Type::TEXT_ARRAY,
+            Type::BYTEA_ARRAY,
+            Type::BOOL_ARRAY,
+            Type::TIMESTAMPTZ_ARRAY,
         ],
         &[
-            &tenant,
-            &partition_id,
-            &group,
-            &lease,
-            &hashes,
-            &statuses,
-            &errors,
-            &failed_to_dlq,
+            &call.tenant,
+            &call.partition_id,
+            &call.group,
+            &call.lease,
+            &call.hashes,
+            &call.statuses,
+            &call.errors,
+            &call.failed_to_dlq,
+            &offsets,
+            &frame_offsets,
+            &frame_ids,
+            &frame_txns,
+            &frame_traces,
+            &frame_subs,
+            &frame_payloads,
+            &frame_encrypted,
+            &frame_created,
         ],
     )
     .await?;
     let mut results = AckResults {
-        items: Vec::with_capacity(statuses.len()),
+        items: Vec::with_capacity(call.statuses.len()),
         lease_released: false,
         pending: false,
         queue: None,
         partition: None,
     };
+    let mut needs = AckNeeds::default();
     for row in rows {
         let kind: &str = row.try_get("o_result")?;
-        results.queue = row.try_get("o_queue")?;
-        results.partition = row.try_get("o_partition")?;
-        if kind == "state" {
-            results.lease_released = row
-                .try_get::<_, Option<bool>>("o_lease_released")?
-                .unwrap_or(false);
-            results.pending = row
-                .try_get::<_, Option<bool>>("o_pending")?
-                .unwrap_or(false);
-            continue;
+        match kind {
+            "state" => {
+                results.queue = row.try_get("o_queue")?;
+                results.partition = row.try_get("o_partition")?;
+                results.lease_released = row
+                    .try_get::<_, Option<bool>>("o_lease_released")?
+                    .unwrap_or(false);
+                results.pending = row
+                    .try_get::<_, Option<bool>>("o_pending")?
+                    .unwrap_or(false);
+                continue;
+            }
+            "segment" => {
+                needs.committed = row.try_get("o_offset")?;
+                needs.segments.push(NeededSegment {
+                    base_offset: row.try_get("o_seg_base")?,
+                    blob: row.try_get("o_seg_blob")?,
+                    created_at: row.try_get("o_seg_created_at")?,
+                });
+                continue;
+            }
+            "need_frame" => {
+                needs.frames.push(row.try_get("o_offset")?);
+                continue;
+            }
+            _ => {}
         }
         let idx: i32 = row.try_get("o_idx")?;
         let idx = usize::try_from(idx).map_err(|_| SqlError::Protocol {
-            what: "log_ack_v1 returned a negative index",
+            what: "log_ack_v3 returned a negative index",
         })?;
         let result = match kind {
+            "need_resolve" => {
+                needs.resolve.push(idx);
+                continue;
+            }
             "ok" => ItemResult::Ok,
             "not_found" => ItemResult::NotFound,
             "invalid_lease" => ItemResult::InvalidLease,
             "unknown_status" => ItemResult::UnknownStatus,
-            "deferred" => ItemResult::Deferred,
-            "dlq" => {
-                let base: Option<i64> = row.try_get("o_dlq_base")?;
-                let blob: Option<Vec<u8>> = row.try_get("o_dlq_blob")?;
-                let created: Option<SystemTime> = row.try_get("o_dlq_created_at")?;
-                ItemResult::Dlq(DlqRequest {
-                    offset: row.try_get("o_dlq_offset")?,
-                    segment: match (base, blob, created) {
-                        (Some(base), Some(blob), Some(created)) => Some((base, blob, created)),
-                        _ => None,
-                    },
-                    error: row.try_get("o_dlq_error")?,
-                    retry_count: row.try_get("o_retry_count")?,
-                })
-            }
+            "dlq" => ItemResult::Dlq,
+            "not_applied" => ItemResult::NotApplied,
             _ => {
                 return Err(SqlError::Protocol {
-                    what: "log_ack_v1 returned an unknown result",
+                    what: "log_ack_v3 returned an unknown result",
                 })
             }
         };
         results.items.push((idx, result));
     }
-    Ok(results)
+    if needs.resolve.is_empty() && needs.frames.is_empty() {
+        Ok(AckAnswer::Applied(results))
+    } else {
+        Ok(AckAnswer::Needs(needs))
+    }
 }
 
 /// One dead letter to file.

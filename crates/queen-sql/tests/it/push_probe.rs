@@ -343,19 +343,19 @@ async fn after_the_purge_the_probe_and_the_hash_ack_read_about_the_window() {
             client.batch_execute("BEGIN").await.unwrap();
             let before = sidecar_reads(client).await;
             let hash = hash_of(n);
-            queen_sql::ack::ack(
-                client,
-                "",
+            let call = queen_sql::ack::AckCall {
+                tenant: "",
                 partition_id,
-                "__QUEUE_MODE__",
-                None,
-                &hash,
-                &["completed"],
-                &[None],
-                false,
-            )
-            .await
-            .unwrap();
+                group: "__QUEUE_MODE__",
+                lease: None,
+                hashes: &hash,
+                statuses: &["completed"],
+                errors: &[None],
+                failed_to_dlq: false,
+                offsets: None,
+                frames: &[],
+            };
+            queen_sql::ack::ack(client, &call).await.unwrap();
             let read = sidecar_reads(client).await - before;
             client.batch_execute("ROLLBACK").await.unwrap();
             read
