@@ -16,8 +16,17 @@
 //! at every delivery (each failure gives the batch back, and at the third
 //! delivery, `retryLimit` 2 being spent, the broker files it in the DLQ);
 //! 1% are acked `dlq` (dead-lettered at once). The items of a batch after a
-//! `failed` one are refused (the lease is gone) and come back with the
-//! redelivery: the `refused` count.
+//! `failed` one with retries left are not applied and come back after it,
+//! as ordered partitions require: the `refused` count.
+//!
+//! Deliveries per message is popped / consumed. Its floor for this mix is
+//! what ordering forces: every message delivered once, plus, for each batch
+//! whose ack stopped at a `failed` item with retries left, that item and
+//! every one after it in the batch (`forced`): (consumed + forced) /
+//! consumed. The two meet when nothing else comes back (no refused
+//! dead letter, no lease expiry, no ack not found). With full batches of
+//! `BATCH` the floor is about 1 + failed% x ((BATCH + 1) / 2 + (retryLimit -
+//! 1) x BATCH), printed beside it.
 //!
 //! Phases: a 15 s calibration with unpaced producers measures the maximum
 //! of this mix, min(push rate, consume rate) over its last 12 s; the backlog
@@ -137,6 +146,9 @@ struct Shared {
     dlq_direct: AtomicU64,
     /// Ack items answered `success: false` (after a `failed` in the batch).
     refused: AtomicU64,
+    /// Deliveries ordering forces again: per batch whose ack stopped at a
+    /// `failed` item with retries left, that item and every one after it.
+    forced: AtomicU64,
     errors: AtomicU64,
     latencies: Mutex<Latencies>,
     error_texts: Mutex<Vec<String>>,
@@ -204,6 +216,7 @@ impl Shared {
             dead_lettered: get(&self.dead_lettered),
             dlq_direct: get(&self.dlq_direct),
             refused: get(&self.refused),
+            forced: get(&self.forced),
             errors: get(&self.errors),
         }
     }
@@ -222,6 +235,7 @@ struct Counts {
     dead_lettered: u64,
     dlq_direct: u64,
     refused: u64,
+    forced: u64,
     errors: u64,
 }
 
@@ -230,6 +244,26 @@ impl Counts {
     fn consumed(&self) -> u64 {
         self.completed + self.dead_lettered
     }
+
+    /// Deliveries per consumed message.
+    fn deliveries_per_message(&self) -> f64 {
+        self.popped as f64 / self.consumed().max(1) as f64
+    }
+
+    /// The floor ordering imposes on it: each message once, plus what a
+    /// `failed` item with retries left sends back.
+    fn ordering_floor(&self) -> f64 {
+        (self.consumed() + self.forced) as f64 / self.consumed().max(1) as f64
+    }
+}
+
+/// Deliveries per message ordering imposes with full batches: a poison
+/// message's first failure sends back itself and, on average, half of its
+/// batch behind it; each later failure a whole batch.
+fn full_batch_floor() -> f64 {
+    let batch = BATCH as f64;
+    1.0 + f64::from(FAILED_PERCENT) / 100.0
+        * ((batch + 1.0) / 2.0 + f64::from(RETRY_LIMIT - 1) * batch)
 }
 
 /// Sets the flag when dropped: the tasks stop whichever way `run` ends.
@@ -592,6 +626,9 @@ pub(crate) async fn run(
             "consumed_per_second": end.consumed() as f64 / soak_seconds,
         },
         "totals": end,
+        "deliveries_per_message": end.deliveries_per_message(),
+        "ordering_floor": end.ordering_floor(),
+        "full_batch_floor": full_batch_floor(),
         "latency_ms": {
             "push": Latency::from_micros(totals.push),
             "pop": Latency::from_micros(totals.pop),
@@ -848,6 +885,15 @@ async fn consumer(
             shared.error(format!("ack answer: not an array: {}", reply.snippet()));
             continue;
         };
+        // The first `failed` item applied without a dead letter stopped the
+        // cursor: it and everything after it come back.
+        if let Some(stop) = results.iter().zip(&statuses).position(|(result, status)| {
+            *status == "failed" && result["success"] == json!(true) && result["dlq"] != json!(true)
+        }) {
+            shared
+                .forced
+                .fetch_add((results.len() - stop) as u64, Ordering::Relaxed);
+        }
         for (result, status) in results.iter().zip(&statuses) {
             if result["success"] != json!(true) {
                 shared.refused.fetch_add(1, Ordering::Relaxed);
@@ -882,6 +928,7 @@ fn since(before: &Counts, after: &Counts) -> Counts {
         dead_lettered: after.dead_lettered - before.dead_lettered,
         dlq_direct: after.dlq_direct - before.dlq_direct,
         refused: after.refused - before.refused,
+        forced: after.forced - before.forced,
         errors: after.errors - before.errors,
     }
 }
@@ -1245,6 +1292,16 @@ fn summary(
         end.failed,
         end.refused,
         end.errors
+    );
+    let _ = writeln!(
+        out,
+        "deliveries per message {:.3}; the floor ordering imposes on this mix {:.3} (each \
+         message once, plus the {} deliveries after a `failed` item with retries left in \
+         its batch; {:.3} with full batches of {BATCH})",
+        end.deliveries_per_message(),
+        end.ordering_floor(),
+        end.forced,
+        full_batch_floor()
     );
     let _ = writeln!(
         out,
