@@ -1030,3 +1030,57 @@ async fn pops_of_random_queue_names_leave_bounded_state() {
     let memory = broker.engine.memory_stats();
     assert!(memory.wake_gates <= 2_048, "{memory:?}");
 }
+
+/// A pop whose future is dropped while its statement runs (the client went
+/// away) gives the partitions it took from the hot-list ring back: the next
+/// pop finds the one it did not claim at once, not at the next reseed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pop_cancelled_mid_statement_gives_its_partitions_back_to_the_ring() {
+    let broker = TestBroker::start_with(EngineConfig {
+        hotlist_reseed: Duration::from_secs(600),
+        ..EngineConfig::default()
+    })
+    .await;
+    let request = |batch: usize| queen_engine::PopRequest {
+        tenant: queen_engine::naming::default_tenant(),
+        target: queen_engine::PopTarget::Queue {
+            queue: "cancelled".to_owned(),
+        },
+        group: queen_engine::QUEUE_MODE_GROUP.to_owned(),
+        batch,
+        max_partitions: 1,
+        wait: false,
+        timeout: Duration::ZERO,
+        auto_ack: false,
+        subscription_mode: queen_engine::SubscriptionMode::All,
+        subscription_from: None,
+    };
+    // First contact makes the ring; the pushes then mark both partitions.
+    push(&broker, "cancelled", "seed", &[json!("seed")]).await;
+    let seed = broker.engine.pop(request(1)).await.unwrap();
+    assert_eq!(seed.messages.len(), 1);
+    push(&broker, "cancelled", "a", &[json!("a")]).await;
+    push(&broker, "cancelled", "b", &[json!("b")]).await;
+
+    // The next pop's statement stalls on the segments table; its caller
+    // gives up, dropping the future, before the statement ends.
+    let holder = broker.sql().await;
+    holder
+        .batch_execute("BEGIN; LOCK TABLE queen.log_segments IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let dropped =
+        tokio::time::timeout(Duration::from_millis(500), broker.engine.pop(request(1))).await;
+    assert!(dropped.is_err(), "the pop was meant to stall: {dropped:?}");
+    holder.batch_execute("COMMIT").await.unwrap();
+    // The abandoned statement claims one partition when it ends.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let next = broker.engine.pop(request(1)).await.unwrap();
+    assert_eq!(
+        next.messages.len(),
+        1,
+        "the partition the cancelled pop did not claim is out of the ring"
+    );
+    broker.stop().await;
+}

@@ -743,21 +743,28 @@ impl Serving {
                 permit.release();
                 return Ok(Popped::default());
             }
-            let names: Vec<&str> = candidates.names.iter().map(String::as_str).collect();
+            let skip_window = candidates.skip_window;
+            // Out of the ring until checked in: if this future is dropped
+            // first (the client went away mid-statement), the guard puts
+            // every name back.
+            let taken = Taken {
+                serving: self,
+                queue,
+                group,
+                names: candidates.names,
+            };
+            let names: Vec<&str> = taken.names.iter().map(String::as_str).collect();
             let rows =
-                queen_sql::pop::pop_list(&client, info.id, &names, &params, candidates.skip_window)
-                    .await;
-            (rows, candidates)
+                queen_sql::pop::pop_list(&client, info.id, &names, &params, skip_window).await;
+            (rows, taken)
         };
         permit.release();
         let rows = match rows {
+            // Nothing was claimed: every candidate goes back (the guard).
+            Err(error) => return Err(error.into()),
             Ok(rows) => rows,
-            Err(error) => {
-                // Nothing was claimed: every candidate goes back.
-                self.check_in(queue, group, &[], candidates.names);
-                return Err(error.into());
-            }
         };
+        let candidates = candidates.into_names();
         if rows.is_empty() {
             // Every visited name yields a verdict, and the first is always
             // visited: no row at all means the cached queue id is gone (the
@@ -768,7 +775,7 @@ impl Serving {
             self.hotlist.forget_queue(&queue.key);
             return Ok(Popped::default());
         }
-        self.check_in(queue, group, &rows, candidates.names);
+        self.check_in(queue, group, &rows, candidates);
         self.render(queue, request, worker, &rows).await
     }
 
@@ -797,7 +804,9 @@ impl Serving {
         }
         let worker = Uuid::now_v7();
         let params = params(request, worker, request.max_partitions);
-        let names: Vec<&str> = hints.iter().map(String::as_str).collect();
+        // Given back to the gate when this future is dropped first.
+        let hints = TakenHints { gate, hints };
+        let names: Vec<&str> = hints.hints.iter().map(String::as_str).collect();
         let permit = self.limiter.acquire().await;
         let rows = async {
             let client = self.pop_client().await?;
@@ -807,14 +816,9 @@ impl Serving {
         }
         .await;
         permit.release();
-        let rows = match rows {
-            Ok(rows) => rows,
-            Err(error) => {
-                gate.return_hints(hints);
-                return Err(error);
-            }
-        };
-        gate.return_hints(unvisited(&rows, hints));
+        // An error claimed nothing: every hint goes back (the guard).
+        let rows = rows?;
+        gate.return_hints(unvisited(&rows, hints.into_hints()));
         self.render(queue, request, worker, &rows).await
     }
 
@@ -1204,6 +1208,54 @@ pub(crate) async fn first_contact_of(
         .await?;
         if after.is_none() {
             return Ok(());
+        }
+    }
+}
+
+/// Names a pop took from a hot-list ring: checked back in, all unvisited,
+/// if dropped before [`Taken::into_names`] (the pop's future was dropped
+/// mid-statement, or its statement failed), so no partition stays out of
+/// the ring until the next reseed.
+struct Taken<'a> {
+    serving: &'a Serving,
+    queue: &'a QueueRef<'a>,
+    group: &'a str,
+    names: Vec<String>,
+}
+
+impl Taken<'_> {
+    /// The names, for the caller to check in with their verdicts.
+    fn into_names(mut self) -> Vec<String> {
+        std::mem::take(&mut self.names)
+    }
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        if !self.names.is_empty() {
+            let names = std::mem::take(&mut self.names);
+            self.serving.check_in(self.queue, self.group, &[], names);
+        }
+    }
+}
+
+/// Pushed-partition hints a pop took from a gate: given back if dropped
+/// before [`TakenHints::into_hints`].
+struct TakenHints<'a> {
+    gate: &'a Gate,
+    hints: Vec<String>,
+}
+
+impl TakenHints<'_> {
+    fn into_hints(mut self) -> Vec<String> {
+        std::mem::take(&mut self.hints)
+    }
+}
+
+impl Drop for TakenHints<'_> {
+    fn drop(&mut self) {
+        if !self.hints.is_empty() {
+            self.gate.return_hints(std::mem::take(&mut self.hints));
         }
     }
 }
