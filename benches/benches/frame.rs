@@ -30,6 +30,7 @@ impl Message {
             transaction_id: &self.transaction_id,
             producer_sub: None,
             encrypted: false,
+            audience: None,
             payload: &self.payload,
         }
     }

@@ -2,8 +2,8 @@
 //! /api/v1/messages/:partitionId/:transactionId/retry` and `POST
 //! /api/v1/dlq/requeue` move dead letters back into the log, each exactly
 //! once and in one transaction with its push; the replayed message is a new
-//! message at the head of its partition, delivered again to the group it
-//! failed in, and its ack moves that group's cursor past it.
+//! message at the head of its partition, delivered again to the groups it
+//! failed in and to no other, and its ack moves that group's cursor past it.
 
 use queen_engine::EngineConfig;
 use queen_tests::TestBroker;
@@ -120,8 +120,13 @@ async fn a_retried_dead_letter_is_delivered_again_and_its_ack_moves_the_cursor()
     )
     .await
     .is_none());
-    // Every group behind the head reads it: the replay is a message of the log.
-    assert_eq!(consume(&broker, "replay", "h", &[]).await, [json!(2)]);
+    // The replay is for the group it failed in only: h, which completed the
+    // message, does not see it again, and its cursor moves over it.
+    assert_eq!(
+        consume(&broker, "replay", "h", &[]).await,
+        Vec::<Value>::new()
+    );
+    assert_eq!(cursor(&broker, "replay", "h").await, (3, 3));
 
     // Nothing left to replay: 404, and nothing is written.
     let again = broker.client.post_json(&path, &json!({})).await;
@@ -203,12 +208,13 @@ async fn requeue_moves_a_range_oldest_first_and_counts_messages_once() {
     let left = letters(&broker, "bulk").await;
     assert_eq!(left["total"], 1);
     assert_eq!(left["messages"][0]["partition"], "other");
-    // g reads the five again, each requeue in original offset order (the
-    // second one carries h's row of 0: a replay is a message of the log).
+    // g reads the five again, each requeue in original offset order; the
+    // second one's copy of 0 carries h's row only, so h alone reads it.
     assert_eq!(
         consume(&broker, "bulk", "g", &[]).await,
-        [json!(0), json!(1), json!(0), json!(2), json!(3), json!(4)]
+        [json!(0), json!(1), json!(2), json!(3), json!(4)]
     );
+    assert_eq!(consume(&broker, "bulk", "h", &[]).await, [json!(0)]);
 
     for (body, error) in [
         (json!({}), "queue is required"),
@@ -277,5 +283,58 @@ async fn a_sealed_dead_letter_is_replayed_sealed_and_delivered_in_clear() {
     )
     .await;
     assert_eq!(leaked, 0);
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_reaches_only_the_groups_that_dead_lettered_it_and_is_stored_once() {
+    let broker = TestBroker::start().await;
+    push(&broker, "aud", "p", &[json!(1), json!(2), json!(3)]).await;
+    // g and k dead-letter 2; h completes everything first.
+    assert_eq!(consume(&broker, "aud", "h", &[]).await.len(), 3);
+    consume(&broker, "aud", "g", &[json!(2)]).await;
+    consume(&broker, "aud", "k", &[json!(2)]).await;
+    assert_eq!(letters(&broker, "aud").await["total"], 2);
+    let replayed = broker
+        .client
+        .post_json("/api/v1/dlq/requeue", &json!({"queue": "aud"}))
+        .await;
+    expect_status(&replayed, 200);
+    assert_eq!(replayed.json()["deadLetters"], 2);
+    assert_eq!(replayed.json()["requeued"], 1);
+    // Stored once: one new offset for both groups.
+    assert_eq!(cursor(&broker, "aud", "h").await.1, 3);
+    // h, which had completed it, gets nothing; g and k get it once each,
+    // leased, and their acks (through a broker that did not serve them)
+    // move their cursors past it.
+    assert!(
+        pop(&broker, "/api/v1/pop/queue/aud?consumerGroup=h&wait=false")
+            .await
+            .is_none()
+    );
+    let other = TestBroker::serve(broker.db.clone(), EngineConfig::default()).await;
+    for group in ["g", "k"] {
+        let popped = pop(
+            &broker,
+            &format!("/api/v1/pop/queue/aud?consumerGroup={group}&batch=10"),
+        )
+        .await
+        .expect("the replayed message");
+        assert_eq!(data(&popped), [json!(2)], "{group}");
+        let acked = ack_all(&other, &popped, "completed", Some(group)).await;
+        assert_eq!(acked[0]["success"], true, "{acked:?}");
+        assert_eq!(cursor(&broker, "aud", group).await, (3, 3), "{group}");
+    }
+    other.stop().await;
+    for group in ["g", "h", "k"] {
+        assert!(pop(
+            &broker,
+            &format!("/api/v1/pop/queue/aud?consumerGroup={group}&wait=false")
+        )
+        .await
+        .is_none());
+    }
+    // h's cursor was moved over the copy it does not see.
+    assert_eq!(cursor(&broker, "aud", "h").await, (3, 3));
     broker.stop().await;
 }

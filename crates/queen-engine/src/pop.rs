@@ -936,6 +936,10 @@ impl Serving {
                 PopRow::Verdict { .. } => 0,
             })
             .sum();
+        // Per partition the claimed span's last offset, and whether any of
+        // its frames is this group's: a replayed dead letter is for the
+        // groups that dead-lettered it only (its frame's audience).
+        let mut spans: HashMap<Uuid, (i64, bool)> = HashMap::new();
         let rendered = crate::offload::cpu(bytes, || -> Result<Popped, EngineError> {
             let mut messages = Vec::new();
             let mut names: HashMap<Uuid, Arc<str>> = HashMap::new();
@@ -959,7 +963,15 @@ impl Serving {
                         .or_insert_with(|| Arc::from(partition.as_str())),
                 );
                 let segment = queen_frame::decompress(blob)?;
+                let first = base_offset.saturating_add(i64::try_from(*start_idx).unwrap_or(0));
+                let last = first.saturating_add(i64::try_from(*take).unwrap_or(0)) - 1;
+                let span = spans.entry(*partition_id).or_insert((last, false));
+                span.0 = span.0.max(last);
                 for (idx, frame) in segment.slice(*start_idx, *take)?.iter().enumerate() {
+                    if !frame.delivered_to(&request.group) {
+                        continue;
+                    }
+                    spans.entry(*partition_id).or_insert((last, false)).1 = true;
                     let payload = if frame.encrypted {
                         let key = self.at_rest.key().ok_or_else(|| {
                             EngineError::EncryptionKeyMissing {
@@ -986,7 +998,7 @@ impl Serving {
             }
             let lease_id = (!messages.is_empty() && !request.auto_ack).then_some(worker);
             if let Some(lease) = lease_id {
-                self.register_leased(queue, &request.group, lease, rows, &messages);
+                self.register_leased(queue, &request.group, lease, rows, &messages, &spans);
             }
             Ok(Popped {
                 queue: (!messages.is_empty()).then(|| queue.name.to_owned()),
@@ -999,7 +1011,57 @@ impl Serving {
         if rendered.is_err() && request.auto_ack {
             self.give_back(queue, &request.group, rows).await;
         }
+        if rendered.is_ok() && !request.auto_ack {
+            self.release_hidden(queue, &request.group, worker, rows, &spans)
+                .await;
+        }
         rendered
+    }
+
+    /// A leased claim whose span held no frame for this group (only replayed
+    /// dead letters of other groups) delivered nothing: move the cursor over
+    /// it and release the lease at once instead of at its expiry.
+    async fn release_hidden(
+        &self,
+        queue: &QueueRef<'_>,
+        group: &str,
+        lease: Uuid,
+        rows: &[PopRow],
+        spans: &HashMap<Uuid, (i64, bool)>,
+    ) {
+        let hidden: Vec<(Uuid, &str, i64)> = rows
+            .iter()
+            .filter_map(|row| match row {
+                PopRow::Verdict {
+                    partition_id,
+                    partition,
+                    verdict: Verdict::Delivered | Verdict::Drained,
+                    ..
+                } => match spans.get(partition_id) {
+                    Some(&(end, false)) => Some((*partition_id, partition.as_str(), end)),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect();
+        if hidden.is_empty() {
+            return;
+        }
+        let Ok(client) = self.pop_client().await else {
+            return; // The lease's expiry releases it.
+        };
+        for (partition_id, partition, end) in hidden {
+            match queen_sql::ack::ack_batch(&client, partition_id, group, lease, end).await {
+                Ok(acked) if acked.acked && acked.pending => {
+                    self.ready()
+                        .promoted(queue.tenant, queue.name, group, partition);
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::debug!(%error, %partition_id, "releasing a claim with nothing for this group failed; its lease expires");
+                }
+            }
+        }
     }
 
     /// An auto-acked claim moved the cursors in the claiming statement, but
@@ -1063,6 +1125,7 @@ impl Serving {
         lease: Uuid,
         rows: &[PopRow],
         messages: &[PoppedMessage],
+        spans: &HashMap<Uuid, (i64, bool)>,
     ) {
         let now = Instant::now();
         let wall = SystemTime::now();
@@ -1083,6 +1146,12 @@ impl Serving {
             let Some(last) = served.last() else {
                 continue;
             };
+            // The claimed span's end, past frames of other groups' replays
+            // this group does not see: acking every served message moves the
+            // cursor over those too.
+            let batch_end = spans
+                .get(partition_id)
+                .map_or(last.offset, |&(end, _)| end.max(last.offset));
             let lease_ends = revisit_at.map_or(now, |at| instant_of(at, now, wall));
             self.registry.register(
                 lease,
@@ -1091,7 +1160,7 @@ impl Serving {
                     group: group.to_owned(),
                     queue: queue.key.clone().into_owned(),
                     partition: partition.clone(),
-                    batch_end: last.offset,
+                    batch_end,
                     hashes: served
                         .iter()
                         .map(|m| queen_frame::txn_hash(&m.transaction_id))

@@ -104,6 +104,8 @@ pub enum Field {
     TransactionId,
     /// The frame's producer sub.
     ProducerSub,
+    /// The frame's audience.
+    Audience,
     /// A frame body (everything after `body_len`).
     Body,
     /// A whole decompressed segment.
@@ -115,6 +117,7 @@ impl fmt::Display for Field {
         f.write_str(match self {
             Field::TransactionId => "transaction id",
             Field::ProducerSub => "producer sub",
+            Field::Audience => "audience",
             Field::Body => "frame body",
             Field::Segment => "segment",
         })

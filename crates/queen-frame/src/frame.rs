@@ -14,8 +14,16 @@ pub const FLAG_TRACE_ID: u8 = 1;
 pub const FLAG_PRODUCER_SUB: u8 = 2;
 /// Flag bit: the payload is a nonce followed by ciphertext, not plain JSON.
 pub const FLAG_ENCRYPTED: u8 = 4;
+/// Flag bit: a `u16`-prefixed audience follows the producer sub: the consumer
+/// groups the frame is delivered to, separated by `\n` (a replayed dead
+/// letter reaches only the groups it was dead-lettered in); without it, every
+/// group.
+pub const FLAG_AUDIENCE: u8 = 8;
 /// Every flag bit this version knows; any other bit is a decode error.
-pub const KNOWN_FLAGS: u8 = FLAG_TRACE_ID | FLAG_PRODUCER_SUB | FLAG_ENCRYPTED;
+pub const KNOWN_FLAGS: u8 = FLAG_TRACE_ID | FLAG_PRODUCER_SUB | FLAG_ENCRYPTED | FLAG_AUDIENCE;
+
+/// The separator of the group names in an audience.
+pub const AUDIENCE_SEPARATOR: char = '\n';
 
 /// Bytes of the `body_len` prefix.
 const LEN_PREFIX: usize = 4;
@@ -41,6 +49,9 @@ pub struct Frame<'a> {
     pub producer_sub: Option<&'a str>,
     /// True when `payload` is nonce plus ciphertext rather than JSON (flag 4).
     pub encrypted: bool,
+    /// The consumer groups the frame is for, `\n`-separated (flag 8); `None`:
+    /// every group. At most `u16::MAX` bytes.
+    pub audience: Option<&'a str>,
     /// The payload bytes exactly as stored: raw client JSON, or nonce plus ciphertext.
     pub payload: &'a [u8],
 }
@@ -59,7 +70,18 @@ impl<'a> Frame<'a> {
         if self.encrypted {
             flags |= FLAG_ENCRYPTED;
         }
+        if self.audience.is_some() {
+            flags |= FLAG_AUDIENCE;
+        }
         flags
+    }
+
+    /// Whether consumer group `group` receives this frame: every group
+    /// without an audience, else the groups it names.
+    #[must_use]
+    pub fn delivered_to(&self, group: &str) -> bool {
+        self.audience
+            .is_none_or(|audience| audience.split(AUDIENCE_SEPARATOR).any(|g| g == group))
     }
 
     /// The exact number of bytes [`Frame::encode`] appends, `body_len` prefix included.
@@ -85,6 +107,10 @@ impl<'a> Frame<'a> {
             .producer_sub
             .map(|sub| u16_len(sub, Field::ProducerSub))
             .transpose()?;
+        let audience_len = self
+            .audience
+            .map(|audience| u16_len(audience, Field::Audience))
+            .transpose()?;
         let body_len = checked_body_len(self.body_size())?;
 
         dst.reserve(self.encoded_size());
@@ -99,6 +125,10 @@ impl<'a> Frame<'a> {
         if let (Some(sub), Some(sub_len)) = (self.producer_sub, psub_len) {
             dst.put_u16_le(sub_len);
             dst.put_slice(sub.as_bytes());
+        }
+        if let (Some(audience), Some(len)) = (self.audience, audience_len) {
+            dst.put_u16_le(len);
+            dst.put_slice(audience.as_bytes());
         }
         dst.put_slice(self.payload);
         Ok(())
@@ -125,10 +155,14 @@ impl<'a> Frame<'a> {
         let psub_len = self
             .producer_sub
             .map_or(0, |sub| 2usize.saturating_add(sub.len()));
+        let audience_len = self
+            .audience
+            .map_or(0, |audience| 2usize.saturating_add(audience.len()));
         MIN_BODY_LEN
             .saturating_add(trace_len)
             .saturating_add(self.transaction_id.len())
             .saturating_add(psub_len)
+            .saturating_add(audience_len)
             .saturating_add(self.payload.len())
     }
 }
@@ -161,6 +195,11 @@ pub(crate) fn decode_at(buf: &[u8], pos: usize) -> Result<(Frame<'_>, usize), Fr
     } else {
         Some(body.str16(Field::ProducerSub)?)
     };
+    let audience = if flags & FLAG_AUDIENCE == 0 {
+        None
+    } else {
+        Some(body.str16(Field::Audience)?)
+    };
     let payload = body.rest();
 
     let frame = Frame {
@@ -169,6 +208,7 @@ pub(crate) fn decode_at(buf: &[u8], pos: usize) -> Result<(Frame<'_>, usize), Fr
         transaction_id,
         producer_sub,
         encrypted: flags & FLAG_ENCRYPTED != 0,
+        audience,
         payload,
     };
     Ok((frame, body_end))
@@ -291,6 +331,7 @@ mod tests {
             transaction_id: "",
             producer_sub: None,
             encrypted: false,
+            audience: None,
             payload: b"",
         }
     }
@@ -373,6 +414,28 @@ mod tests {
                     b"ab",
                     &[0, 0],
                     &[0xff, 0],
+                ]),
+            ),
+            // Audience: flag 8, u16-prefixed after the producer sub, before the payload.
+            (
+                Frame {
+                    transaction_id: "t",
+                    producer_sub: Some("s"),
+                    audience: Some("g\nh"),
+                    payload: b"1",
+                    ..minimal()
+                },
+                bytes(&[
+                    &[29, 0, 0, 0],
+                    &[10],
+                    &ID,
+                    &[1, 0],
+                    b"t",
+                    &[1, 0],
+                    b"s",
+                    &[3, 0],
+                    b"g\nh",
+                    b"1",
                 ]),
             ),
             // Lengths past one byte are little-endian: a 300-byte txn id is 0x2c 0x01.
@@ -524,8 +587,19 @@ mod tests {
     }
 
     #[test]
+    fn an_audience_names_the_groups_a_frame_is_delivered_to() {
+        let frame = Frame {
+            audience: Some("g\nh"),
+            ..minimal()
+        };
+        assert!(frame.delivered_to("g") && frame.delivered_to("h"));
+        assert!(!frame.delivered_to("k") && !frame.delivered_to("g\nh"));
+        assert!(minimal().delivered_to("anyone"));
+    }
+
+    #[test]
     fn decode_rejects_unknown_flag_bits() {
-        for flags in [8u8, 0x10, 0x80, 0xff] {
+        for flags in [0x10u8, 0x20, 0x80, 0xff] {
             let buf = bytes(&[&[19, 0, 0, 0], &[flags], &ID, &[0, 0]]);
             assert!(matches!(
                 Frame::decode(&buf),

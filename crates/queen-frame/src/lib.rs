@@ -86,7 +86,10 @@ pub mod fuzz;
 
 pub use crate::{
     error::{Field, FrameError},
-    frame::{Frame, FLAG_ENCRYPTED, FLAG_PRODUCER_SUB, FLAG_TRACE_ID, KNOWN_FLAGS},
+    frame::{
+        Frame, AUDIENCE_SEPARATOR, FLAG_AUDIENCE, FLAG_ENCRYPTED, FLAG_PRODUCER_SUB, FLAG_TRACE_ID,
+        KNOWN_FLAGS,
+    },
     segment::{
         decompress, decompress_with_limit, validate, EncodedSegment, Frames, Segment,
         SegmentBuilder, DEFAULT_ZSTD_LEVEL, MAX_SEGMENT_SIZE,

@@ -417,6 +417,7 @@ mod tests {
             transaction_id,
             producer_sub: None,
             encrypted: false,
+            audience: None,
             payload: br#"{"n":1}"#,
         }
     }

@@ -304,6 +304,7 @@ fn build_segment(
                 transaction_id,
                 producer_sub: None,
                 encrypted: false,
+                audience: None,
                 payload: &payloads[index],
             })
             .context("build a frame")?;

@@ -715,6 +715,7 @@ pub(crate) fn encode_entries<'a>(
             transaction_id: &entry.transaction_id,
             producer_sub: entry.producer_sub.as_deref(),
             encrypted,
+            audience: entry.audience.as_deref(),
             payload,
         })?;
         hashes.extend_from_slice(&entry.hash);

@@ -81,6 +81,9 @@ pub(crate) struct Entry {
     pub(crate) hash: [u8; queen_frame::HASH_LEN],
     pub(crate) trace_id: Option<Uuid>,
     pub(crate) producer_sub: Option<String>,
+    /// The consumer groups it is for, `\n`-separated (a replayed dead
+    /// letter); `None`: every group.
+    pub(crate) audience: Option<String>,
     pub(crate) payload: Bytes,
 }
 
@@ -102,6 +105,7 @@ impl Entry {
             client_id,
             trace_id: item.trace_id,
             producer_sub: item.producer_sub,
+            audience: None,
             payload: item.payload,
         };
         (item.tenant, item.queue, item.partition, entry)

@@ -9,8 +9,9 @@
 //!
 //! A replayed message is a new message at the head of its partition: a new
 //! offset and a new message id, the original transaction id, trace id,
-//! producer and payload. Every consumer group whose cursor is behind the head
-//! reads it, so the group it failed in receives it again. Its transaction id
+//! producer and payload, and an audience: the groups whose dead letters were
+//! taken, the only ones it is delivered to (a group that had completed the
+//! original steps over it, `pop.rs` `render`). Its transaction id
 //! is stored already, so the push skips the duplicate probe (a replay is not
 //! a duplicate), and an ack of it resolves to the new offset (`ack.sql`
 //! prefers the occurrence after the cursor). A message that failed in several
@@ -18,7 +19,7 @@
 //! the rows of one transaction id at two offsets (a replayed copy that failed
 //! again).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -28,6 +29,10 @@ use uuid::Uuid;
 use super::Transactions;
 use crate::push::{Entry, Group, MAX_SEGMENT_PAYLOAD_BYTES};
 use crate::EngineError;
+
+/// One message to replay: its earliest dead letter, and the groups whose
+/// rows of it were taken.
+type Letter = (TakenLetter, BTreeSet<String>);
 
 /// The most dead letters one replay takes.
 pub const MAX_REPLAY: i32 = 1000;
@@ -88,32 +93,39 @@ impl Transactions {
         let tenant: Arc<str> = Arc::from(tenant);
         // One message per transaction id of a partition: the rows of one
         // message (one per group it failed in, or an old and a replayed
-        // copy that failed again) are replayed once, at its earliest offset.
-        let mut first: HashMap<(Uuid, String), TakenLetter> = HashMap::new();
+        // copy that failed again) are replayed once, at its earliest offset,
+        // for the groups whose rows were taken and no other.
+        let mut first: HashMap<(Uuid, String), Letter> = HashMap::new();
         for letter in letters {
             let key = (letter.partition_id, letter.transaction_id.clone());
-            match first.get(&key) {
-                Some(kept) if kept.offset <= letter.offset => {}
-                _ => {
-                    first.insert(key, letter);
+            match first.get_mut(&key) {
+                Some((kept, groups)) => {
+                    groups.insert(letter.consumer_group.clone());
+                    if letter.offset < kept.offset {
+                        *kept = letter;
+                    }
+                }
+                None => {
+                    let groups = BTreeSet::from([letter.consumer_group.clone()]);
+                    first.insert(key, (letter, groups));
                 }
             }
         }
-        let by_message: BTreeMap<(String, String, Uuid, i64), TakenLetter> = first
+        let by_message: BTreeMap<(String, String, Uuid, i64), Letter> = first
             .into_values()
-            .map(|letter| {
+            .map(|(letter, groups)| {
                 let key = (
                     letter.queue.clone(),
                     letter.partition.clone(),
                     letter.partition_id,
                     letter.offset,
                 );
-                (key, letter)
+                (key, (letter, groups))
             })
             .collect();
         let mut groups: Vec<Group> = Vec::new();
         let mut bytes = 0usize;
-        for ((queue, partition, ..), letter) in by_message {
+        for ((queue, partition, ..), (letter, audience)) in by_message {
             let payload = if letter.encrypted {
                 let key = self
                     .at_rest
@@ -125,32 +137,83 @@ impl Transactions {
             } else {
                 Bytes::from(letter.payload)
             };
-            let entry = Entry {
-                message_id: Uuid::now_v7(),
-                hash: queen_frame::txn_hash(&letter.transaction_id),
-                transaction_id: letter.transaction_id,
-                // Stored already: a replay is not a duplicate, no probe.
-                client_id: false,
-                trace_id: letter.trace_id,
-                producer_sub: letter.producer_sub,
-                payload,
-            };
-            let size = entry.payload.len();
-            match groups.last_mut() {
-                Some((_, q, p, entries))
-                    if *q == queue
-                        && *p == partition
-                        && bytes + size <= MAX_SEGMENT_PAYLOAD_BYTES =>
-                {
-                    bytes += size;
-                    entries.push(entry);
-                }
-                _ => {
-                    bytes = size;
-                    groups.push((Arc::clone(&tenant), queue, partition, vec![entry]));
+            // One copy per audience that fits a frame's u16 field (groups
+            // are names of at most 255 bytes: about 250 groups a copy).
+            for audience in audiences(&audience) {
+                let entry = Entry {
+                    message_id: Uuid::now_v7(),
+                    hash: queen_frame::txn_hash(&letter.transaction_id),
+                    transaction_id: letter.transaction_id.clone(),
+                    // Stored already: a replay is not a duplicate, no probe.
+                    client_id: false,
+                    trace_id: letter.trace_id,
+                    producer_sub: letter.producer_sub.clone(),
+                    audience: Some(audience),
+                    payload: payload.clone(),
+                };
+                let size = entry.payload.len();
+                match groups.last_mut() {
+                    Some((_, q, p, entries))
+                        if *q == queue
+                            && *p == partition
+                            && bytes + size <= MAX_SEGMENT_PAYLOAD_BYTES =>
+                    {
+                        bytes += size;
+                        entries.push(entry);
+                    }
+                    _ => {
+                        bytes = size;
+                        groups.push((
+                            Arc::clone(&tenant),
+                            queue.clone(),
+                            partition.clone(),
+                            vec![entry],
+                        ));
+                    }
                 }
             }
         }
         Ok(groups)
+    }
+}
+
+/// `groups` as frame audiences: `\n`-joined, cut so that each fits the
+/// frame's `u16` length.
+fn audiences(groups: &BTreeSet<String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut current = String::new();
+    for group in groups {
+        let extra = group.len() + usize::from(!current.is_empty());
+        if !current.is_empty() && current.len() + extra > usize::from(u16::MAX) {
+            out.push(std::mem::take(&mut current));
+        }
+        if !current.is_empty() {
+            current.push(queen_frame::AUDIENCE_SEPARATOR);
+        }
+        current.push_str(group);
+    }
+    if !current.is_empty() {
+        out.push(current);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn audiences_fit_the_frame_field() {
+        let few: BTreeSet<String> = ["a".to_owned(), "b".to_owned()].into();
+        assert_eq!(audiences(&few), ["a\nb"]);
+        let many: BTreeSet<String> = (0..1000).map(|i| format!("{i:0>200}")).collect();
+        let cut = audiences(&many);
+        assert!(cut.len() > 1);
+        assert!(cut.iter().all(|a| a.len() <= usize::from(u16::MAX)));
+        let back: BTreeSet<String> = cut
+            .iter()
+            .flat_map(|a| a.split('\n').map(str::to_owned))
+            .collect();
+        assert_eq!(back, many);
     }
 }

@@ -14,6 +14,7 @@ struct OwnedFrame {
     transaction_id: String,
     producer_sub: Option<String>,
     encrypted: bool,
+    audience: Option<String>,
     payload: Vec<u8>,
 }
 
@@ -25,6 +26,7 @@ impl OwnedFrame {
             transaction_id: &self.transaction_id,
             producer_sub: self.producer_sub.as_deref(),
             encrypted: self.encrypted,
+            audience: self.audience.as_deref(),
             payload: &self.payload,
         }
     }
@@ -39,16 +41,20 @@ fn owned_frame() -> impl Strategy<Value = OwnedFrame> {
         vec(any::<char>(), 0..300).prop_map(String::from_iter),
         option::of(vec(any::<char>(), 0..64).prop_map(String::from_iter)),
         any::<bool>(),
+        option::of(vec("[a-z_]{1,12}", 1..4).prop_map(|groups| groups.join("\n"))),
         payload(),
     )
         .prop_map(
-            |(message_id, trace_id, transaction_id, producer_sub, encrypted, payload)| OwnedFrame {
-                message_id,
-                trace_id,
-                transaction_id,
-                producer_sub,
-                encrypted,
-                payload,
+            |(message_id, trace_id, transaction_id, producer_sub, encrypted, audience, payload)| {
+                OwnedFrame {
+                    message_id,
+                    trace_id,
+                    transaction_id,
+                    producer_sub,
+                    encrypted,
+                    audience,
+                    payload,
+                }
             },
         )
 }

@@ -9,7 +9,8 @@
 //!
 //! Each output line is one frame:
 //! `{"offset","index","messageId","transactionId","traceId","producerSub","flags",
-//!   "encrypted","payload" | "payloadHex","hash","hashMatches"}`.
+//!   "encrypted","payload" | "payloadHex","hash","hashMatches"}`, and
+//! `"audience"` (the consumer groups it is for) on a replayed dead letter.
 //! `payload` is the stored JSON when the bytes parse as JSON; encrypted or
 //! otherwise non-JSON payloads are printed as `payloadHex`. With a sidecar, `hash`
 //! is the stored 16-byte hash and `hashMatches` says whether it equals
@@ -148,6 +149,11 @@ fn render(
         "flags": frame.flags(),
         "encrypted": frame.encrypted,
     });
+    if let Some(audience) = frame.audience {
+        line["audience"] = serde_json::json!(audience
+            .split(queen_frame::AUDIENCE_SEPARATOR)
+            .collect::<Vec<_>>());
+    }
     let parsed = if frame.encrypted {
         None
     } else {

@@ -13,6 +13,7 @@ fn frames() -> Vec<Frame<'static>> {
             transaction_id: "tx-a",
             producer_sub: None,
             encrypted: false,
+            audience: None,
             payload: br#"{"n":1}"#,
         },
         Frame {
@@ -21,6 +22,7 @@ fn frames() -> Vec<Frame<'static>> {
             transaction_id: "tx-b",
             producer_sub: Some("alice"),
             encrypted: false,
+            audience: None,
             payload: b"null",
         },
         Frame {
@@ -29,6 +31,7 @@ fn frames() -> Vec<Frame<'static>> {
             transaction_id: "tx-c",
             producer_sub: None,
             encrypted: true,
+            audience: None,
             payload: &[0xde, 0xad, 0xbe, 0xef],
         },
     ]
