@@ -183,10 +183,16 @@ fn engine_reply(error: &EngineError) -> (StatusCode, Cow<'static, str>) {
             StatusCode::INTERNAL_SERVER_ERROR,
             Cow::Owned(error.to_string()),
         ),
-        EngineError::EncryptionKeyMissing { .. }
-        | EngineError::InvalidKey
-        | EngineError::Seal
-        | EngineError::Unseal => (
+        // Another broker, one with the key, can serve it: clients retry
+        // 503 (and a load balancer may send the retry elsewhere).
+        EngineError::EncryptionKeyMissing { .. } => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Cow::Owned(error.to_string()),
+        ),
+        EngineError::EncryptionKeyRequired { .. } => {
+            (StatusCode::BAD_REQUEST, Cow::Owned(error.to_string()))
+        }
+        EngineError::InvalidKey | EngineError::Seal | EngineError::Unseal => (
             StatusCode::INTERNAL_SERVER_ERROR,
             Cow::Owned(error.to_string()),
         ),
