@@ -375,6 +375,10 @@ async fn invalid_requests_answer_400_and_write_nothing() {
         ),
         (
             json!({"queue": "q\u{0}"}),
+            "queue must not contain NUL characters",
+        ),
+        (
+            json!({"queue": "q\u{1}"}),
             "queue must not contain control characters",
         ),
         (

@@ -675,3 +675,81 @@ async fn statistics_rows_and_metrics_series_keep_tenants_apart() {
     }
     broker.stop().await;
 }
+
+/// A broker with auth whose `JWT_SKIP_PATHS` is `skip`.
+async fn broker_skipping(skip: &[&str]) -> TestBroker {
+    TestBroker::serve_with(
+        queen_testkit::TestDb::new().await,
+        queen_engine::EngineConfig::default(),
+        queen_http::ServeOptions {
+            auth: Some(Arc::new(
+                Auth::new(AuthConfig {
+                    secret: Some(SECRET.to_owned()),
+                    skip_paths: skip.iter().map(|path| (*path).to_owned()).collect(),
+                    ..AuthConfig::default()
+                })
+                .unwrap(),
+            )),
+            ..queen_http::ServeOptions::default()
+        },
+    )
+    .await
+}
+
+/// Issue 28, item 10: a `JWT_SKIP_PATHS` prefix entry `/X/` let `/X/` (the
+/// route `/X` once the router drops the empty segment) through without a
+/// token: the skip check saw the raw path. It now sees the path the router
+/// reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skip_path_prefix_matches_the_path_the_router_reads() {
+    let broker = broker_skipping(&["/health", "/api/v1/status/", "/api/v1/resources/queues"]).await;
+    let anonymous = |path: &'static str| {
+        let client = broker.client.clone();
+        async move { client.get(path).await.status.as_u16() }
+    };
+    // The prefix covers what lies under it, however the path is spelled.
+    assert_eq!(anonymous("/api/v1/status/queues").await, 200);
+    assert_eq!(anonymous("//api/v1/status//queues/").await, 200);
+    // Not the route the prefix names itself, in any spelling.
+    for path in [
+        "/api/v1/status",
+        "/api/v1/status/",
+        "/api/v1/status//",
+        "//api/v1/status/",
+    ] {
+        assert_eq!(anonymous(path).await, 401, "{path}");
+    }
+    // An exact entry is the route it names, however it is spelled.
+    assert_eq!(anonymous("/api/v1/resources/queues/").await, 200);
+    assert_eq!(anonymous("/api/v1/resources/queues/q").await, 401);
+    assert_eq!(anonymous("/api/v1/consumer-groups").await, 401);
+    broker.stop().await;
+}
+
+/// Issue 28, item 10: a token whose `sub` holds a NUL was accepted, and the
+/// messages it pushed carried it into the DLQ's text column, where filing
+/// them failed with 500. Such a token is refused at authentication.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_whose_sub_holds_a_nul_is_refused() {
+    let broker = broker().await;
+    let bad = As::new(&broker, &token(Some("tenant-a"), "ali\u{0}ce"));
+    let (status, body) = bad
+        .json(
+            "POST",
+            "/api/v1/push",
+            Some(&json!({"items": [{"queue": "q", "payload": 1}]})),
+        )
+        .await;
+    assert_eq!(
+        (status, body),
+        (401, json!({"error": "Invalid token subject"}))
+    );
+    let sql = broker.sql().await;
+    let stored: i64 = sql
+        .query_one("SELECT count(*) FROM queen.log_segments", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(stored, 0);
+    broker.stop().await;
+}

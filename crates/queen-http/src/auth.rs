@@ -21,7 +21,9 @@
 //! permissions`; a key id neither cached nor fetchable (the JWKS server is
 //! down) 500 `JWKS fetch failed`. `JWT_SKIP_PATHS` lists paths served
 //! without a token (exact, or a prefix for an entry ending in `/`, `/`
-//! itself being exact).
+//! itself being exact), matched against the path as the router reads it.
+//! A token whose `sub` is over 1 KiB or holds a NUL is refused (401
+//! `Invalid token subject`).
 //!
 //! A verified token also says who the request acts for ([`Caller`]): its
 //! tenant claim (`JWT_TENANT_CLAIM`, default `tenant`; absent: tenant
@@ -263,7 +265,8 @@ impl Auth {
         }
     }
 
-    /// Whether `path` is served without a token.
+    /// Whether `path` (as the router reads it: `query::normalised`) is
+    /// served without a token.
     fn skipped(&self, path: &str) -> bool {
         self.config.skip_paths.iter().any(|entry| {
             if entry != "/" && entry.ends_with('/') {
@@ -274,7 +277,9 @@ impl Auth {
         })
     }
 
-    /// Let a request of `path` with `headers` reach a route of level
+    /// Let a request of `path` (normalised: decoded segments, empty ones
+    /// dropped, so a prefix entry `/X/` does not cover the route `/X`
+    /// spelled `/X/`) with `headers` reach a route of level
     /// `access`, or answer why not; answers who it acts for.
     pub(crate) async fn authorize(
         &self,
@@ -305,7 +310,10 @@ impl Auth {
         };
         let sub = match claims.get("sub") {
             None | Some(serde_json::Value::Null) => None,
-            Some(serde_json::Value::String(sub)) if sub.len() <= MAX_SUB_BYTES => {
+            // A NUL could not be filed in a dead letter's text column.
+            Some(serde_json::Value::String(sub))
+                if sub.len() <= MAX_SUB_BYTES && crate::wire::text("sub", sub).is_ok() =>
+            {
                 Some(Arc::from(sub.as_str()))
             }
             Some(_) => return Err(HttpError::Unauthorized("Invalid token subject".to_owned())),
