@@ -753,3 +753,180 @@ async fn a_token_whose_sub_holds_a_nul_is_refused() {
     assert_eq!(stored, 0);
     broker.stop().await;
 }
+
+/// One sample of a Prometheus text exposition.
+#[derive(Debug)]
+struct Sample {
+    name: String,
+    labels: Vec<(String, String)>,
+}
+
+/// A strict reader of the Prometheus text format (0.0.4, and the OpenMetrics
+/// text it is a superset of here): every line is a comment or a sample, a
+/// label value is a quoted string whose only escapes are `\\`, `\"` and
+/// `\n`, label names are not repeated, and a value follows.
+fn parse_exposition(text: &str) -> Result<Vec<Sample>, String> {
+    fn name_char(c: char, first: bool) -> bool {
+        c.is_ascii_alphabetic() || c == '_' || c == ':' || (!first && c.is_ascii_digit())
+    }
+    let mut samples = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let fail = |why: &str| Err(format!("line {}: {why}: {line:?}", number + 1));
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut chars = line.char_indices().peekable();
+        let mut name = String::new();
+        while let Some(&(_, c)) = chars.peek() {
+            if !name_char(c, name.is_empty()) {
+                break;
+            }
+            name.push(c);
+            chars.next();
+        }
+        if name.is_empty() {
+            return fail("no metric name");
+        }
+        let mut labels: Vec<(String, String)> = Vec::new();
+        if chars.peek().map(|&(_, c)| c) == Some('{') {
+            chars.next();
+            loop {
+                if chars.peek().map(|&(_, c)| c) == Some('}') && labels.is_empty() {
+                    chars.next();
+                    break;
+                }
+                let mut label = String::new();
+                while let Some(&(_, c)) = chars.peek() {
+                    if !name_char(c, label.is_empty()) || c == ':' {
+                        break;
+                    }
+                    label.push(c);
+                    chars.next();
+                }
+                if label.is_empty() {
+                    return fail("no label name");
+                }
+                if chars.next().map(|(_, c)| c) != Some('=')
+                    || chars.next().map(|(_, c)| c) != Some('"')
+                {
+                    return fail("label without =\"");
+                }
+                let mut value = String::new();
+                loop {
+                    match chars.next().map(|(_, c)| c) {
+                        None => return fail("unterminated label value"),
+                        Some('"') => break,
+                        Some('\\') => match chars.next().map(|(_, c)| c) {
+                            Some('\\') => value.push('\\'),
+                            Some('"') => value.push('"'),
+                            Some('n') => value.push('\n'),
+                            _ => return fail("invalid escape in a label value"),
+                        },
+                        Some(c) => value.push(c),
+                    }
+                }
+                if labels.iter().any(|(seen, _)| *seen == label) {
+                    return fail("repeated label name");
+                }
+                labels.push((label, value));
+                match chars.next().map(|(_, c)| c) {
+                    Some(',') => {}
+                    Some('}') => break,
+                    _ => return fail("labels not closed"),
+                }
+            }
+        }
+        if chars.next().map(|(_, c)| c) != Some(' ') {
+            return fail("no space before the value");
+        }
+        let rest: String = chars.map(|(_, c)| c).collect();
+        let mut parts = rest.split(' ');
+        let value = parts.next().unwrap_or_default();
+        let numeric = matches!(value, "+Inf" | "-Inf" | "NaN") || value.parse::<f64>().is_ok();
+        if !numeric {
+            return fail("value is not a number");
+        }
+        if let Some(timestamp) = parts.next() {
+            if timestamp.parse::<f64>().is_err() {
+                return fail("timestamp is not a number");
+            }
+        }
+        if parts.next().is_some() {
+            return fail("trailing text");
+        }
+        samples.push(Sample { name, labels });
+    }
+    Ok(samples)
+}
+
+#[test]
+fn the_strict_exposition_reader_refuses_what_scrapers_refuse() {
+    assert!(parse_exposition("a{b=\"c\\\"d\"} 1\n# EOF\n").is_ok());
+    assert!(parse_exposition("a 1.5\n").is_ok());
+    for bad in [
+        "a{b=\"c\",tenant=\"x\"\"} 1",
+        "a{b=\"c\"\",tenant=\"other\"} 1",
+        "a{b=\"x\",b=\"y\"} 1",
+        "a{b=\"\\q\"} 1",
+        "a{b=\"c\"} one",
+        "a{b=\"c} 1",
+    ] {
+        assert!(parse_exposition(bad).is_err(), "{bad}");
+    }
+}
+
+/// Issue 28, item 10: label values were written unescaped, so one push to a
+/// queue named `orders",tenant="other` made the scrape unparsable (and
+/// forged another tenant's label). They are escaped per the exposition
+/// format: the scrape parses, and the series carries the real name and the
+/// pusher's tenant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_name_cannot_break_or_forge_the_prometheus_scrape() {
+    let broker = broker().await;
+    let a = As::new(&broker, &token(Some("tenant-a"), "alice"));
+    let hostile = "orders\",tenant=\"other";
+    let also = "back\\slash\\\"";
+    for queue in [hostile, also] {
+        a.ok(
+            "POST",
+            "/api/v1/push",
+            Some(&json!({"items": [{"queue": queue, "payload": 1}]})),
+        )
+        .await;
+    }
+    a.ok(
+        "GET",
+        &format!(
+            "/api/v1/pop/queue/{}?consumerGroup=g%22x&autoAck=true&wait=false",
+            "orders%22%2Ctenant%3D%22other"
+        ),
+        None,
+    )
+    .await;
+    let (status, text) = a.raw("GET", "/metrics/prometheus", None).await;
+    assert_eq!(status, 200);
+    let samples = parse_exposition(&text).unwrap_or_else(|error| panic!("{error}\n{text}"));
+    let label = |sample: &Sample, key: &str| {
+        sample
+            .labels
+            .iter()
+            .find(|(name, _)| name == key)
+            .map(|(_, value)| value.clone())
+    };
+    for queue in [hostile, also] {
+        let series = samples
+            .iter()
+            .find(|s| {
+                s.name == "queen_queue_messages" && label(s, "queue").as_deref() == Some(queue)
+            })
+            .unwrap_or_else(|| panic!("no series for {queue:?}:\n{text}"));
+        assert_eq!(label(series, "tenant").as_deref(), Some("tenant-a"));
+    }
+    assert!(
+        samples
+            .iter()
+            .all(|s| label(s, "tenant").as_deref() != Some("other")),
+        "a forged tenant label:\n{text}"
+    );
+    broker.stop().await;
+}

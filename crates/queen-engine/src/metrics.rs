@@ -3,6 +3,9 @@
 //! ([`ProcessMetrics`], [`ClusterMetrics`]) and as a `prometheus-client`
 //! [`Collector`] of `queen_*` families.
 //!
+//! Every label value is written escaped ([`Escaped`]): queue, tenant and
+//! group names are client text.
+//!
 //! The collector encodes what it is handed: the facade takes the snapshot
 //! (`Engine::metrics`), so a scrape reads each component once, under its own
 //! short lock, and never waits on PostgreSQL for the process series.
@@ -12,7 +15,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::Mutex;
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelValue, EncodeMetric, LabelValueEncoder,
+};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::Histogram;
@@ -243,26 +248,55 @@ fn counter<N: prometheus_client::encoding::EncodeCounterValue + std::fmt::Debug>
     metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
 }
 
-/// A family of gauges, one per label set.
+/// A label value, written escaped as the exposition format requires
+/// (`\` as `\\`, `"` as `\"`, a line feed as `\n`): `prometheus-client`
+/// writes a `&str` value as it is, so a queue named `a",tenant="b` would
+/// otherwise end the value early, forge a label and break the scrape for
+/// every scraper. Every label value of the engine's families goes through
+/// this.
+#[derive(Debug, Clone, Copy)]
+pub struct Escaped<'l>(pub &'l str);
+
+impl EncodeLabelValue for Escaped<'_> {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write as _;
+        let mut rest = self.0;
+        while let Some(at) = rest.find(['\\', '"', '\n']) {
+            encoder.write_str(&rest[..at])?;
+            encoder.write_str(match rest.as_bytes()[at] {
+                b'\\' => "\\\\",
+                b'"' => "\\\"",
+                _ => "\\n",
+            })?;
+            rest = &rest[at + 1..];
+        }
+        encoder.write_str(rest)
+    }
+}
+
+/// One series' labels: (name, escaped value) pairs.
+type Labels<'l> = Vec<(&'static str, Escaped<'l>)>;
+
 /// The labels of a queue's series: its tenant and name, from its
 /// `naming::queue_key` (two tenants' queues of one name are two series).
-fn queue_labels(key: &str) -> Vec<(&str, &str)> {
+fn queue_labels(key: &str) -> Labels<'_> {
     let (tenant, queue) = crate::naming::split_queue_key(key);
-    vec![("tenant", tenant), ("queue", queue)]
+    vec![("tenant", Escaped(tenant)), ("queue", Escaped(queue))]
 }
 
 /// [`queue_labels`] and the consumer group.
-fn group_labels<'l>(key: &'l str, group: &'l str) -> Vec<(&'l str, &'l str)> {
+fn group_labels<'l>(key: &'l str, group: &'l str) -> Labels<'l> {
     let mut labels = queue_labels(key);
-    labels.push(("group", group));
+    labels.push(("group", Escaped(group)));
     labels
 }
 
+/// A family of gauges, one per label set.
 fn gauge_family<'l, N>(
     encoder: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,
-    series: impl IntoIterator<Item = (Vec<(&'l str, &'l str)>, N)>,
+    series: impl IntoIterator<Item = (Labels<'l>, N)>,
 ) -> Result<(), std::fmt::Error>
 where
     N: prometheus_client::encoding::EncodeGaugeValue + std::fmt::Debug,
@@ -399,7 +433,9 @@ impl Collector for EngineCollector {
             "Pop round trip: the window's minimum and the recent average",
             [("min", p.limiter.rtt_min), ("recent", p.limiter.rtt_recent)]
                 .into_iter()
-                .filter_map(|(kind, rtt)| Some((vec![("kind", kind)], rtt?.as_secs_f64()))),
+                .filter_map(|(kind, rtt)| {
+                    Some((vec![("kind", Escaped(kind))], rtt?.as_secs_f64()))
+                }),
         )?;
         gauge(
             e,
