@@ -665,8 +665,8 @@ async fn statistics_rows_and_metrics_series_keep_tenants_apart() {
         rows,
         [("tenant-a".to_owned(), 3, 1), ("tenant-b".to_owned(), 2, 1)]
     );
-    let text =
-        String::from_utf8(broker.client.get("/metrics/prometheus").await.body.to_vec()).unwrap();
+    // An admin token sees every tenant's queue series (issue 28, item 6).
+    let (_, text) = a.raw("GET", "/metrics/prometheus", None).await;
     for series in [
         "queen_queue_messages{tenant=\"tenant-a\",queue=\"q\"} 3",
         "queen_queue_messages{tenant=\"tenant-b\",queue=\"q\"} 2",
@@ -928,5 +928,213 @@ async fn a_queue_name_cannot_break_or_forge_the_prometheus_scrape() {
             .all(|s| label(s, "tenant").as_deref() != Some("other")),
         "a forged tenant label:\n{text}"
     );
+    broker.stop().await;
+}
+
+/// A token of `tenant` with `role`.
+fn token_as(tenant: &str, sub: &str, role: &str) -> String {
+    encode(
+        &Header::default(),
+        &json!({"sub": sub, "role": role, "tenant": tenant, "exp": now() + 600}),
+        &EncodingKey::from_secret(SECRET.as_bytes()),
+    )
+    .unwrap()
+}
+
+/// A broker with auth, and `QUEEN_METRICS_AGGREGATE_QUEUES` as `aggregate`.
+async fn broker_aggregating(aggregate: bool) -> TestBroker {
+    TestBroker::serve_with(
+        queen_testkit::TestDb::new().await,
+        queen_engine::EngineConfig::default(),
+        queen_http::ServeOptions {
+            auth: Some(Arc::new(
+                Auth::new(AuthConfig {
+                    secret: Some(SECRET.to_owned()),
+                    ..AuthConfig::default()
+                })
+                .unwrap(),
+            )),
+            aggregate_queue_metrics: aggregate,
+            ..queen_http::ServeOptions::default()
+        },
+    )
+    .await
+}
+
+/// Tenant A pushes 3 messages to `a-orders` (group `a-group` reads one),
+/// tenant B 2 to `b-orders`.
+async fn two_tenants_queues(broker: &TestBroker) {
+    let a = As::new(broker, &token_as("tenant-a", "alice", "read-write"));
+    let b = As::new(broker, &token_as("tenant-b", "bob", "read-write"));
+    for (who, queue, n) in [(&a, "a-orders", 3), (&b, "b-orders", 2)] {
+        let items: Vec<Value> = (0..n)
+            .map(|i| json!({"queue": queue, "payload": i}))
+            .collect();
+        who.ok("POST", "/api/v1/push", Some(&json!({"items": items})))
+            .await;
+    }
+    a.ok(
+        "GET",
+        "/api/v1/pop/queue/a-orders?consumerGroup=a-group&batch=1&autoAck=true",
+        None,
+    )
+    .await;
+}
+
+/// Issue 28, item 6: with auth on, `/metrics/prometheus` answered anyone
+/// with every tenant's queue names and counts. The per-queue series now
+/// need a token of their tenant (an admin token sees all); a scrape without
+/// one gets the broker-wide series only. `/metrics` (JSON) names no queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_auth_the_queue_series_are_shown_only_to_a_token_of_their_tenant() {
+    let broker = broker_aggregating(false).await;
+    two_tenants_queues(&broker).await;
+    let scrape = |bearer: Option<String>| {
+        let client = broker.client.clone();
+        async move {
+            let auth = bearer.map(|token| format!("Bearer {token}"));
+            let headers: Vec<(&str, &str)> = auth
+                .as_deref()
+                .map(|auth| vec![("authorization", auth)])
+                .unwrap_or_default();
+            let reply = client
+                .send_with(Method::GET, "/metrics/prometheus", Bytes::new(), &headers)
+                .await;
+            (
+                reply.status.as_u16(),
+                String::from_utf8_lossy(&reply.body).into_owned(),
+            )
+        }
+    };
+    let series = |text: &str, family: &str| -> Vec<String> {
+        parse_exposition(text)
+            .unwrap_or_else(|error| panic!("{error}\n{text}"))
+            .into_iter()
+            .filter(|sample| sample.name == family)
+            .map(|sample| {
+                sample
+                    .labels
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .collect()
+    };
+
+    // Anonymous: the broker-wide series, no queue, tenant or group.
+    let (status, text) = scrape(None).await;
+    assert_eq!(status, 200);
+    for family in [
+        "queen_uptime_seconds",
+        "queen_push_requests_total",
+        "queen_cluster_up",
+    ] {
+        assert_eq!(series(&text, family).len(), 1, "{family} missing:\n{text}");
+    }
+    for leak in ["a-orders", "b-orders", "tenant-a", "tenant-b", "a-group"] {
+        assert!(
+            !text.contains(leak),
+            "an anonymous scrape shows {leak}:\n{text}"
+        );
+    }
+    assert!(series(&text, "queen_queue_messages").is_empty());
+    let (status, json_text) = {
+        let reply = broker.client.get("/metrics").await;
+        (
+            reply.status.as_u16(),
+            String::from_utf8_lossy(&reply.body).into_owned(),
+        )
+    };
+    assert_eq!(status, 200);
+    for leak in ["a-orders", "b-orders", "tenant-a", "tenant-b"] {
+        assert!(
+            !json_text.contains(leak),
+            "/metrics shows {leak}: {json_text}"
+        );
+    }
+
+    // A token of tenant A (read-only): A's queues, not B's.
+    let (status, text) = scrape(Some(token_as("tenant-a", "ra", "read-only"))).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        series(&text, "queen_queue_messages"),
+        ["tenant=tenant-a,queue=a-orders"]
+    );
+    assert_eq!(
+        series(&text, "queen_consumer_lag_messages"),
+        ["tenant=tenant-a,queue=a-orders,group=a-group"]
+    );
+    assert!(!text.contains("b-orders"), "{text}");
+    // B's read-write token: B's only.
+    let (_, text) = scrape(Some(token_as("tenant-b", "rb", "read-write"))).await;
+    assert_eq!(
+        series(&text, "queen_queue_messages"),
+        ["tenant=tenant-b,queue=b-orders"]
+    );
+    assert!(
+        !text.contains("a-orders") && !text.contains("a-group"),
+        "{text}"
+    );
+    // An admin token: every tenant's.
+    let (_, text) = scrape(Some(token_as("tenant-b", "op", "admin"))).await;
+    let mut all = series(&text, "queen_queue_messages");
+    all.sort();
+    assert_eq!(
+        all,
+        [
+            "tenant=tenant-a,queue=a-orders",
+            "tenant=tenant-b,queue=b-orders"
+        ]
+    );
+    // A token without a role is anonymous; a bad token is refused.
+    let (status, text) = scrape(Some(token_as("tenant-a", "x", "nobody"))).await;
+    assert_eq!(status, 200);
+    assert!(!text.contains("a-orders"), "{text}");
+    let (status, _) = scrape(Some("not-a-token".to_owned())).await;
+    assert_eq!(status, 401);
+    broker.stop().await;
+}
+
+/// Issue 28, item 6: with `QUEEN_METRICS_AGGREGATE_QUEUES`, a scrape
+/// without a token gets each per-queue family summed over every queue,
+/// without labels; a token still sees its own queues by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_aggregate_setting_sums_the_queue_series_without_labels_for_anonymous_scrapes() {
+    let broker = broker_aggregating(true).await;
+    two_tenants_queues(&broker).await;
+    let text =
+        String::from_utf8(broker.client.get("/metrics/prometheus").await.body.to_vec()).unwrap();
+    let samples = parse_exposition(&text).unwrap_or_else(|error| panic!("{error}\n{text}"));
+    let value = |family: &str| -> String {
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|line| line.split([' ', '{']).next() == Some(family))
+            .collect();
+        assert_eq!(lines.len(), 1, "{family}:\n{text}");
+        lines[0].rsplit(' ').next().unwrap().to_owned()
+    };
+    assert_eq!(value("queen_queue_messages"), "5");
+    assert_eq!(value("queen_queue_partitions"), "2");
+    assert_eq!(value("queen_consumer_lag_messages"), "2");
+    for sample in &samples {
+        assert!(
+            sample
+                .labels
+                .iter()
+                .all(|(name, _)| !["queue", "tenant", "group"].contains(&name.as_str())),
+            "{sample:?}"
+        );
+    }
+    for leak in ["a-orders", "b-orders", "tenant-a", "a-group"] {
+        assert!(!text.contains(leak), "{leak}:\n{text}");
+    }
+    let a = As::new(&broker, &token_as("tenant-a", "ra", "read-only"));
+    let (_, text) = a.raw("GET", "/metrics/prometheus", None).await;
+    assert!(
+        text.contains("queen_queue_messages{tenant=\"tenant-a\",queue=\"a-orders\"} 3"),
+        "{text}"
+    );
+    assert!(!text.contains("b-orders"), "{text}");
     broker.stop().await;
 }

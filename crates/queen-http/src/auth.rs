@@ -299,6 +299,21 @@ impl Auth {
         self.caller(&claims)
     }
 
+    /// Who a request to a public route is, when it carries a token: `None`
+    /// without one, else the verified token's caller and level (`None`
+    /// for a token without a known role). A bad token is refused as on
+    /// any route. What `/metrics` shows depends on it.
+    pub(crate) async fn identify(
+        &self,
+        headers: &HeaderMap,
+    ) -> Result<Option<(Caller, Option<Access>)>, HttpError> {
+        let Some(token) = bearer(headers) else {
+            return Ok(None);
+        };
+        let claims = self.verify(token).await?;
+        Ok(Some((self.caller(&claims)?, self.level(&claims))))
+    }
+
     /// The tenant and producer identity of verified `claims`.
     fn caller(&self, claims: &serde_json::Value) -> Result<Caller, HttpError> {
         let tenant = match claims.get(&self.config.tenant_claim) {

@@ -805,8 +805,9 @@ mod tests {
         // Only health, the cluster-wide maintenance switches, the broker's
         // spool, the brokers' own statistics (system and worker series,
         // PostgreSQL's figures, writing this broker's rows now) and the
-        // metrics (public by the contract, an operator's scrape: every queue
-        // series carries its tenant label) are not tenant data.
+        // metrics (public by the contract, for the scraper; with auth their
+        // per-queue series are shown only to a token of the queue's tenant,
+        // `handlers/metrics.rs`) are not tenant data.
         let untenanted: Vec<Endpoint> = ROUTES
             .iter()
             .filter(|route| !route.tenant_scoped)
