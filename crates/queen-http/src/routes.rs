@@ -207,7 +207,8 @@ fn allowed(segments: &[&str]) -> String {
 fn headless(res: Response) -> Response {
     use hyper::body::Body as _;
     let (mut parts, body) = res.into_parts();
-    if let Some(length) = body.size_hint().exact() {
+    let bodiless = parts.status == StatusCode::NO_CONTENT || parts.status.is_informational();
+    if let Some(length) = body.size_hint().exact().filter(|_| !bodiless) {
         parts.headers.insert(
             hyper::header::CONTENT_LENGTH,
             hyper::header::HeaderValue::from(length),
@@ -636,6 +637,23 @@ mod tests {
             let segments: Vec<&str> = decoded.iter().map(AsRef::as_ref).collect();
             assert!(find(&method, &segments).is_none(), "{method} {path}");
         }
+    }
+
+    #[test]
+    fn allow_lists_the_methods_of_a_path_and_head_only_for_safe_gets() {
+        assert_eq!(allowed(&["health"]), "GET, HEAD");
+        assert_eq!(allowed(&["api", "v1", "push"]), "POST");
+        assert_eq!(allowed(&["api", "v1", "pop", "queue", "q"]), "GET");
+        assert_eq!(
+            allowed(&["api", "v1", "resources", "queues", "q"]),
+            "GET, HEAD, DELETE"
+        );
+        assert_eq!(allowed(&["api", "v1", "nothing"]), "");
+        assert_eq!(allowed(&[]), "");
+        let pops = ROUTES
+            .iter()
+            .filter(|route| route.method == Method::GET && !route.head_safe());
+        assert_eq!(pops.count(), 3, "only the three pops refuse HEAD");
     }
 
     #[test]
