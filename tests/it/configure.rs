@@ -7,6 +7,20 @@ use serde_json::{json, Value};
 
 use crate::support::select_i64;
 
+/// A broker holding an at-rest key: configuring `encryptionEnabled` needs
+/// one (issue 28, item 7).
+async fn keyed_broker() -> TestBroker {
+    TestBroker::start_with(queen_engine::EngineConfig {
+        encryption_key: Some(
+            "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
+                .parse()
+                .unwrap(),
+        ),
+        ..queen_engine::EngineConfig::default()
+    })
+    .await
+}
+
 const PATH: &str = "/api/v1/configure";
 
 /// Every option key the echo must carry.
@@ -138,7 +152,7 @@ async fn sdk_defaults_and_every_other_option_are_echoed_exactly_and_stored() {
 
 #[tokio::test]
 async fn every_option_reaches_its_own_column() {
-    let broker = TestBroker::start().await;
+    let broker = keyed_broker().await;
     // Distinct values, so a swapped mapping cannot go unnoticed; booleans off
     // their defaults.
     let options = json!({
@@ -187,7 +201,7 @@ async fn omitted_options_echo_and_store_the_configure_defaults() {
 
 #[tokio::test]
 async fn string_typed_values_echo_as_sent_and_store_typed() {
-    let broker = TestBroker::start().await;
+    let broker = keyed_broker().await;
     let options = json!({
         "leaseTime": "30", "retryLimit": "5", "ttl": " 90 ", "priority": 2.0,
         "encryptionEnabled": "true", "dlqEnabled": "false", "retryDelay": null,
@@ -245,7 +259,7 @@ async fn lease_time_zero_stores_the_granted_sixty_and_echoes_zero() {
 
 #[tokio::test]
 async fn reconfiguring_replaces_every_option_and_keeps_the_ids() {
-    let broker = TestBroker::start().await;
+    let broker = keyed_broker().await;
     let first = configure(
         &broker,
         &json!({
@@ -361,6 +375,10 @@ async fn invalid_requests_answer_400_and_write_nothing() {
         ),
         (
             json!({"queue": "q\u{0}"}),
+            "queue must not contain NUL characters",
+        ),
+        (
+            json!({"queue": "q\u{1}"}),
             "queue must not contain control characters",
         ),
         (

@@ -209,3 +209,297 @@ fn a_malformed_body_gets_a_4xx_json_error_and_writes_nothing() {
     });
     runtime.block_on(broker.stop());
 }
+
+/// (method, path, body) of one hostile request.
+type Probe = (hyper::Method, String, Option<Value>);
+
+/// Issue 28, item 10: a NUL character in any string that reaches a text
+/// column (query filters, ids in a path, trace bodies, stream state, an
+/// ack's error, a pushed transaction id) used to reach PostgreSQL, which
+/// refuses 0x00 in text, and answer 500. Each is now 400 naming the field,
+/// and writes nothing: the leased message is still leased, no trace, no
+/// state, no dead letter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nul_in_any_text_field_answers_400_and_writes_nothing() {
+    use hyper::Method;
+    let broker = TestBroker::start().await;
+    let client = &broker.client;
+    let configured = client
+        .post_json(
+            "/api/v1/configure",
+            &json!({"queue": "nul", "options": {"retryLimit": 0, "leaseTime": 300}}),
+        )
+        .await;
+    assert_eq!(configured.status, 200);
+    let pushed = client
+        .post_json(
+            "/api/v1/push",
+            &json!({"items": [{"queue": "nul", "transactionId": "t1", "payload": 1}]}),
+        )
+        .await
+        .json();
+    let pid = pushed[0]["partition_id"].as_str().unwrap().to_owned();
+    let popped = client.get("/api/v1/pop/queue/nul?batch=1").await.json();
+    let lease = popped["messages"][0]["leaseId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let query = client
+        .post_json(
+            "/streams/v1/queries",
+            &json!({"name": "nulq", "source_queue": "nul", "config_hash": "h"}),
+        )
+        .await
+        .json();
+    let query_id = query["query_id"].as_str().unwrap().to_owned();
+    let sql = broker.sql().await;
+    let before: Vec<i64> = sql.query_one(COUNTS, &[]).await.unwrap().get(0);
+    let state_rows = "SELECT count(*) FROM queen_streams.state";
+    let leased = "SELECT count(*) FROM queen.log_consumers WHERE lease_expires_at > now()";
+    let leases_before: i64 = sql.query_one(leased, &[]).await.unwrap().get(0);
+    assert_eq!(leases_before, 1);
+
+    let nul = "a\u{0}b";
+    let get = |path: String| -> Probe { (Method::GET, path, None) };
+    let post = |path: &str, body: Value| -> Probe { (Method::POST, path.to_owned(), Some(body)) };
+    let trace = |field: &str, value: Value| {
+        let mut body = json!({"partitionId": pid, "transactionId": "t1",
+                              "eventType": "info", "traceNames": ["n"], "data": {"k": "v"}});
+        body[field] = value;
+        post("/api/v1/traces", body)
+    };
+    let ack = json!({"transactionId": "t1", "partitionId": pid, "leaseId": lease,
+                     "status": "dlq", "error": nul});
+    let probes: Vec<Probe> = vec![
+        get("/api/v1/dlq?queue=a%00b".to_owned()),
+        get("/api/v1/dlq?partition=a%00b".to_owned()),
+        get("/api/v1/dlq?consumerGroup=a%00b".to_owned()),
+        get("/api/v1/pop?namespace=a%00b&wait=false".to_owned()),
+        get("/api/v1/pop?task=a%00b&wait=false".to_owned()),
+        get("/api/v1/analytics/system-metrics?hostname=a%00b".to_owned()),
+        get(format!("/api/v1/traces/{pid}/a%00b")),
+        get(format!("/api/v1/messages/{pid}/a%00b")),
+        (
+            Method::DELETE,
+            format!("/api/v1/messages/{pid}/a%00b"),
+            None,
+        ),
+        post(
+            &format!("/api/v1/messages/{pid}/a%00b/retry"),
+            json!({"consumerGroup": "__QUEUE_MODE__"}),
+        ),
+        post(
+            &format!("/api/v1/messages/{pid}/a%00b/dlq"),
+            json!({"consumerGroup": "__QUEUE_MODE__"}),
+        ),
+        post(
+            &format!("/api/v1/messages/{pid}/t1/dlq"),
+            json!({"consumerGroup": "__QUEUE_MODE__", "error": nul}),
+        ),
+        trace("traceNames", json!(["ok", nul])),
+        trace("traceNames", json!(nul)),
+        trace("eventType", json!(nul)),
+        trace("data", json!({nul: 1})),
+        trace("data", json!({"k": nul})),
+        trace("data", json!({"deep": [{"payload": nul}]})),
+        post(
+            "/streams/v1/cycle",
+            json!({"query_id": query_id, "partition_id": pid,
+                   "state_ops": [{"type": "upsert", "key": nul, "value": 1}]}),
+        ),
+        post(
+            "/streams/v1/cycle",
+            json!({"query_id": query_id, "partition_id": pid,
+                   "state_ops": [{"type": "upsert", "key": "k", "value": {"v": nul}}]}),
+        ),
+        post(
+            "/streams/v1/state/get",
+            json!({"query_id": query_id, "partition_id": pid, "key_prefix": nul}),
+        ),
+        post("/api/v1/ack", ack.clone()),
+        post("/api/v1/ack/batch", json!({"acknowledgments": [ack]})),
+        post(
+            "/api/v1/push",
+            json!({"items": [{"queue": "nul", "transactionId": nul, "payload": 2}]}),
+        ),
+        post(
+            "/api/v1/transaction",
+            json!({"operations": [{"type": "push", "items": [
+                {"queue": "nul", "transactionId": nul, "payload": 3}]}]}),
+        ),
+    ];
+    for (method, path, body) in probes {
+        let bytes = body.as_ref().map_or_else(bytes::Bytes::new, |body| {
+            bytes::Bytes::from(serde_json::to_vec(body).unwrap())
+        });
+        let reply = client.send(method.clone(), &path, bytes).await;
+        let shown = body.map(|body| body.to_string()).unwrap_or_default();
+        assert_eq!(
+            reply.status.as_u16(),
+            400,
+            "{method} {path} {shown}: {:?}",
+            String::from_utf8_lossy(&reply.body)
+        );
+        let error = reply.json()["error"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            error.contains("NUL") || error.contains("control characters"),
+            "{method} {path} {shown}: {error}"
+        );
+    }
+    let after: Vec<i64> = sql.query_one(COUNTS, &[]).await.unwrap().get(0);
+    assert_eq!(before, after, "a refused request wrote");
+    let state: i64 = sql.query_one(state_rows, &[]).await.unwrap().get(0);
+    assert_eq!(state, 0);
+    let leases_after: i64 = sql.query_one(leased, &[]).await.unwrap().get(0);
+    assert_eq!(leases_after, 1, "a refused ack released the lease");
+    // A NUL inside a pushed payload is payload (stored as bytes), not text.
+    let reply = client
+        .post_json(
+            "/api/v1/push",
+            &json!({"items": [{"queue": "nul", "payload": {"text": nul}}]}),
+        )
+        .await;
+    assert_eq!(reply.status.as_u16(), 201, "{:?}", reply.body);
+    broker.stop().await;
+}
+
+/// Issue 28, item 10: an invalid percent-escape (`%ff` is no UTF-8) used to
+/// decode lossily to U+FFFD, so `/api/v1/pop/queue/%ff` reached a queue
+/// named "\u{fffd}". A path or query that does not decode to UTF-8 is 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_percent_escape_answers_400() {
+    let broker = TestBroker::start().await;
+    let client = &broker.client;
+    let pushed = client
+        .post_json(
+            "/api/v1/push",
+            &json!({"items": [{"queue": "\u{fffd}", "payload": 1}]}),
+        )
+        .await;
+    assert_eq!(pushed.status.as_u16(), 201);
+    for path in [
+        "/api/v1/pop/queue/%ff?wait=false",
+        "/api/v1/pop/queue/%ff/partition/Default?wait=false",
+        "/api/v1/resources/queues/%c3",
+        "/api/v1/dlq?queue=%ff",
+        "/api/v1/messages?queue=%ff",
+        "/api/v1/pop?namespace=%e2%82&wait=false",
+    ] {
+        let reply = client.get(path).await;
+        assert_eq!(
+            reply.status.as_u16(),
+            400,
+            "{path}: {:?}",
+            String::from_utf8_lossy(&reply.body)
+        );
+        let error = reply.json()["error"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(error.contains("UTF-8"), "{path}: {error}");
+    }
+    // The queue named U+FFFD is still reachable by its real name.
+    let popped = client
+        .get("/api/v1/pop/queue/%EF%BF%BD?wait=false&autoAck=true")
+        .await;
+    assert_eq!(popped.status.as_u16(), 200);
+    broker.stop().await;
+}
+
+/// Issue 28, item 10: `HEAD /health` answered 404, and a known path with a
+/// method it does not take answered 404 instead of 405 with `Allow`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn head_is_served_on_get_routes_and_a_wrong_method_is_405_with_allow() {
+    use hyper::Method;
+    let broker = TestBroker::start().await;
+    let client = &broker.client;
+    let head = client
+        .send(Method::HEAD, "/health", bytes::Bytes::new())
+        .await;
+    assert_eq!(head.status.as_u16(), 200);
+    assert!(head.body.is_empty());
+    let get = client.get("/health").await;
+    assert_eq!(
+        head.headers.get("content-type"),
+        get.headers.get("content-type")
+    );
+    for (method, path, allow) in [
+        (Method::GET, "/api/v1/push", "POST"),
+        (Method::DELETE, "/api/v1/push", "POST"),
+        (Method::PUT, "/health", "GET, HEAD"),
+        (Method::POST, "/api/v1/pop/queue/q", "GET"),
+        (
+            Method::PUT,
+            "/api/v1/resources/queues/q/",
+            "GET, HEAD, DELETE",
+        ),
+        (
+            Method::PATCH,
+            "/api/v1/system/maintenance",
+            "GET, HEAD, POST",
+        ),
+    ] {
+        let reply = client.send(method.clone(), path, bytes::Bytes::new()).await;
+        assert_eq!(reply.status.as_u16(), 405, "{method} {path}");
+        assert_eq!(
+            reply.headers.get("allow").and_then(|v| v.to_str().ok()),
+            Some(allow),
+            "{method} {path}"
+        );
+        assert!(reply.json()["error"].is_string());
+    }
+    let reply = client.get("/api/v1/push").await;
+    assert_eq!(reply.status.as_u16(), 405);
+    assert_eq!(
+        reply.headers.get("allow").and_then(|v| v.to_str().ok()),
+        Some("POST")
+    );
+    // A pop is not safe: HEAD does not pop.
+    let reply = client
+        .send(Method::HEAD, "/api/v1/pop/queue/q", bytes::Bytes::new())
+        .await;
+    assert_eq!(reply.status.as_u16(), 405);
+    assert_eq!(
+        client.get("/api/v1/nothing-here").await.status.as_u16(),
+        404
+    );
+    broker.stop().await;
+}
+
+/// Issue 28, item 10: files whose names start with a dot (`/.env`, a
+/// `.git` folder) in `QUEEN_WEBAPP_DIR` were served to anyone. They are not
+/// served at all (404), nor is anything under a dot folder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dot_files_of_the_dashboard_folder_are_never_served() {
+    let site = tempfile::tempdir().unwrap();
+    std::fs::write(site.path().join("index.html"), "<html>dash</html>").unwrap();
+    std::fs::write(site.path().join(".env"), "SECRET=1").unwrap();
+    std::fs::create_dir(site.path().join(".git")).unwrap();
+    std::fs::write(site.path().join(".git/config"), "SECRET=2").unwrap();
+    std::fs::create_dir(site.path().join("assets")).unwrap();
+    std::fs::write(site.path().join("assets/.hidden.js"), "SECRET=3").unwrap();
+    let broker = TestBroker::start_serving(queen_http::ServeOptions {
+        webapp: Some(queen_http::Webapp::open(site.path()).unwrap()),
+        ..queen_http::ServeOptions::default()
+    })
+    .await;
+    for path in ["/.env", "/.git/config", "/assets/.hidden.js", "/%2eenv"] {
+        let reply = broker.client.get(path).await;
+        assert_eq!(reply.status.as_u16(), 404, "{path}");
+        assert!(
+            !String::from_utf8_lossy(&reply.body).contains("SECRET"),
+            "{path} served a dot file"
+        );
+    }
+    let head = broker
+        .client
+        .send(hyper::Method::HEAD, "/", bytes::Bytes::new())
+        .await;
+    assert_eq!(head.status.as_u16(), 200);
+    assert!(head.body.is_empty());
+    assert_eq!(&broker.client.get("/").await.body[..], b"<html>dash</html>");
+    broker.stop().await;
+}

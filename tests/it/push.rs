@@ -790,7 +790,10 @@ async fn without_a_key_a_push_to_an_encrypted_queue_fails_and_stores_nothing() {
             &json!({"items": [{"queue": "locked", "payload": {"s": 1}}]}),
         )
         .await;
-    assert_eq!(reply.status, 500);
+    // Another broker (one with the key) can take it: 503, which clients
+    // retry elsewhere, not 500.
+    expect_status(&reply, 503);
+    assert!(reply.headers.contains_key("retry-after"));
     assert!(reply.json()["error"]
         .as_str()
         .unwrap()
@@ -800,6 +803,83 @@ async fn without_a_key_a_push_to_an_encrypted_queue_fails_and_stores_nothing() {
         0
     );
     broker.stop().await;
+}
+
+/// Issue 28, item 7: a broker without `QUEEN_ENCRYPTION_KEY` refuses to
+/// configure an encrypted queue (400 naming the variable, nothing written),
+/// instead of accepting it and failing every later push. A queue configured
+/// encrypted through a broker that has the key answers a keyless broker's
+/// push 503 with the same explanation, and nothing is stored in plaintext;
+/// the keyed broker stores it sealed.
+#[tokio::test]
+async fn encryption_without_a_key_is_refused_at_configure_and_a_push_answers_503() {
+    let keyless = TestBroker::start().await;
+    let sql = keyless.sql().await;
+    for enabled in [json!(true), json!("true")] {
+        let reply = keyless
+            .client
+            .post_json(
+                "/api/v1/configure",
+                &json!({"queue": "sealed", "options": {"encryptionEnabled": enabled}}),
+            )
+            .await;
+        expect_status(&reply, 400);
+        let error = reply.json()["error"].as_str().unwrap().to_owned();
+        assert!(error.contains("QUEEN_ENCRYPTION_KEY"), "{error}");
+    }
+    assert_eq!(
+        select_i64(&sql, "SELECT count(*) FROM queen.queues").await,
+        0,
+        "a refused configure wrote the queue"
+    );
+    // Without encryption the keyless broker configures as before.
+    let reply = keyless
+        .client
+        .post_json(
+            "/api/v1/configure",
+            &json!({"queue": "plain", "options": {"encryptionEnabled": false}}),
+        )
+        .await;
+    expect_status(&reply, 200);
+
+    let keyed = TestBroker::serve(
+        keyless.db.clone(),
+        EngineConfig {
+            encryption_key: Some(KEY.parse().unwrap()),
+            ..EngineConfig::default()
+        },
+    )
+    .await;
+    let reply = keyed
+        .client
+        .post_json(
+            "/api/v1/configure",
+            &json!({"queue": "sealed", "options": {"encryptionEnabled": true}}),
+        )
+        .await;
+    expect_status(&reply, 200);
+    let secret = "KEYLESS-BROKER-PLAINTEXT";
+    let push = json!({"items": [{"queue": "sealed", "transactionId": "s1",
+                                  "payload": {"secret": secret}}]});
+    for _ in 0..2 {
+        let reply = keyless.client.post_json("/api/v1/push", &push).await;
+        expect_status(&reply, 503);
+        assert!(reply.headers.contains_key("retry-after"));
+        let error = reply.json()["error"].as_str().unwrap().to_owned();
+        assert!(
+            error.contains("QUEEN_ENCRYPTION_KEY") && error.contains("sealed"),
+            "{error}"
+        );
+    }
+    assert!(stored(&sql, "sealed").await.is_empty());
+    let reply = keyed.client.post_json("/api/v1/push", &push).await;
+    expect_status(&reply, 201);
+    let messages = stored(&sql, "sealed").await;
+    assert_eq!(messages.len(), 1);
+    assert!(messages[0].encrypted);
+    assert!(!String::from_utf8_lossy(&messages[0].payload).contains(secret));
+    keyed.stop().await;
+    keyless.stop().await;
 }
 
 #[tokio::test]

@@ -665,13 +665,476 @@ async fn statistics_rows_and_metrics_series_keep_tenants_apart() {
         rows,
         [("tenant-a".to_owned(), 3, 1), ("tenant-b".to_owned(), 2, 1)]
     );
-    let text =
-        String::from_utf8(broker.client.get("/metrics/prometheus").await.body.to_vec()).unwrap();
+    // An admin token sees every tenant's queue series (issue 28, item 6).
+    let (_, text) = a.raw("GET", "/metrics/prometheus", None).await;
     for series in [
         "queen_queue_messages{tenant=\"tenant-a\",queue=\"q\"} 3",
         "queen_queue_messages{tenant=\"tenant-b\",queue=\"q\"} 2",
     ] {
         assert!(text.contains(series), "{series} missing from:\n{text}");
     }
+    broker.stop().await;
+}
+
+/// A broker with auth whose `JWT_SKIP_PATHS` is `skip`.
+async fn broker_skipping(skip: &[&str]) -> TestBroker {
+    TestBroker::serve_with(
+        queen_testkit::TestDb::new().await,
+        queen_engine::EngineConfig::default(),
+        queen_http::ServeOptions {
+            auth: Some(Arc::new(
+                Auth::new(AuthConfig {
+                    secret: Some(SECRET.to_owned()),
+                    skip_paths: skip.iter().map(|path| (*path).to_owned()).collect(),
+                    ..AuthConfig::default()
+                })
+                .unwrap(),
+            )),
+            ..queen_http::ServeOptions::default()
+        },
+    )
+    .await
+}
+
+/// Issue 28, item 10: a `JWT_SKIP_PATHS` prefix entry `/X/` let `/X/` (the
+/// route `/X` once the router drops the empty segment) through without a
+/// token: the skip check saw the raw path. It now sees the path the router
+/// reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skip_path_prefix_matches_the_path_the_router_reads() {
+    let broker = broker_skipping(&["/health", "/api/v1/status/", "/api/v1/resources/queues"]).await;
+    let anonymous = |path: &'static str| {
+        let client = broker.client.clone();
+        async move { client.get(path).await.status.as_u16() }
+    };
+    // The prefix covers what lies under it, however the path is spelled.
+    assert_eq!(anonymous("/api/v1/status/queues").await, 200);
+    assert_eq!(anonymous("//api/v1/status//queues/").await, 200);
+    // Not the route the prefix names itself, in any spelling.
+    for path in [
+        "/api/v1/status",
+        "/api/v1/status/",
+        "/api/v1/status//",
+        "//api/v1/status/",
+    ] {
+        assert_eq!(anonymous(path).await, 401, "{path}");
+    }
+    // An exact entry is the route it names, however it is spelled.
+    assert_eq!(anonymous("/api/v1/resources/queues/").await, 200);
+    assert_eq!(anonymous("/api/v1/resources/queues/q").await, 401);
+    assert_eq!(anonymous("/api/v1/consumer-groups").await, 401);
+    broker.stop().await;
+}
+
+/// Issue 28, item 10: a token whose `sub` holds a NUL was accepted, and the
+/// messages it pushed carried it into the DLQ's text column, where filing
+/// them failed with 500. Such a token is refused at authentication.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_whose_sub_holds_a_nul_is_refused() {
+    let broker = broker().await;
+    let bad = As::new(&broker, &token(Some("tenant-a"), "ali\u{0}ce"));
+    let (status, body) = bad
+        .json(
+            "POST",
+            "/api/v1/push",
+            Some(&json!({"items": [{"queue": "q", "payload": 1}]})),
+        )
+        .await;
+    assert_eq!(
+        (status, body),
+        (401, json!({"error": "Invalid token subject"}))
+    );
+    let sql = broker.sql().await;
+    let stored: i64 = sql
+        .query_one("SELECT count(*) FROM queen.log_segments", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(stored, 0);
+    broker.stop().await;
+}
+
+/// One sample of a Prometheus text exposition.
+#[derive(Debug)]
+struct Sample {
+    name: String,
+    labels: Vec<(String, String)>,
+}
+
+/// A strict reader of the Prometheus text format (0.0.4, and the OpenMetrics
+/// text it is a superset of here): every line is a comment or a sample, a
+/// label value is a quoted string whose only escapes are `\\`, `\"` and
+/// `\n`, label names are not repeated, and a value follows.
+fn parse_exposition(text: &str) -> Result<Vec<Sample>, String> {
+    fn name_char(c: char, first: bool) -> bool {
+        c.is_ascii_alphabetic() || c == '_' || c == ':' || (!first && c.is_ascii_digit())
+    }
+    let mut samples = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let fail = |why: &str| Err(format!("line {}: {why}: {line:?}", number + 1));
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut chars = line.char_indices().peekable();
+        let mut name = String::new();
+        while let Some(&(_, c)) = chars.peek() {
+            if !name_char(c, name.is_empty()) {
+                break;
+            }
+            name.push(c);
+            chars.next();
+        }
+        if name.is_empty() {
+            return fail("no metric name");
+        }
+        let mut labels: Vec<(String, String)> = Vec::new();
+        if chars.peek().map(|&(_, c)| c) == Some('{') {
+            chars.next();
+            loop {
+                if chars.peek().map(|&(_, c)| c) == Some('}') && labels.is_empty() {
+                    chars.next();
+                    break;
+                }
+                let mut label = String::new();
+                while let Some(&(_, c)) = chars.peek() {
+                    if !name_char(c, label.is_empty()) || c == ':' {
+                        break;
+                    }
+                    label.push(c);
+                    chars.next();
+                }
+                if label.is_empty() {
+                    return fail("no label name");
+                }
+                if chars.next().map(|(_, c)| c) != Some('=')
+                    || chars.next().map(|(_, c)| c) != Some('"')
+                {
+                    return fail("label without =\"");
+                }
+                let mut value = String::new();
+                loop {
+                    match chars.next().map(|(_, c)| c) {
+                        None => return fail("unterminated label value"),
+                        Some('"') => break,
+                        Some('\\') => match chars.next().map(|(_, c)| c) {
+                            Some('\\') => value.push('\\'),
+                            Some('"') => value.push('"'),
+                            Some('n') => value.push('\n'),
+                            _ => return fail("invalid escape in a label value"),
+                        },
+                        Some(c) => value.push(c),
+                    }
+                }
+                if labels.iter().any(|(seen, _)| *seen == label) {
+                    return fail("repeated label name");
+                }
+                labels.push((label, value));
+                match chars.next().map(|(_, c)| c) {
+                    Some(',') => {}
+                    Some('}') => break,
+                    _ => return fail("labels not closed"),
+                }
+            }
+        }
+        if chars.next().map(|(_, c)| c) != Some(' ') {
+            return fail("no space before the value");
+        }
+        let rest: String = chars.map(|(_, c)| c).collect();
+        let mut parts = rest.split(' ');
+        let value = parts.next().unwrap_or_default();
+        let numeric = matches!(value, "+Inf" | "-Inf" | "NaN") || value.parse::<f64>().is_ok();
+        if !numeric {
+            return fail("value is not a number");
+        }
+        if let Some(timestamp) = parts.next() {
+            if timestamp.parse::<f64>().is_err() {
+                return fail("timestamp is not a number");
+            }
+        }
+        if parts.next().is_some() {
+            return fail("trailing text");
+        }
+        samples.push(Sample { name, labels });
+    }
+    Ok(samples)
+}
+
+#[test]
+fn the_strict_exposition_reader_refuses_what_scrapers_refuse() {
+    assert!(parse_exposition("a{b=\"c\\\"d\"} 1\n# EOF\n").is_ok());
+    assert!(parse_exposition("a 1.5\n").is_ok());
+    for bad in [
+        "a{b=\"c\",tenant=\"x\"\"} 1",
+        "a{b=\"c\"\",tenant=\"other\"} 1",
+        "a{b=\"x\",b=\"y\"} 1",
+        "a{b=\"\\q\"} 1",
+        "a{b=\"c\"} one",
+        "a{b=\"c} 1",
+    ] {
+        assert!(parse_exposition(bad).is_err(), "{bad}");
+    }
+}
+
+/// Issue 28, item 10: label values were written unescaped, so one push to a
+/// queue named `orders",tenant="other` made the scrape unparsable (and
+/// forged another tenant's label). They are escaped per the exposition
+/// format: the scrape parses, and the series carries the real name and the
+/// pusher's tenant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_name_cannot_break_or_forge_the_prometheus_scrape() {
+    let broker = broker().await;
+    let a = As::new(&broker, &token(Some("tenant-a"), "alice"));
+    let hostile = "orders\",tenant=\"other";
+    let also = "back\\slash\\\"";
+    for queue in [hostile, also] {
+        a.ok(
+            "POST",
+            "/api/v1/push",
+            Some(&json!({"items": [{"queue": queue, "payload": 1}]})),
+        )
+        .await;
+    }
+    a.ok(
+        "GET",
+        &format!(
+            "/api/v1/pop/queue/{}?consumerGroup=g%22x&autoAck=true&wait=false",
+            "orders%22%2Ctenant%3D%22other"
+        ),
+        None,
+    )
+    .await;
+    let (status, text) = a.raw("GET", "/metrics/prometheus", None).await;
+    assert_eq!(status, 200);
+    let samples = parse_exposition(&text).unwrap_or_else(|error| panic!("{error}\n{text}"));
+    let label = |sample: &Sample, key: &str| {
+        sample
+            .labels
+            .iter()
+            .find(|(name, _)| name == key)
+            .map(|(_, value)| value.clone())
+    };
+    for queue in [hostile, also] {
+        let series = samples
+            .iter()
+            .find(|s| {
+                s.name == "queen_queue_messages" && label(s, "queue").as_deref() == Some(queue)
+            })
+            .unwrap_or_else(|| panic!("no series for {queue:?}:\n{text}"));
+        assert_eq!(label(series, "tenant").as_deref(), Some("tenant-a"));
+    }
+    assert!(
+        samples
+            .iter()
+            .all(|s| label(s, "tenant").as_deref() != Some("other")),
+        "a forged tenant label:\n{text}"
+    );
+    broker.stop().await;
+}
+
+/// A token of `tenant` with `role`.
+fn token_as(tenant: &str, sub: &str, role: &str) -> String {
+    encode(
+        &Header::default(),
+        &json!({"sub": sub, "role": role, "tenant": tenant, "exp": now() + 600}),
+        &EncodingKey::from_secret(SECRET.as_bytes()),
+    )
+    .unwrap()
+}
+
+/// A broker with auth, and `QUEEN_METRICS_AGGREGATE_QUEUES` as `aggregate`.
+async fn broker_aggregating(aggregate: bool) -> TestBroker {
+    TestBroker::serve_with(
+        queen_testkit::TestDb::new().await,
+        queen_engine::EngineConfig::default(),
+        queen_http::ServeOptions {
+            auth: Some(Arc::new(
+                Auth::new(AuthConfig {
+                    secret: Some(SECRET.to_owned()),
+                    ..AuthConfig::default()
+                })
+                .unwrap(),
+            )),
+            aggregate_queue_metrics: aggregate,
+            ..queen_http::ServeOptions::default()
+        },
+    )
+    .await
+}
+
+/// Tenant A pushes 3 messages to `a-orders` (group `a-group` reads one),
+/// tenant B 2 to `b-orders`.
+async fn two_tenants_queues(broker: &TestBroker) {
+    let a = As::new(broker, &token_as("tenant-a", "alice", "read-write"));
+    let b = As::new(broker, &token_as("tenant-b", "bob", "read-write"));
+    for (who, queue, n) in [(&a, "a-orders", 3), (&b, "b-orders", 2)] {
+        let items: Vec<Value> = (0..n)
+            .map(|i| json!({"queue": queue, "payload": i}))
+            .collect();
+        who.ok("POST", "/api/v1/push", Some(&json!({"items": items})))
+            .await;
+    }
+    a.ok(
+        "GET",
+        "/api/v1/pop/queue/a-orders?consumerGroup=a-group&batch=1&autoAck=true",
+        None,
+    )
+    .await;
+}
+
+/// Issue 28, item 6: with auth on, `/metrics/prometheus` answered anyone
+/// with every tenant's queue names and counts. The per-queue series now
+/// need a token of their tenant (an admin token sees all); a scrape without
+/// one gets the broker-wide series only. `/metrics` (JSON) names no queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_auth_the_queue_series_are_shown_only_to_a_token_of_their_tenant() {
+    let broker = broker_aggregating(false).await;
+    two_tenants_queues(&broker).await;
+    let scrape = |bearer: Option<String>| {
+        let client = broker.client.clone();
+        async move {
+            let auth = bearer.map(|token| format!("Bearer {token}"));
+            let headers: Vec<(&str, &str)> = auth
+                .as_deref()
+                .map(|auth| vec![("authorization", auth)])
+                .unwrap_or_default();
+            let reply = client
+                .send_with(Method::GET, "/metrics/prometheus", Bytes::new(), &headers)
+                .await;
+            (
+                reply.status.as_u16(),
+                String::from_utf8_lossy(&reply.body).into_owned(),
+            )
+        }
+    };
+    let series = |text: &str, family: &str| -> Vec<String> {
+        parse_exposition(text)
+            .unwrap_or_else(|error| panic!("{error}\n{text}"))
+            .into_iter()
+            .filter(|sample| sample.name == family)
+            .map(|sample| {
+                sample
+                    .labels
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .collect()
+    };
+
+    // Anonymous: the broker-wide series, no queue, tenant or group.
+    let (status, text) = scrape(None).await;
+    assert_eq!(status, 200);
+    for family in [
+        "queen_uptime_seconds",
+        "queen_push_requests_total",
+        "queen_cluster_up",
+    ] {
+        assert_eq!(series(&text, family).len(), 1, "{family} missing:\n{text}");
+    }
+    for leak in ["a-orders", "b-orders", "tenant-a", "tenant-b", "a-group"] {
+        assert!(
+            !text.contains(leak),
+            "an anonymous scrape shows {leak}:\n{text}"
+        );
+    }
+    assert!(series(&text, "queen_queue_messages").is_empty());
+    let (status, json_text) = {
+        let reply = broker.client.get("/metrics").await;
+        (
+            reply.status.as_u16(),
+            String::from_utf8_lossy(&reply.body).into_owned(),
+        )
+    };
+    assert_eq!(status, 200);
+    for leak in ["a-orders", "b-orders", "tenant-a", "tenant-b"] {
+        assert!(
+            !json_text.contains(leak),
+            "/metrics shows {leak}: {json_text}"
+        );
+    }
+
+    // A token of tenant A (read-only): A's queues, not B's.
+    let (status, text) = scrape(Some(token_as("tenant-a", "ra", "read-only"))).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        series(&text, "queen_queue_messages"),
+        ["tenant=tenant-a,queue=a-orders"]
+    );
+    assert_eq!(
+        series(&text, "queen_consumer_lag_messages"),
+        ["tenant=tenant-a,queue=a-orders,group=a-group"]
+    );
+    assert!(!text.contains("b-orders"), "{text}");
+    // B's read-write token: B's only.
+    let (_, text) = scrape(Some(token_as("tenant-b", "rb", "read-write"))).await;
+    assert_eq!(
+        series(&text, "queen_queue_messages"),
+        ["tenant=tenant-b,queue=b-orders"]
+    );
+    assert!(
+        !text.contains("a-orders") && !text.contains("a-group"),
+        "{text}"
+    );
+    // An admin token: every tenant's.
+    let (_, text) = scrape(Some(token_as("tenant-b", "op", "admin"))).await;
+    let mut all = series(&text, "queen_queue_messages");
+    all.sort();
+    assert_eq!(
+        all,
+        [
+            "tenant=tenant-a,queue=a-orders",
+            "tenant=tenant-b,queue=b-orders"
+        ]
+    );
+    // A token without a role is anonymous; a bad token is refused.
+    let (status, text) = scrape(Some(token_as("tenant-a", "x", "nobody"))).await;
+    assert_eq!(status, 200);
+    assert!(!text.contains("a-orders"), "{text}");
+    let (status, _) = scrape(Some("not-a-token".to_owned())).await;
+    assert_eq!(status, 401);
+    broker.stop().await;
+}
+
+/// Issue 28, item 6: with `QUEEN_METRICS_AGGREGATE_QUEUES`, a scrape
+/// without a token gets each per-queue family summed over every queue,
+/// without labels; a token still sees its own queues by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_aggregate_setting_sums_the_queue_series_without_labels_for_anonymous_scrapes() {
+    let broker = broker_aggregating(true).await;
+    two_tenants_queues(&broker).await;
+    let text =
+        String::from_utf8(broker.client.get("/metrics/prometheus").await.body.to_vec()).unwrap();
+    let samples = parse_exposition(&text).unwrap_or_else(|error| panic!("{error}\n{text}"));
+    let value = |family: &str| -> String {
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|line| line.split([' ', '{']).next() == Some(family))
+            .collect();
+        assert_eq!(lines.len(), 1, "{family}:\n{text}");
+        lines[0].rsplit(' ').next().unwrap().to_owned()
+    };
+    assert_eq!(value("queen_queue_messages"), "5");
+    assert_eq!(value("queen_queue_partitions"), "2");
+    assert_eq!(value("queen_consumer_lag_messages"), "2");
+    for sample in &samples {
+        assert!(
+            sample
+                .labels
+                .iter()
+                .all(|(name, _)| !["queue", "tenant", "group"].contains(&name.as_str())),
+            "{sample:?}"
+        );
+    }
+    for leak in ["a-orders", "b-orders", "tenant-a", "a-group"] {
+        assert!(!text.contains(leak), "{leak}:\n{text}");
+    }
+    let a = As::new(&broker, &token_as("tenant-a", "ra", "read-only"));
+    let (_, text) = a.raw("GET", "/metrics/prometheus", None).await;
+    assert!(
+        text.contains("queen_queue_messages{tenant=\"tenant-a\",queue=\"a-orders\"} 3"),
+        "{text}"
+    );
+    assert!(!text.contains("b-orders"), "{text}");
     broker.stop().await;
 }

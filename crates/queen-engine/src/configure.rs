@@ -57,12 +57,17 @@ impl Lifecycle {
     /// make sure its partition `Default` exists.
     ///
     /// Fails with [`EngineError::InvalidConfiguration`] before any I/O when
-    /// the request breaks a rule (see [`ConfigureQueue`]).
+    /// the request breaks a rule (see [`ConfigureQueue`]), and with
+    /// [`EngineError::EncryptionKeyRequired`] when it enables encryption on
+    /// a broker without a key.
     pub(crate) async fn configure(
         &self,
         request: ConfigureQueue,
     ) -> Result<Configured, EngineError> {
         let plan = Plan::check(request)?;
+        if plan.settings.encryption_enabled && !self.has_key() {
+            return Err(EngineError::EncryptionKeyRequired { queue: plan.queue });
+        }
         let client = self.client().await?;
         let ids = queen_sql::queues::configure_queue(
             &**client,

@@ -15,11 +15,20 @@ pub enum EngineError {
     Shared(std::sync::Arc<EngineError>),
 
     /// A queue has `encryptionEnabled` but this broker has no key: the push
-    /// fails rather than store plaintext.
+    /// (or pop) fails rather than store plaintext; a broker with the key can
+    /// serve it.
     #[error(
         "queue {queue} requires encryption but QUEEN_ENCRYPTION_KEY is not set on this broker"
     )]
     EncryptionKeyMissing { queue: String },
+
+    /// A configure asks for `encryptionEnabled` on a broker without a key:
+    /// refused before any I/O, so no queue exists that this broker would then
+    /// fail every push to.
+    #[error(
+        "queue {queue} cannot enable encryption: QUEEN_ENCRYPTION_KEY is not set on this broker"
+    )]
+    EncryptionKeyRequired { queue: String },
 
     /// `QUEEN_ENCRYPTION_KEY` is not 64 hexadecimal characters.
     #[error("QUEEN_ENCRYPTION_KEY must be 64 hexadecimal characters (32 bytes)")]
@@ -112,6 +121,7 @@ impl EngineError {
             | EngineError::NoSpool
             | EngineError::QueueFull { .. } => true,
             EngineError::EncryptionKeyMissing { .. }
+            | EngineError::EncryptionKeyRequired { .. }
             | EngineError::InvalidKey
             | EngineError::Seal
             | EngineError::Unseal

@@ -86,6 +86,11 @@ impl Lifecycle {
         Lifecycle { pool, at_rest }
     }
 
+    /// Whether this broker holds an at-rest key (`QUEEN_ENCRYPTION_KEY`).
+    pub(crate) fn has_key(&self) -> bool {
+        self.at_rest.key().is_some()
+    }
+
     /// A stored payload as the admin views show it: opened when `encrypted`
     /// (`None` when this broker has no key that opens it), else as stored.
     pub(crate) fn open_payload(&self, encrypted: bool, payload: &[u8]) -> Option<bytes::Bytes> {

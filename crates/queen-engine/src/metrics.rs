@@ -3,6 +3,9 @@
 //! ([`ProcessMetrics`], [`ClusterMetrics`]) and as a `prometheus-client`
 //! [`Collector`] of `queen_*` families.
 //!
+//! Every label value is written escaped ([`Escaped`]): queue, tenant and
+//! group names are client text.
+//!
 //! The collector encodes what it is handed: the facade takes the snapshot
 //! (`Engine::metrics`), so a scrape reads each component once, under its own
 //! short lock, and never waits on PostgreSQL for the process series.
@@ -12,7 +15,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::Mutex;
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelValue, EncodeMetric, LabelValueEncoder,
+};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::Histogram;
@@ -216,12 +221,33 @@ pub struct Scrape {
     pub(crate) histograms: Arc<crate::stats::Stats>,
 }
 
-/// A `prometheus-client` collector that encodes one [`Scrape`].
+/// Which per-queue series (queue, tenant and group labels) a scrape shows.
+/// The broker-wide series are always shown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueueSeries {
+    /// Every queue's (no auth, or an admin token).
+    All,
+    /// The queues of this tenant only (a token of the tenant).
+    Tenant(Arc<str>),
+    /// Each family summed over every queue, without labels (a scrape
+    /// without a token, with `QUEEN_METRICS_AGGREGATE_QUEUES`).
+    Aggregate,
+    /// None (a scrape without a token, by default).
+    Hidden,
+}
+
+/// A `prometheus-client` collector that encodes one [`Scrape`], showing the
+/// per-queue series `queues` allows.
 ///
 /// Registered in a registry made for one scrape (`Engine::scrape` returns
 /// the data; the HTTP layer builds the registry around it).
 #[derive(Debug)]
-pub struct EngineCollector(pub Arc<Scrape>);
+pub struct EngineCollector {
+    /// The scrape.
+    pub scrape: Arc<Scrape>,
+    /// Whose queue series it shows.
+    pub queues: QueueSeries,
+}
 
 fn gauge<N: prometheus_client::encoding::EncodeGaugeValue + std::fmt::Debug>(
     encoder: &mut DescriptorEncoder<'_>,
@@ -243,26 +269,55 @@ fn counter<N: prometheus_client::encoding::EncodeCounterValue + std::fmt::Debug>
     metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
 }
 
-/// A family of gauges, one per label set.
+/// A label value, written escaped as the exposition format requires
+/// (`\` as `\\`, `"` as `\"`, a line feed as `\n`): `prometheus-client`
+/// writes a `&str` value as it is, so a queue named `a",tenant="b` would
+/// otherwise end the value early, forge a label and break the scrape for
+/// every scraper. Every label value of the engine's families goes through
+/// this.
+#[derive(Debug, Clone, Copy)]
+pub struct Escaped<'l>(pub &'l str);
+
+impl EncodeLabelValue for Escaped<'_> {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write as _;
+        let mut rest = self.0;
+        while let Some(at) = rest.find(['\\', '"', '\n']) {
+            encoder.write_str(&rest[..at])?;
+            encoder.write_str(match rest.as_bytes()[at] {
+                b'\\' => "\\\\",
+                b'"' => "\\\"",
+                _ => "\\n",
+            })?;
+            rest = &rest[at + 1..];
+        }
+        encoder.write_str(rest)
+    }
+}
+
+/// One series' labels: (name, escaped value) pairs.
+type Labels<'l> = Vec<(&'static str, Escaped<'l>)>;
+
 /// The labels of a queue's series: its tenant and name, from its
 /// `naming::queue_key` (two tenants' queues of one name are two series).
-fn queue_labels(key: &str) -> Vec<(&str, &str)> {
+fn queue_labels(key: &str) -> Labels<'_> {
     let (tenant, queue) = crate::naming::split_queue_key(key);
-    vec![("tenant", tenant), ("queue", queue)]
+    vec![("tenant", Escaped(tenant)), ("queue", Escaped(queue))]
 }
 
 /// [`queue_labels`] and the consumer group.
-fn group_labels<'l>(key: &'l str, group: &'l str) -> Vec<(&'l str, &'l str)> {
+fn group_labels<'l>(key: &'l str, group: &'l str) -> Labels<'l> {
     let mut labels = queue_labels(key);
-    labels.push(("group", group));
+    labels.push(("group", Escaped(group)));
     labels
 }
 
+/// A family of gauges, one per label set.
 fn gauge_family<'l, N>(
     encoder: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,
-    series: impl IntoIterator<Item = (Vec<(&'l str, &'l str)>, N)>,
+    series: impl IntoIterator<Item = (Labels<'l>, N)>,
 ) -> Result<(), std::fmt::Error>
 where
     N: prometheus_client::encoding::EncodeGaugeValue + std::fmt::Debug,
@@ -294,7 +349,7 @@ fn as_i64_u(value: u64) -> i64 {
 
 impl Collector for EngineCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-        let scrape = &*self.0;
+        let scrape = &*self.scrape;
         let p = &scrape.process;
         let t = &p.totals;
         let e = &mut encoder;
@@ -399,7 +454,9 @@ impl Collector for EngineCollector {
             "Pop round trip: the window's minimum and the recent average",
             [("min", p.limiter.rtt_min), ("recent", p.limiter.rtt_recent)]
                 .into_iter()
-                .filter_map(|(kind, rtt)| Some((vec![("kind", kind)], rtt?.as_secs_f64()))),
+                .filter_map(|(kind, rtt)| {
+                    Some((vec![("kind", Escaped(kind))], rtt?.as_secs_f64()))
+                }),
         )?;
         gauge(
             e,
@@ -587,81 +644,171 @@ impl Collector for EngineCollector {
             "Age of the cluster series (-1: never read)",
             age,
         )?;
-        let rows = &scrape.cluster.rows;
-        let queues = || {
-            rows.iter().filter_map(|row| match row {
-                ClusterRow::Queue {
-                    queue,
-                    partitions,
-                    messages,
-                    dead_letters,
-                } => Some((queue.as_str(), *partitions, *messages, *dead_letters)),
-                ClusterRow::Group { .. } => None,
-            })
-        };
-        let groups = || {
-            rows.iter().filter_map(|row| match row {
-                ClusterRow::Group {
-                    queue,
-                    group,
-                    lag_messages,
-                    lag_seconds,
-                    partitions_with_lag,
-                } => Some((
-                    queue.as_str(),
-                    group.as_str(),
-                    *lag_messages,
-                    *lag_seconds,
-                    *partitions_with_lag,
-                )),
-                ClusterRow::Queue { .. } => None,
-            })
-        };
-        gauge_family(
-            e,
-            "queue_partitions",
-            "Partitions per queue",
-            queues().map(|(q, n, _, _)| (queue_labels(q), n)),
-        )?;
-        gauge_family(
-            e,
-            "queue_messages",
-            "Live messages per queue",
-            queues().map(|(q, _, n, _)| (queue_labels(q), n)),
-        )?;
-        gauge_family(
-            e,
-            "queue_depth",
-            "Messages the queue's least advanced group has not consumed (live messages when it has none)",
-            queues().map(|(q, _, live, _)| {
-                let depth = scrape.cluster.queue_lag(q).map_or(live, |(lag, _)| lag);
-                (queue_labels(q), depth)
+        match &self.queues {
+            QueueSeries::Hidden => Ok(()),
+            QueueSeries::Aggregate => encode_aggregate(e, &scrape.cluster),
+            QueueSeries::All => encode_queues(e, &scrape.cluster, |_| true),
+            QueueSeries::Tenant(tenant) => encode_queues(e, &scrape.cluster, |key| {
+                crate::naming::split_queue_key(key).0 == &**tenant
             }),
-        )?;
-        gauge_family(
-            e,
-            "dlq_messages",
-            "Dead letters per queue",
-            queues().map(|(q, _, _, n)| (queue_labels(q), n)),
-        )?;
-        gauge_family(
-            e,
-            "consumer_lag_messages",
-            "Messages behind, per queue and group",
-            groups().map(|(q, g, n, _, _)| (group_labels(q, g), n)),
-        )?;
-        gauge_family(
-            e,
-            "consumer_lag_seconds",
-            "Age of the oldest unconsumed message, per queue and group",
-            groups().map(|(q, g, _, n, _)| (group_labels(q, g), n)),
-        )?;
-        gauge_family(
-            e,
-            "consumer_partitions_with_lag",
-            "Partitions with lag, per queue and group",
-            groups().map(|(q, g, _, _, n)| (group_labels(q, g), n)),
-        )?;
-        Ok(())
+        }
     }
+}
+
+/// The queue of a cluster row (its `naming::queue_key`).
+fn row_queue(row: &ClusterRow) -> &str {
+    match row {
+        ClusterRow::Queue { queue, .. } | ClusterRow::Group { queue, .. } => queue,
+    }
+}
+
+/// The per-queue families, one series per queue (and group) whose key
+/// `shown` accepts, labelled with tenant, queue (and group).
+fn encode_queues(
+    e: &mut DescriptorEncoder<'_>,
+    cluster: &ClusterMetrics,
+    shown: impl Fn(&str) -> bool,
+) -> Result<(), std::fmt::Error> {
+    let rows: Vec<&ClusterRow> = cluster
+        .rows
+        .iter()
+        .filter(|row| shown(row_queue(row)))
+        .collect();
+    let queues = || {
+        rows.iter().filter_map(|row| match row {
+            ClusterRow::Queue {
+                queue,
+                partitions,
+                messages,
+                dead_letters,
+            } => Some((queue.as_str(), *partitions, *messages, *dead_letters)),
+            ClusterRow::Group { .. } => None,
+        })
+    };
+    let groups = || {
+        rows.iter().filter_map(|row| match row {
+            ClusterRow::Group {
+                queue,
+                group,
+                lag_messages,
+                lag_seconds,
+                partitions_with_lag,
+            } => Some((
+                queue.as_str(),
+                group.as_str(),
+                *lag_messages,
+                *lag_seconds,
+                *partitions_with_lag,
+            )),
+            ClusterRow::Queue { .. } => None,
+        })
+    };
+    gauge_family(
+        e,
+        "queue_partitions",
+        "Partitions per queue",
+        queues().map(|(q, n, _, _)| (queue_labels(q), n)),
+    )?;
+    gauge_family(
+        e,
+        "queue_messages",
+        "Live messages per queue",
+        queues().map(|(q, _, n, _)| (queue_labels(q), n)),
+    )?;
+    gauge_family(
+        e,
+        "queue_depth",
+        QUEUE_DEPTH_HELP,
+        queues().map(|(q, _, live, _)| (queue_labels(q), queue_depth(cluster, q, live))),
+    )?;
+    gauge_family(
+        e,
+        "dlq_messages",
+        "Dead letters per queue",
+        queues().map(|(q, _, _, n)| (queue_labels(q), n)),
+    )?;
+    gauge_family(
+        e,
+        "consumer_lag_messages",
+        "Messages behind, per queue and group",
+        groups().map(|(q, g, n, _, _)| (group_labels(q, g), n)),
+    )?;
+    gauge_family(
+        e,
+        "consumer_lag_seconds",
+        "Age of the oldest unconsumed message, per queue and group",
+        groups().map(|(q, g, _, n, _)| (group_labels(q, g), n)),
+    )?;
+    gauge_family(
+        e,
+        "consumer_partitions_with_lag",
+        "Partitions with lag, per queue and group",
+        groups().map(|(q, g, _, _, n)| (group_labels(q, g), n)),
+    )
+}
+
+const QUEUE_DEPTH_HELP: &str =
+    "Messages the queue's least advanced group has not consumed (live messages when it has none)";
+
+/// A queue's depth: its most lagging group's lag, or its live messages.
+fn queue_depth(cluster: &ClusterMetrics, queue: &str, live: i64) -> i64 {
+    cluster.queue_lag(queue).map_or(live, |(lag, _)| lag)
+}
+
+/// The per-queue families summed over every queue (the largest age for
+/// `consumer_lag_seconds`), one unlabelled series each: what a scraper
+/// without a token sees with `QUEEN_METRICS_AGGREGATE_QUEUES`.
+fn encode_aggregate(
+    e: &mut DescriptorEncoder<'_>,
+    cluster: &ClusterMetrics,
+) -> Result<(), std::fmt::Error> {
+    let (mut partitions, mut messages, mut depth, mut dead) = (0i64, 0i64, 0i64, 0i64);
+    let (mut lag, mut lag_seconds, mut lagging) = (0i64, 0i64, 0i64);
+    for row in &cluster.rows {
+        match row {
+            ClusterRow::Queue {
+                queue,
+                partitions: p,
+                messages: m,
+                dead_letters: d,
+            } => {
+                partitions += *p;
+                messages += *m;
+                depth += queue_depth(cluster, queue, *m);
+                dead += *d;
+            }
+            ClusterRow::Group {
+                lag_messages,
+                lag_seconds: seconds,
+                partitions_with_lag,
+                ..
+            } => {
+                lag += *lag_messages;
+                lag_seconds = lag_seconds.max(*seconds);
+                lagging += *partitions_with_lag;
+            }
+        }
+    }
+    gauge(e, "queue_partitions", "Partitions, all queues", partitions)?;
+    gauge(e, "queue_messages", "Live messages, all queues", messages)?;
+    gauge(e, "queue_depth", "Unconsumed messages, all queues", depth)?;
+    gauge(e, "dlq_messages", "Dead letters, all queues", dead)?;
+    gauge(
+        e,
+        "consumer_lag_messages",
+        "Messages behind, all queues and groups",
+        lag,
+    )?;
+    gauge(
+        e,
+        "consumer_lag_seconds",
+        "Age of the oldest unconsumed message, all queues and groups",
+        lag_seconds,
+    )?;
+    gauge(
+        e,
+        "consumer_partitions_with_lag",
+        "Partitions with lag, all queues and groups",
+        lagging,
+    )
 }

@@ -21,7 +21,9 @@
 //! permissions`; a key id neither cached nor fetchable (the JWKS server is
 //! down) 500 `JWKS fetch failed`. `JWT_SKIP_PATHS` lists paths served
 //! without a token (exact, or a prefix for an entry ending in `/`, `/`
-//! itself being exact).
+//! itself being exact), matched against the path as the router reads it.
+//! A token whose `sub` is over 1 KiB or holds a NUL is refused (401
+//! `Invalid token subject`).
 //!
 //! A verified token also says who the request acts for ([`Caller`]): its
 //! tenant claim (`JWT_TENANT_CLAIM`, default `tenant`; absent: tenant
@@ -263,7 +265,8 @@ impl Auth {
         }
     }
 
-    /// Whether `path` is served without a token.
+    /// Whether `path` (as the router reads it: `query::normalised`) is
+    /// served without a token.
     fn skipped(&self, path: &str) -> bool {
         self.config.skip_paths.iter().any(|entry| {
             if entry != "/" && entry.ends_with('/') {
@@ -274,7 +277,9 @@ impl Auth {
         })
     }
 
-    /// Let a request of `path` with `headers` reach a route of level
+    /// Let a request of `path` (normalised: decoded segments, empty ones
+    /// dropped, so a prefix entry `/X/` does not cover the route `/X`
+    /// spelled `/X/`) with `headers` reach a route of level
     /// `access`, or answer why not; answers who it acts for.
     pub(crate) async fn authorize(
         &self,
@@ -294,6 +299,21 @@ impl Auth {
         self.caller(&claims)
     }
 
+    /// Who a request to a public route is, when it carries a token: `None`
+    /// without one, else the verified token's caller and level (`None`
+    /// for a token without a known role). A bad token is refused as on
+    /// any route. What `/metrics` shows depends on it.
+    pub(crate) async fn identify(
+        &self,
+        headers: &HeaderMap,
+    ) -> Result<Option<(Caller, Option<Access>)>, HttpError> {
+        let Some(token) = bearer(headers) else {
+            return Ok(None);
+        };
+        let claims = self.verify(token).await?;
+        Ok(Some((self.caller(&claims)?, self.level(&claims))))
+    }
+
     /// The tenant and producer identity of verified `claims`.
     fn caller(&self, claims: &serde_json::Value) -> Result<Caller, HttpError> {
         let tenant = match claims.get(&self.config.tenant_claim) {
@@ -305,7 +325,10 @@ impl Auth {
         };
         let sub = match claims.get("sub") {
             None | Some(serde_json::Value::Null) => None,
-            Some(serde_json::Value::String(sub)) if sub.len() <= MAX_SUB_BYTES => {
+            // A NUL could not be filed in a dead letter's text column.
+            Some(serde_json::Value::String(sub))
+                if sub.len() <= MAX_SUB_BYTES && crate::wire::text("sub", sub).is_ok() =>
+            {
                 Some(Arc::from(sub.as_str()))
             }
             Some(_) => return Err(HttpError::Unauthorized("Invalid token subject".to_owned())),

@@ -123,6 +123,9 @@ pub(crate) async fn read(
             })??,
             None => collect.await?,
         };
+    // Every string of every body obeys the one text rule (no NUL), before
+    // any handler reads it.
+    crate::wire::body_text(&bytes)?;
     Ok(ReadBody {
         bytes,
         _held: reservation,

@@ -19,6 +19,15 @@ pub enum HttpError {
     #[error("route not found: {method} {path}")]
     RouteNotFound { method: String, path: String },
 
+    /// The path is a route's, but not for this method; `allow` lists the
+    /// methods it takes (the `Allow` header).
+    #[error("method {method} not allowed on {path}")]
+    MethodNotAllowed {
+        method: String,
+        path: String,
+        allow: String,
+    },
+
     /// The request body was larger than the limit.
     #[error("request body exceeds {limit} bytes")]
     BodyTooLarge { limit: usize },
@@ -108,6 +117,13 @@ impl HttpError {
                 );
                 res
             }
+            HttpError::MethodNotAllowed { allow, .. } => {
+                let mut res = response::error(self.status(), &self.to_string());
+                if let Ok(allow) = hyper::header::HeaderValue::from_str(allow) {
+                    res.headers_mut().insert(hyper::header::ALLOW, allow);
+                }
+                res
+            }
             HttpError::RouteNotFound { .. }
             | HttpError::BodyTooLarge { .. }
             | HttpError::BodyTimeout { .. }
@@ -127,6 +143,7 @@ impl HttpError {
     pub fn status(&self) -> StatusCode {
         match self {
             HttpError::RouteNotFound { .. } | HttpError::NotFound(_) => StatusCode::NOT_FOUND,
+            HttpError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             HttpError::Conflict(_) => StatusCode::CONFLICT,
             HttpError::Forbidden(_) => StatusCode::FORBIDDEN,
             HttpError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
@@ -183,10 +200,16 @@ fn engine_reply(error: &EngineError) -> (StatusCode, Cow<'static, str>) {
             StatusCode::INTERNAL_SERVER_ERROR,
             Cow::Owned(error.to_string()),
         ),
-        EngineError::EncryptionKeyMissing { .. }
-        | EngineError::InvalidKey
-        | EngineError::Seal
-        | EngineError::Unseal => (
+        // Another broker, one with the key, can serve it: clients retry
+        // 503 (and a load balancer may send the retry elsewhere).
+        EngineError::EncryptionKeyMissing { .. } => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Cow::Owned(error.to_string()),
+        ),
+        EngineError::EncryptionKeyRequired { .. } => {
+            (StatusCode::BAD_REQUEST, Cow::Owned(error.to_string()))
+        }
+        EngineError::InvalidKey | EngineError::Seal | EngineError::Unseal => (
             StatusCode::INTERNAL_SERVER_ERROR,
             Cow::Owned(error.to_string()),
         ),

@@ -54,6 +54,7 @@ pub fn path_and_query(data: &[u8]) {
         Some((path, query)) => (path, Some(query)),
         None => (target, None),
     };
+    let _ = query::check(query);
     let query = Query::parse(query);
     for key in [
         "batch",
@@ -75,11 +76,14 @@ pub fn path_and_query(data: &[u8]) {
         let _ = query.bool(key, false);
         let _ = query.non_empty(key);
     }
-    let decoded = query::segments(path);
+    let Ok(decoded) = query::segments(path) else {
+        return;
+    };
     let segments: Vec<&str> = decoded.iter().map(AsRef::as_ref).collect();
     for method in [Method::GET, Method::POST, Method::DELETE, Method::PUT] {
         if let Some((route, params)) = routes::find(&method, &segments) {
             let _ = route.check_names(&params);
+            let _ = route.check_text(&params);
         }
     }
 }

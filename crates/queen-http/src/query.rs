@@ -94,12 +94,58 @@ impl Query {
     }
 }
 
-/// Split a path into percent-decoded segments, dropping empty ones.
-pub(crate) fn segments(path: &str) -> Vec<Cow<'_, str>> {
+/// Split a path into percent-decoded segments, dropping empty ones. A
+/// segment whose escapes do not decode to UTF-8 (`%ff`) is 400: decoded
+/// lossily it would name something else (U+FFFD).
+pub(crate) fn segments(path: &str) -> Result<Vec<Cow<'_, str>>, HttpError> {
     path.split('/')
         .filter(|segment| !segment.is_empty())
-        .map(|segment| percent_encoding::percent_decode_str(segment).decode_utf8_lossy())
+        .map(|segment| {
+            percent_encoding::percent_decode_str(segment)
+                .decode_utf8()
+                .map_err(|_| {
+                    HttpError::Validation(
+                        "path must be valid UTF-8 once percent-decoded".to_owned(),
+                    )
+                })
+        })
         .collect()
+}
+
+/// The path as the router reads it: its decoded segments joined by `/`
+/// after a leading `/` (empty segments dropped), what `JWT_SKIP_PATHS` is
+/// matched against.
+pub(crate) fn normalised(segments: &[&str]) -> String {
+    let mut path = String::from("/");
+    path.push_str(&segments.join("/"));
+    path
+}
+
+/// Check a query string before any handler reads it: every key and value
+/// must decode to UTF-8 (400 otherwise, instead of a lossy U+FFFD) and obey
+/// the one text rule (`wire::text`: no NUL).
+pub(crate) fn check(query: Option<&str>) -> Result<(), HttpError> {
+    let Some(query) = query else {
+        return Ok(());
+    };
+    let decode = |part: &str| -> Result<String, HttpError> {
+        let spaced = part.replace('+', " ");
+        percent_encoding::percent_decode_str(&spaced)
+            .decode_utf8()
+            .map(Cow::into_owned)
+            .map_err(|_| {
+                HttpError::Validation(
+                    "query string must be valid UTF-8 once percent-decoded".to_owned(),
+                )
+            })
+    };
+    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let key = decode(key)?;
+        crate::wire::text("query parameter names", &key)?;
+        crate::wire::text(&key, &decode(value)?)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -128,10 +174,33 @@ mod tests {
 
     #[test]
     fn path_segments_are_percent_decoded_after_splitting() {
-        let parts = segments("/api/v1/pop/queue/my%20queue/partition/a%2Fb/");
+        let parts = segments("/api/v1/pop/queue/my%20queue/partition/a%2Fb/").unwrap();
         assert_eq!(
             parts,
             ["api", "v1", "pop", "queue", "my queue", "partition", "a/b"]
+        );
+        assert!(segments("/api/v1/pop/queue/%ff").is_err());
+        assert!(segments("/api/v1/pop/queue/%EF%BF%BD").is_ok());
+        assert_eq!(normalised(&["api", "v1"]), "/api/v1");
+        assert_eq!(normalised(&[]), "/");
+    }
+
+    #[test]
+    fn a_query_must_decode_to_utf8_without_nul() {
+        assert!(check(None).is_ok());
+        assert!(check(Some("queue=a+b&x=%E2%82%AC&flag")).is_ok());
+        let error = |query: &str| check(Some(query)).unwrap_err().to_string();
+        assert_eq!(
+            error("queue=%ff"),
+            "query string must be valid UTF-8 once percent-decoded"
+        );
+        assert_eq!(
+            error("hostname=a%00b"),
+            "hostname must not contain NUL characters"
+        );
+        assert_eq!(
+            error("a%00=1"),
+            "query parameter names must not contain NUL characters"
         );
     }
 }

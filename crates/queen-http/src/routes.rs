@@ -133,6 +133,90 @@ impl Route {
     }
 }
 
+impl Route {
+    /// Check every parameter (names and the ids handlers parse) against the
+    /// one text rule, so a NUL never reaches PostgreSQL and is refused in
+    /// the same words wherever it comes (path, query or body).
+    pub(crate) fn check_text(&self, params: &[&str]) -> Result<(), HttpError> {
+        for (parameter, value) in self.parameters().zip(params) {
+            let field = name_field(parameter).unwrap_or_else(|| id_field(parameter));
+            crate::wire::text(field, value)?;
+        }
+        Ok(())
+    }
+
+    /// Whether `HEAD` may run this route: a `GET` without side effects
+    /// (a pop leases or completes messages, so it is not one).
+    fn head_safe(&self) -> bool {
+        self.method == Method::GET
+            && !matches!(
+                self.endpoint,
+                Endpoint::PopDiscovery | Endpoint::PopQueue | Endpoint::PopPartition
+            )
+    }
+
+    /// Whether this route's pattern matches `segments`, whatever the method.
+    fn matches(&self, segments: &[&str]) -> bool {
+        let mut pattern = self.segments();
+        segments.iter().all(|segment| match pattern.next() {
+            Some(name) => name.starts_with(':') || name == *segment,
+            None => false,
+        }) && pattern.next().is_none()
+    }
+}
+
+/// The wire field an id parameter holds, for an error.
+fn id_field(parameter: &str) -> &str {
+    match parameter {
+        ":lease" => "leaseId",
+        ":partition_id" => "partitionId",
+        ":transaction_id" => "transactionId",
+        other => other.trim_start_matches(':'),
+    }
+}
+
+/// The methods some route takes at `segments` (`HEAD` with a safe `GET`),
+/// in a fixed order, for `Allow`; empty when no route has this path.
+fn allowed(segments: &[&str]) -> String {
+    const ORDER: [Method; 6] = [
+        Method::GET,
+        Method::HEAD,
+        Method::POST,
+        Method::PUT,
+        Method::DELETE,
+        Method::PATCH,
+    ];
+    let routes: Vec<&Route> = ROUTES
+        .iter()
+        .filter(|route| route.matches(segments))
+        .collect();
+    ORDER
+        .iter()
+        .filter(|method| {
+            routes.iter().any(|route| {
+                route.method == **method || (**method == Method::HEAD && route.head_safe())
+            })
+        })
+        .map(Method::as_str)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A `HEAD` answer: the `GET` answer's status and headers (its length
+/// included), without the body.
+fn headless(res: Response) -> Response {
+    use hyper::body::Body as _;
+    let (mut parts, body) = res.into_parts();
+    let bodiless = parts.status == StatusCode::NO_CONTENT || parts.status.is_informational();
+    if let Some(length) = body.size_hint().exact().filter(|_| !bodiless) {
+        parts.headers.insert(
+            hyper::header::CONTENT_LENGTH,
+            hyper::header::HeaderValue::from(length),
+        );
+    }
+    Response::from_parts(parts, http_body_util::Full::new(bytes::Bytes::new()))
+}
+
 /// Path parameters that are not names: ids their handlers parse.
 #[cfg(test)]
 const NOT_NAMES: &[&str] = &[":lease", ":partition_id", ":transaction_id"];
@@ -292,18 +376,46 @@ pub(crate) async fn route_request(app: &App, req: Request) -> Response {
 
 /// Route one request; answers the route pattern it matched (the metrics
 /// label) with the response.
+///
+/// `HEAD` runs the `GET` route of its path when that route is safe (not a
+/// pop) and answers without the body; a path some route takes with another
+/// method is 405 with `Allow`. The path and the query must decode to UTF-8,
+/// and every parameter and query value obeys the text rule (no NUL), before
+/// any handler runs.
 async fn route_labelled(app: &App, req: Request) -> (&'static str, Response) {
     let method = req.method().clone();
+    if method == Method::HEAD {
+        let (label, res) = route_method(app, req, &Method::GET, true).await;
+        return (label, headless(res));
+    }
+    route_method(app, req, &method, false).await
+}
+
+/// [`route_labelled`] for `method` (`GET` for a `HEAD`, then `head` is set).
+async fn route_method(
+    app: &App,
+    req: Request,
+    method: &Method,
+    head: bool,
+) -> (&'static str, Response) {
     let path = req.uri().path().to_owned();
-    let decoded = query::segments(&path);
+    let decoded = match query::segments(&path) {
+        Ok(decoded) => decoded,
+        Err(error) => return (UNMATCHED, error.into_response()),
+    };
     let segments: Vec<&str> = decoded.iter().map(AsRef::as_ref).collect();
-    if method == Method::OPTIONS {
+    if *req.method() == Method::OPTIONS {
         return (UNMATCHED, response::empty(StatusCode::NO_CONTENT));
     }
-    let found = find(&method, &segments);
+    let found = find(method, &segments).filter(|(route, _)| !head || route.head_safe());
     let caller = match (&app.auth, &found) {
         (Some(auth), Some((route, _))) => {
-            match auth.authorize(req.headers(), &path, route.access).await {
+            // Skip paths are matched against the path the router read.
+            let normalised = query::normalised(&segments);
+            match auth
+                .authorize(req.headers(), &normalised, route.access)
+                .await
+            {
                 Ok(caller) => caller,
                 Err(error) => return (route.pattern, error.into_response()),
             }
@@ -311,7 +423,16 @@ async fn route_labelled(app: &App, req: Request) -> (&'static str, Response) {
         _ => Caller::anonymous(),
     };
     let Some((route, params)) = found else {
-        if method == Method::GET {
+        let allow = allowed(&segments);
+        if !allow.is_empty() {
+            let error = HttpError::MethodNotAllowed {
+                method: req.method().to_string(),
+                path,
+                allow,
+            };
+            return (UNMATCHED, error.into_response());
+        }
+        if *method == Method::GET {
             if let Some(res) =
                 crate::static_files::serve(app.webapp.as_ref(), &path, &segments).await
             {
@@ -319,14 +440,19 @@ async fn route_labelled(app: &App, req: Request) -> (&'static str, Response) {
             }
         }
         let error = HttpError::RouteNotFound {
-            method: method.to_string(),
+            method: req.method().to_string(),
             path,
         };
         return (UNMATCHED, error.into_response());
     };
-    // Every queue, partition and group name in the path obeys the one name
-    // rule before any handler runs.
-    if let Err(error) = route.check_names(&params) {
+    // Every parameter and query value obeys the text rule, and every queue,
+    // partition and group name in the path the one name rule, before any
+    // handler runs.
+    let checked = route
+        .check_text(&params)
+        .and_then(|()| query::check(req.uri().query()))
+        .and_then(|()| route.check_names(&params));
+    if let Err(error) = checked {
         return (route.pattern, error.into_response());
     }
     let res = dispatch(app, req, route.endpoint, &params, &caller)
@@ -494,7 +620,7 @@ mod tests {
     #[test]
     fn each_path_reaches_its_endpoint_with_its_parameters() {
         for (method, path, endpoint, params) in CASES {
-            let decoded = query::segments(path);
+            let decoded = query::segments(path).unwrap();
             let segments: Vec<&str> = decoded.iter().map(AsRef::as_ref).collect();
             let (route, got) = find(method, &segments).unwrap_or_else(|| panic!("{method} {path}"));
             assert_eq!(route.endpoint, *endpoint, "{method} {path}");
@@ -507,10 +633,27 @@ mod tests {
             (Method::GET, "/api/v1/unknown"),
             (Method::GET, "/"),
         ] {
-            let decoded = query::segments(path);
+            let decoded = query::segments(path).unwrap();
             let segments: Vec<&str> = decoded.iter().map(AsRef::as_ref).collect();
             assert!(find(&method, &segments).is_none(), "{method} {path}");
         }
+    }
+
+    #[test]
+    fn allow_lists_the_methods_of_a_path_and_head_only_for_safe_gets() {
+        assert_eq!(allowed(&["health"]), "GET, HEAD");
+        assert_eq!(allowed(&["api", "v1", "push"]), "POST");
+        assert_eq!(allowed(&["api", "v1", "pop", "queue", "q"]), "GET");
+        assert_eq!(
+            allowed(&["api", "v1", "resources", "queues", "q"]),
+            "GET, HEAD, DELETE"
+        );
+        assert_eq!(allowed(&["api", "v1", "nothing"]), "");
+        assert_eq!(allowed(&[]), "");
+        let pops = ROUTES
+            .iter()
+            .filter(|route| route.method == Method::GET && !route.head_safe());
+        assert_eq!(pops.count(), 3, "only the three pops refuse HEAD");
     }
 
     #[test]
@@ -580,7 +723,7 @@ mod tests {
         }
         assert!(checked >= 30, "{checked}");
         // On the wire, %00 decodes to the NUL the rule refuses.
-        let decoded = query::segments("/api/v1/pop/queue/bad%00name");
+        let decoded = query::segments("/api/v1/pop/queue/bad%00name").unwrap();
         let segments: Vec<&str> = decoded.iter().map(AsRef::as_ref).collect();
         assert!(check_path(&Method::GET, &segments).is_err());
     }
@@ -641,7 +784,7 @@ mod tests {
     #[test]
     fn access_levels_follow_the_contract() {
         let access = |method: Method, path: &str| {
-            let decoded = query::segments(path);
+            let decoded = query::segments(path).unwrap();
             let segments: Vec<&str> = decoded.iter().map(AsRef::as_ref).collect();
             find(&method, &segments).unwrap().0.access
         };
@@ -680,8 +823,9 @@ mod tests {
         // Only health, the cluster-wide maintenance switches, the broker's
         // spool, the brokers' own statistics (system and worker series,
         // PostgreSQL's figures, writing this broker's rows now) and the
-        // metrics (public by the contract, an operator's scrape: every queue
-        // series carries its tenant label) are not tenant data.
+        // metrics (public by the contract, for the scraper; with auth their
+        // per-queue series are shown only to a token of the queue's tenant,
+        // `handlers/metrics.rs`) are not tenant data.
         let untenanted: Vec<Endpoint> = ROUTES
             .iter()
             .filter(|route| !route.tenant_scoped)

@@ -44,6 +44,10 @@ pub struct ServeOptions {
     pub webapp: Option<crate::Webapp>,
     /// JWT verification (`JWT_ENABLED`); `None`: every route is open.
     pub auth: Option<Arc<crate::Auth>>,
+    /// With auth, what a metrics scrape without a token gets of the
+    /// per-queue series (`QUEEN_METRICS_AGGREGATE_QUEUES`): `false`, none;
+    /// `true`, each family summed over every queue, without labels.
+    pub aggregate_queue_metrics: bool,
 }
 
 impl Default for ServeOptions {
@@ -56,6 +60,7 @@ impl Default for ServeOptions {
             body_timeout: Duration::from_secs(30),
             webapp: None,
             auth: None,
+            aggregate_queue_metrics: false,
         }
     }
 }
@@ -92,6 +97,8 @@ pub(crate) struct App {
     pub(crate) webapp: Option<crate::Webapp>,
     /// JWT verification, when auth is on.
     pub(crate) auth: Option<Arc<crate::Auth>>,
+    /// `ServeOptions::aggregate_queue_metrics`.
+    pub(crate) aggregate_queue_metrics: bool,
 }
 
 /// Serve `listener` until `shutdown` resolves, then stop accepting, ask every
@@ -117,6 +124,7 @@ pub async fn serve(
         http_metrics: crate::metrics::HttpMetrics::default(),
         webapp: options.webapp.clone(),
         auth: options.auth.clone(),
+        aggregate_queue_metrics: options.aggregate_queue_metrics,
     });
     loop {
         tokio::select! {

@@ -14,7 +14,11 @@
 //! - any other path: the file if it exists (`public, max-age=3600`), else
 //!   `index.html` (the single-page app routes it);
 //! - a path that resolves outside the folder (`..`, a symbolic link
-//!   pointing out) answers 403.
+//!   pointing out) answers 403;
+//! - a path with a segment starting with `.` (`/.env`, `/.git/config`)
+//!   answers 404: dot files are never served.
+//!
+//! A `HEAD` gets the same answer without its body (`routes.rs`).
 //!
 //! MIME types come from the extension (`mime_guess`). Files are read whole
 //! per request, at most [`MAX_FILE_BYTES`]: a dashboard build is small.
@@ -100,6 +104,11 @@ async fn serve_file(webapp: &Webapp, path: &str, segments: &[&str]) -> Result<Re
         return Err(HttpError::Forbidden(
             "path escapes the dashboard folder".to_owned(),
         ));
+    }
+    // Dot files (`.env`, `.git/`) are never part of a build: not served,
+    // not even as the single-page fallback.
+    if segments.iter().any(|segment| segment.starts_with('.')) {
+        return Err(HttpError::NotFound(format!("{path} not found")));
     }
     let assets = segments.first() == Some(&"assets");
     let wanted: PathBuf = segments.iter().collect();

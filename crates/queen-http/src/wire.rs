@@ -2,8 +2,12 @@
 //! partition and consumer-group names (`queen_engine::naming::name_problem`),
 //! which the route table applies to the names a path carries before any
 //! handler runs, and handlers to the names query strings and bodies carry; and
-//! the one ISO-8601 parser and the two formats timestamps go out in; and
-//! the coercion of integers and booleans in JSON bodies.
+//! the one ISO-8601 parser and the two formats timestamps go out in; the
+//! coercion of integers and booleans in JSON bodies; and the one rule for
+//! text that reaches a PostgreSQL `text` or `jsonb` column ([`text`]: no
+//! NUL, which PostgreSQL refuses with an error that would otherwise be a
+//! 500), applied by the router to every path parameter and query value and
+//! by the body reader to every string of every JSON body ([`body_text`]).
 
 use std::time::SystemTime;
 
@@ -78,6 +82,123 @@ pub(crate) fn name(field: &str, value: &str) -> Result<(), HttpError> {
     match queen_engine::naming::name_problem(value) {
         Some(rule) => Err(HttpError::Validation(format!("{field} {rule}"))),
         None => Ok(()),
+    }
+}
+
+/// The rule for text a request hands to PostgreSQL: it must not hold NUL
+/// (U+0000), which `text` and `jsonb` cannot store. `field` names it in the
+/// error.
+pub(crate) fn text(field: &str, value: &str) -> Result<(), HttpError> {
+    if value.contains('\0') {
+        return Err(HttpError::Validation(format!(
+            "{field} must not contain NUL characters"
+        )));
+    }
+    Ok(())
+}
+
+/// Where a push item's payload sits in a body: the one string subtree of a
+/// JSON body that is stored as bytes (a segment frame, a dead letter's
+/// `bytea`), never as text, so a NUL in it is data.
+const PAYLOADS: &[&[&str]] = &[
+    &["items", "[]", "payload"],
+    &["operations", "[]", "items", "[]", "payload"],
+    &["push_items", "[]", "payload"],
+];
+
+/// [`text`] over every string of a JSON body, object keys included, but the
+/// push payloads ([`PAYLOADS`]). Every request body passes here
+/// (`body::read`). JSON can carry a NUL only as the escape `\u0000`, so a
+/// body without that sequence is passed after one scan; one with it is
+/// parsed and walked (a body that is not JSON is left to its handler's
+/// parser, which names the problem).
+pub(crate) fn body_text(bytes: &[u8]) -> Result<(), HttpError> {
+    if !contains_nul_escape(bytes) {
+        return Ok(());
+    }
+    let Ok(value) = serde_json::from_slice::<Value>(bytes) else {
+        return Ok(());
+    };
+    let mut path = Vec::new();
+    walk_text(&value, &mut path)
+}
+
+/// Whether `bytes` hold `\u0000` (possibly as the tail of an escaped
+/// backslash, which the walk then finds harmless).
+fn contains_nul_escape(bytes: &[u8]) -> bool {
+    let mut rest = bytes;
+    while let Some(at) = rest.iter().position(|&byte| byte == b'\\') {
+        rest = &rest[at + 1..];
+        if rest.starts_with(b"u0000") {
+            return true;
+        }
+    }
+    false
+}
+
+/// One step of a path into a JSON body.
+enum Step<'v> {
+    Key(&'v str),
+    Index(usize),
+}
+
+/// `items[0].transactionId`, for an error.
+fn render_path(path: &[Step<'_>]) -> String {
+    let mut out = String::new();
+    for step in path {
+        match step {
+            Step::Key(key) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(key);
+            }
+            Step::Index(index) => out.push_str(&format!("[{index}]")),
+        }
+    }
+    if out.is_empty() {
+        out.push_str("body");
+    }
+    out
+}
+
+fn is_payload(path: &[Step<'_>]) -> bool {
+    PAYLOADS.iter().any(|payload| {
+        payload.len() == path.len()
+            && payload.iter().zip(path).all(|(want, step)| match step {
+                Step::Key(key) => want == key,
+                Step::Index(_) => *want == "[]",
+            })
+    })
+}
+
+fn walk_text<'v>(value: &'v Value, path: &mut Vec<Step<'v>>) -> Result<(), HttpError> {
+    if is_payload(path) {
+        return Ok(());
+    }
+    match value {
+        Value::String(text_value) => text(&render_path(path), text_value),
+        Value::Array(items) => {
+            for (index, item) in items.iter().enumerate() {
+                path.push(Step::Index(index));
+                walk_text(item, path)?;
+                path.pop();
+            }
+            Ok(())
+        }
+        Value::Object(map) => {
+            for (key, item) in map {
+                if key.contains('\0') {
+                    let field = format!("{} keys", render_path(path));
+                    return text(&field, key);
+                }
+                path.push(Step::Key(key));
+                walk_text(item, path)?;
+                path.pop();
+            }
+            Ok(())
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) => Ok(()),
     }
 }
 
@@ -255,6 +376,36 @@ mod tests {
         ] {
             check(value, refused);
         }
+    }
+
+    #[test]
+    fn a_nul_anywhere_but_a_push_payload_is_refused_naming_where() {
+        let check = |body: Value| body_text(body.to_string().as_bytes()).map_err(|e| e.to_string());
+        assert_eq!(
+            check(json!({"items": [{"queue": "q", "transactionId": "a\u{0}"}]})),
+            Err("items[0].transactionId must not contain NUL characters".to_owned())
+        );
+        assert_eq!(
+            check(json!({"data": {"k\u{0}": 1}})),
+            Err("data keys must not contain NUL characters".to_owned())
+        );
+        assert_eq!(
+            check(json!({"traceNames": ["ok", "\u{0}"]})),
+            Err("traceNames[1] must not contain NUL characters".to_owned())
+        );
+        assert_eq!(
+            check(json!({"data": {"items": [{"payload": "\u{0}"}]}})),
+            Err("data.items[0].payload must not contain NUL characters".to_owned())
+        );
+        assert!(check(json!({"items": [{"queue": "q", "payload": {"a\u{0}": "\u{0}"}}]})).is_ok());
+        assert!(check(json!({"operations": [{"items": [{"payload": "\u{0}"}]}]})).is_ok());
+        assert!(check(json!({"push_items": [{"payload": ["\u{0}"]}]})).is_ok());
+        assert!(check(json!({"text": "a\\u0000 is an escaped backslash"})).is_ok());
+        assert!(body_text(b"not json \\u0000").is_ok());
+        assert_eq!(
+            text("hostname", "a\0").unwrap_err().to_string(),
+            "hostname must not contain NUL characters"
+        );
     }
 
     #[test]

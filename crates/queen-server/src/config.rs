@@ -89,6 +89,13 @@ pub(crate) struct Config {
     #[arg(long, env = "JWT_ENABLED", default_value_t = false)]
     pub(crate) jwt_enabled: bool,
 
+    /// With JWT_ENABLED, what a /metrics/prometheus scrape without a token
+    /// gets of the per-queue series: 0, none; 1, each family summed over
+    /// every queue, without queue, tenant or group labels. A token sees
+    /// its tenant's queues (an admin token every queue's).
+    #[arg(long, env = "QUEEN_METRICS_AGGREGATE_QUEUES", default_value = "0", value_parser = parse_flag, action = clap::ArgAction::Set)]
+    pub(crate) metrics_aggregate_queues: bool,
+
     /// Token algorithms: auto, HS256, RS256 or EdDSA.
     #[arg(long, env = "JWT_ALGORITHM", default_value = "auto")]
     pub(crate) jwt_algorithm: String,

@@ -229,6 +229,7 @@ async fn serve(
         },
         webapp,
         auth,
+        aggregate_queue_metrics: config.metrics_aggregate_queues,
     };
     queen_http::serve(listener, Arc::clone(&engine), options, signals.recv()).await;
     tracing::info!("closing the connection pool");

@@ -6,6 +6,16 @@
 //! still answers 200 with every process series, the last cluster series it
 //! read, and `queen_cluster_up 0`.
 //!
+//! With auth on (`JWT_ENABLED`) both stay public, for the scraper, but the
+//! per-queue series (queue, tenant and group labels: what names a tenant's
+//! queues and counts them) are shown only to a token: every queue's to an
+//! admin token, its own tenant's to any other. A scrape without a token
+//! gets the broker-wide series only, or, with
+//! `QUEEN_METRICS_AGGREGATE_QUEUES`, the per-queue families summed over
+//! every queue without labels. A bad token is 401 as on any route. The
+//! JSON `/metrics` holds broker-wide figures only. Without auth every
+//! scrape shows every queue.
+//!
 //! The exposition is `prometheus-client`'s text encoding (OpenMetrics text,
 //! which Prometheus's 0.0.4 parser reads too). It is labelled
 //! `text/plain; version=0.0.4` as the contract says, or
@@ -17,20 +27,43 @@ use std::sync::Arc;
 use hyper::header::ACCEPT;
 use hyper::StatusCode;
 use prometheus_client::registry::Registry;
-use queen_engine::metrics::EngineCollector;
+use queen_engine::metrics::{EngineCollector, QueueSeries};
 use serde_json::json;
 
 use crate::error::HttpError;
 use crate::response::{self, Response};
+use crate::routes::Access;
 use crate::server::{App, Request};
 
 const TEXT_0_0_4: &str = "text/plain; version=0.0.4; charset=utf-8";
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+/// The per-queue series the scraper of `req` may see.
+async fn queue_series(app: &App, req: &Request) -> Result<QueueSeries, HttpError> {
+    let Some(auth) = &app.auth else {
+        return Ok(QueueSeries::All);
+    };
+    Ok(match auth.identify(req.headers()).await? {
+        Some((_, Some(Access::Admin))) => QueueSeries::All,
+        Some((caller, Some(Access::ReadOnly | Access::ReadWrite))) => {
+            QueueSeries::Tenant(caller.tenant)
+        }
+        // No token, or one without a role (public is not a role).
+        None | Some((_, Some(Access::Public) | None)) => {
+            if app.aggregate_queue_metrics {
+                QueueSeries::Aggregate
+            } else {
+                QueueSeries::Hidden
+            }
+        }
+    })
+}
+
 pub(crate) async fn prometheus(app: &App, req: &Request) -> Result<Response, HttpError> {
+    let queues = queue_series(app, req).await?;
     let scrape = Arc::new(app.engine.scrape().await);
     let mut registry = Registry::with_prefix("queen");
-    registry.register_collector(Box::new(EngineCollector(scrape)));
+    registry.register_collector(Box::new(EngineCollector { scrape, queues }));
     app.http_metrics.register(&mut registry);
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry).map_err(|_| {
@@ -62,6 +95,8 @@ fn rate(total: u64, uptime: f64) -> f64 {
     }
 }
 
+/// Broker-wide figures only (no queue is named), so the same for every
+/// caller.
 pub(crate) async fn json(app: &App) -> Response {
     let scrape = app.engine.scrape().await;
     let p = &scrape.process;
