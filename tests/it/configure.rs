@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use crate::support::select_i64;
 
 /// A broker holding an at-rest key: configuring `encryptionEnabled` needs
-/// one (issue 28, item 7).
+/// one.
 async fn keyed_broker() -> TestBroker {
     TestBroker::start_with(queen_engine::EngineConfig {
         encryption_key: Some(

@@ -213,7 +213,7 @@ fn a_malformed_body_gets_a_4xx_json_error_and_writes_nothing() {
 /// (method, path, body) of one hostile request.
 type Probe = (hyper::Method, String, Option<Value>);
 
-/// Issue 28, item 10: a NUL character in any string that reaches a text
+/// A NUL character in any string that reaches a text
 /// column (query filters, ids in a path, trace bodies, stream state, an
 /// ack's error, a pushed transaction id) used to reach PostgreSQL, which
 /// refuses 0x00 in text, and answer 500. Each is now 400 naming the field,
@@ -366,7 +366,7 @@ async fn a_nul_in_any_text_field_answers_400_and_writes_nothing() {
     broker.stop().await;
 }
 
-/// Issue 28, item 10: an invalid percent-escape (`%ff` is no UTF-8) used to
+/// An invalid percent-escape (`%ff` is no UTF-8) used to
 /// decode lossily to U+FFFD, so `/api/v1/pop/queue/%ff` reached a queue
 /// named "\u{fffd}". A path or query that does not decode to UTF-8 is 400.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -469,7 +469,7 @@ async fn head_is_served_on_get_routes_and_a_wrong_method_is_405_with_allow() {
     broker.stop().await;
 }
 
-/// Issue 28, item 10: files whose names start with a dot (`/.env`, a
+/// Files whose names start with a dot (`/.env`, a
 /// `.git` folder) in `QUEEN_WEBAPP_DIR` were served to anyone. They are not
 /// served at all (404), nor is anything under a dot folder.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

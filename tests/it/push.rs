@@ -805,7 +805,7 @@ async fn without_a_key_a_push_to_an_encrypted_queue_fails_and_stores_nothing() {
     broker.stop().await;
 }
 
-/// Issue 28, item 7: a broker without `QUEEN_ENCRYPTION_KEY` refuses to
+/// A broker without `QUEEN_ENCRYPTION_KEY` refuses to
 /// configure an encrypted queue (400 naming the variable, nothing written),
 /// instead of accepting it and failing every later push. A queue configured
 /// encrypted through a broker that has the key answers a keyless broker's

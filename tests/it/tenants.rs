@@ -665,7 +665,7 @@ async fn statistics_rows_and_metrics_series_keep_tenants_apart() {
         rows,
         [("tenant-a".to_owned(), 3, 1), ("tenant-b".to_owned(), 2, 1)]
     );
-    // An admin token sees every tenant's queue series (issue 28, item 6).
+    // An admin token sees every tenant's queue series.
     let (_, text) = a.raw("GET", "/metrics/prometheus", None).await;
     for series in [
         "queen_queue_messages{tenant=\"tenant-a\",queue=\"q\"} 3",
@@ -696,7 +696,7 @@ async fn broker_skipping(skip: &[&str]) -> TestBroker {
     .await
 }
 
-/// Issue 28, item 10: a `JWT_SKIP_PATHS` prefix entry `/X/` let `/X/` (the
+/// A `JWT_SKIP_PATHS` prefix entry `/X/` let `/X/` (the
 /// route `/X` once the router drops the empty segment) through without a
 /// token: the skip check saw the raw path. It now sees the path the router
 /// reads.
@@ -726,7 +726,7 @@ async fn a_skip_path_prefix_matches_the_path_the_router_reads() {
     broker.stop().await;
 }
 
-/// Issue 28, item 10: a token whose `sub` holds a NUL was accepted, and the
+/// A token whose `sub` holds a NUL was accepted, and the
 /// messages it pushed carried it into the DLQ's text column, where filing
 /// them failed with 500. Such a token is refused at authentication.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -875,7 +875,7 @@ fn the_strict_exposition_reader_refuses_what_scrapers_refuse() {
     }
 }
 
-/// Issue 28, item 10: label values were written unescaped, so one push to a
+/// Label values were written unescaped, so one push to a
 /// queue named `orders",tenant="other` made the scrape unparsable (and
 /// forged another tenant's label). They are escaped per the exposition
 /// format: the scrape parses, and the series carries the real name and the
@@ -981,7 +981,7 @@ async fn two_tenants_queues(broker: &TestBroker) {
     .await;
 }
 
-/// Issue 28, item 6: with auth on, `/metrics/prometheus` answered anyone
+/// With auth on, `/metrics/prometheus` answered anyone
 /// with every tenant's queue names and counts. The per-queue series now
 /// need a token of their tenant (an admin token sees all); a scrape without
 /// one gets the broker-wide series only. `/metrics` (JSON) names no queue.
@@ -1096,7 +1096,7 @@ async fn with_auth_the_queue_series_are_shown_only_to_a_token_of_their_tenant() 
     broker.stop().await;
 }
 
-/// Issue 28, item 6: with `QUEEN_METRICS_AGGREGATE_QUEUES`, a scrape
+/// With `QUEEN_METRICS_AGGREGATE_QUEUES`, a scrape
 /// without a token gets each per-queue family summed over every queue,
 /// without labels; a token still sees its own queues by name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
