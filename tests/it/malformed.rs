@@ -409,7 +409,7 @@ async fn an_invalid_percent_escape_answers_400() {
     broker.stop().await;
 }
 
-/// Issue 28, item 10: `HEAD /health` answered 404, and a known path with a
+/// `HEAD /health` answered 404, and a known path with a
 /// method it does not take answered 404 instead of 405 with `Allow`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn head_is_served_on_get_routes_and_a_wrong_method_is_405_with_allow() {
