@@ -737,3 +737,38 @@ async fn acks_on_another_broker_after_the_sidecar_purge_complete_each_message_on
     other.stop().await;
     broker.stop().await;
 }
+
+/// A message stored with a NUL in its transaction id and producer (pushes
+/// refuse both now; an older broker, or an embedding program, may have
+/// stored one): a `dlq` ack of it through `/ack/batch` files it, with U+FFFD
+/// for the NUL, instead of failing on the text column and pinning the
+/// partition.
+#[tokio::test]
+async fn a_stored_id_with_a_nul_is_dead_lettered_not_a_500() {
+    let broker = TestBroker::start().await;
+    let item = |txn: &str| queen_engine::PushItem {
+        tenant: queen_engine::naming::default_tenant(),
+        queue: "nul".to_owned(),
+        partition: "p".to_owned(),
+        transaction_id: Some(txn.to_owned()),
+        trace_id: None,
+        producer_sub: Some("svc\0x".to_owned()),
+        payload: bytes::Bytes::from_static(b"1"),
+    };
+    broker
+        .engine
+        .push(vec![item("poison\0id"), item("after")])
+        .await
+        .unwrap();
+    let popped = pop(&broker, "/api/v1/pop/queue/nul?batch=10")
+        .await
+        .unwrap();
+    assert_eq!(messages(&popped)[0]["transactionId"], "poison\u{0}id");
+    let results = ack_each(&broker, &popped, &["dlq", "completed"]).await;
+    assert_eq!(results[0]["dlq"], true, "{results:?}");
+    assert_eq!(results[1]["success"], true, "{results:?}");
+    let letters = broker.client.get("/api/v1/dlq?queue=nul").await.json();
+    assert_eq!(letters["messages"][0]["transactionId"], "poison\u{FFFD}id");
+    assert_eq!(cursor(&broker, "p").await.0, 1);
+    broker.stop().await;
+}

@@ -100,10 +100,16 @@ pub(crate) fn text(field: &str, value: &str) -> Result<(), HttpError> {
 /// Where a push item's payload sits in a body: the one string subtree of a
 /// JSON body that is stored as bytes (a segment frame, a dead letter's
 /// `bytea`), never as text, so a NUL in it is data.
+///
+/// A batch ack's transaction ids are only hashed, never stored as text
+/// (a dead letter stores the frame's own id, with NUL replaced), so a
+/// message stored with a NUL in its id before pushes refused one can still
+/// be acked and dead-lettered through `/api/v1/ack/batch`.
 const PAYLOADS: &[&[&str]] = &[
     &["items", "[]", "payload"],
     &["operations", "[]", "items", "[]", "payload"],
     &["push_items", "[]", "payload"],
+    &["acknowledgments", "[]", "transactionId"],
 ];
 
 /// [`text`] over every string of a JSON body, object keys included, but the
