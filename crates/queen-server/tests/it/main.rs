@@ -2,6 +2,7 @@
 //! probed over HTTP, stopped with a signal.
 
 mod boot;
+mod fault_matrix;
 mod faults;
 mod harness;
 mod inspect;
