@@ -53,6 +53,52 @@ BEGIN
 END;
 $$;
 
+-- Resolve ack hashes (16 bytes each, concatenated) to offsets through the
+-- sidecar of partition p_pid: the span (p_committed, p_upper] plus the last 16
+-- rows before it, so a repeated ack of an already-covered message answers ok
+-- instead of not_found. A transaction id stored twice (a replayed dead letter,
+-- or a push after the dedup window) resolves to its first occurrence after the
+-- cursor, the one being delivered; only when none is there, to the newest
+-- covered one. One row per hash, off NULL when the sidecar does not hold it.
+CREATE OR REPLACE FUNCTION queen.log_ack_resolve_v1(
+    p_pid       uuid,
+    p_committed bigint,
+    p_upper     bigint,
+    p_hashes    bytea
+) RETURNS TABLE (idx integer, off bigint)
+LANGUAGE plpgsql
+STABLE
+AS $$
+BEGIN
+    RETURN QUERY
+    WITH incoming AS MATERIALIZED (
+        SELECT n.idx, n.h FROM queen.log_unnest_hashes(p_hashes) n
+    ), span AS (
+        SELECT t.base_offset, t.hashes
+          FROM queen.log_txns t
+         WHERE t.partition_id = p_pid AND t.end_offset > p_committed
+           AND t.base_offset <= p_upper
+        UNION ALL
+        (SELECT t.base_offset, t.hashes
+           FROM queen.log_txns t
+          WHERE t.partition_id = p_pid AND t.end_offset <= p_committed
+          ORDER BY t.base_offset DESC
+          LIMIT 16)
+    ), matched AS (
+        SELECT i.idx,
+               COALESCE(min(s.base_offset + u.idx)
+                            FILTER (WHERE s.base_offset + u.idx > p_committed),
+                        max(s.base_offset + u.idx)) AS off
+          FROM span s
+         CROSS JOIN LATERAL queen.log_unnest_hashes(s.hashes) u
+          JOIN incoming i ON i.h = u.h
+         GROUP BY i.idx
+    )
+    SELECT i.idx, m.off
+      FROM incoming i LEFT JOIN matched m ON m.idx = i.idx;
+END;
+$$;
+
 -- Per-item acks by transaction-id hash. Items are applied in offset order.
 -- Each item answers one row:
 --   ok             applied (or already covered by the cursor: acks are idempotent)
@@ -136,41 +182,13 @@ BEGIN
     END IF;
     v_start := v_c.committed;
 
-    -- Resolve every hash through the sidecar: the span after the cursor (up to
-    -- the batch end, or everything written when there is no lease), plus the
-    -- last few rows before it, so a repeated ack of an already-covered message
-    -- answers ok instead of not_found. A transaction id stored twice (a
-    -- replayed dead letter, or a push after the dedup window) resolves to its
-    -- first occurrence after the cursor, the one being delivered; only when
-    -- none is there, to the newest covered one.
+    -- Resolve every hash through the sidecar of the span after the cursor (up
+    -- to the batch end, or everything written when there is no lease).
     v_upper := COALESCE(v_c.batch_end, v_last_off);
     FOR v_item IN
-        WITH incoming AS MATERIALIZED (
-            SELECT n.idx, n.h FROM queen.log_unnest_hashes(p_hashes) n
-        ), span AS (
-            SELECT t.base_offset, t.hashes
-              FROM queen.log_txns t
-             WHERE t.partition_id = p_pid AND t.end_offset > v_c.committed
-               AND t.base_offset <= v_upper
-            UNION ALL
-            (SELECT t.base_offset, t.hashes
-               FROM queen.log_txns t
-              WHERE t.partition_id = p_pid AND t.end_offset <= v_c.committed
-              ORDER BY t.base_offset DESC
-              LIMIT 16)
-        ), matched AS (
-            SELECT i.idx,
-                   COALESCE(min(s.base_offset + u.idx)
-                                FILTER (WHERE s.base_offset + u.idx > v_c.committed),
-                            max(s.base_offset + u.idx)) AS off
-              FROM span s
-             CROSS JOIN LATERAL queen.log_unnest_hashes(s.hashes) u
-              JOIN incoming i ON i.h = u.h
-             GROUP BY i.idx
-        )
-        SELECT i.idx, m.off
-          FROM incoming i LEFT JOIN matched m ON m.idx = i.idx
-         ORDER BY m.off NULLS FIRST, i.idx
+        SELECT r.idx, r.off
+          FROM queen.log_ack_resolve_v1(p_pid, v_c.committed, v_upper, p_hashes) r
+         ORDER BY r.off NULLS FIRST, r.idx
     LOOP
         o_idx := v_item.idx;
         o_offset := v_item.off;
@@ -678,42 +696,12 @@ BEGIN
     v_upper := COALESCE(v_c.batch_end, v_last_off);
 
     -- Resolve every hash: an offset the broker found (p_offsets), else the
-    -- sidecar of the span after the cursor plus the last 16 rows before it
-    -- (so a repeated ack answers ok). A transaction id stored twice resolves
-    -- to its first occurrence after the cursor, else the newest covered one.
+    -- sidecar (log_ack_resolve_v1).
     FOR v_item IN
-        WITH incoming AS MATERIALIZED (
-            SELECT n.idx, n.h FROM queen.log_unnest_hashes(p_hashes) n
-        ), given AS (
-            SELECT (g.ord - 1)::integer AS idx, g.off
-              FROM unnest(p_offsets) WITH ORDINALITY g(off, ord)
-             WHERE g.off IS NOT NULL
-        ), span AS (
-            SELECT t.base_offset, t.hashes
-              FROM queen.log_txns t
-             WHERE t.partition_id = p_pid AND t.end_offset > v_c.committed
-               AND t.base_offset <= v_upper
-            UNION ALL
-            (SELECT t.base_offset, t.hashes
-               FROM queen.log_txns t
-              WHERE t.partition_id = p_pid AND t.end_offset <= v_c.committed
-              ORDER BY t.base_offset DESC
-              LIMIT 16)
-        ), matched AS (
-            SELECT i.idx,
-                   COALESCE(min(s.base_offset + u.idx)
-                                FILTER (WHERE s.base_offset + u.idx > v_c.committed),
-                            max(s.base_offset + u.idx)) AS off
-              FROM span s
-             CROSS JOIN LATERAL queen.log_unnest_hashes(s.hashes) u
-              JOIN incoming i ON i.h = u.h
-             GROUP BY i.idx
-        )
-        SELECT i.idx, COALESCE(g.off, m.off) AS off
-          FROM incoming i
-          LEFT JOIN matched m ON m.idx = i.idx
-          LEFT JOIN given g ON g.idx = i.idx
-         ORDER BY 2 NULLS FIRST, i.idx
+        SELECT r.idx, COALESCE(g.off, r.off) AS off
+          FROM queen.log_ack_resolve_v1(p_pid, v_c.committed, v_upper, p_hashes) r
+          LEFT JOIN unnest(p_offsets) WITH ORDINALITY g(off, ord) ON g.ord - 1 = r.idx
+         ORDER BY 2 NULLS FIRST, r.idx
     LOOP
         v_status := p_statuses[v_item.idx + 1];
         IF v_status = 'success' THEN

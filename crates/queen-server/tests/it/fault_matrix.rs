@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use queen_testkit::http::Client;
 use serde_json::{json, Value};
 
-use crate::faults::{own_cluster, scratch};
+use crate::faults::{own_cluster, restart_postgres, scratch};
 use crate::harness::Broker;
 
 const QUEUE: &str = "matrix";
@@ -282,14 +282,7 @@ async fn three_brokers_through_a_sigkill_a_restart_and_a_purge_lose_and_repeat_n
 
     // Two fifths in: stop PostgreSQL for two seconds.
     until(Duration::from_secs(120), "two fifths pushed", pushed(4)).await;
-    cluster = tokio::task::spawn_blocking(move || {
-        cluster.stop().expect("stop PostgreSQL");
-        std::thread::sleep(Duration::from_secs(2));
-        cluster.start().expect("start PostgreSQL again");
-        cluster
-    })
-    .await
-    .unwrap();
+    cluster = restart_postgres(cluster, Duration::from_secs(2)).await;
 
     // Three fifths in: hold every producer and consumer between requests
     // (consumers may hold a leased batch), age the whole sidecar past its

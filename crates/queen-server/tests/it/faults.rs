@@ -62,6 +62,19 @@ pub(crate) async fn own_cluster(dir: &std::path::Path) -> (Cluster, String) {
     (cluster, url)
 }
 
+/// Stop PostgreSQL (fast: sessions cut, transactions rolled back), wait
+/// `down`, start it again.
+pub(crate) async fn restart_postgres(mut cluster: Cluster, down: Duration) -> Cluster {
+    tokio::task::spawn_blocking(move || {
+        cluster.stop().expect("stop PostgreSQL");
+        std::thread::sleep(down);
+        cluster.start().expect("start PostgreSQL again");
+        cluster
+    })
+    .await
+    .unwrap()
+}
+
 /// What the producers had acknowledged: (producer, sequence number).
 type Acked = Arc<Mutex<HashSet<(u64, u64)>>>;
 
@@ -253,7 +266,7 @@ async fn pushes_pops_and_acks_survive_a_broker_sigkill_and_a_postgres_restart() 
     const BATCHES: u64 = 60;
     let total = usize::try_from(PRODUCERS * BATCHES).unwrap() * BATCH;
     let scratch = scratch();
-    let (mut cluster, url) = own_cluster(scratch.path()).await;
+    let (cluster, url) = own_cluster(scratch.path()).await;
     let vars = [("QUEEN_DATABASE_URL", url.as_str())];
     let broker = Broker::start(scratch.path(), &vars).await;
     let port = broker.port();
@@ -295,14 +308,7 @@ async fn pushes_pops_and_acks_survive_a_broker_sigkill_and_a_postgres_restart() 
     // Past half: stop PostgreSQL (fast: sessions cut, transactions rolled
     // back) for two seconds, then start it again.
     until(&progress, total * 6 / 10).await;
-    let mut cluster = tokio::task::spawn_blocking(move || {
-        cluster.stop().expect("stop PostgreSQL");
-        std::thread::sleep(Duration::from_secs(2));
-        cluster.start().expect("start PostgreSQL again");
-        cluster
-    })
-    .await
-    .unwrap();
+    let mut cluster = restart_postgres(cluster, Duration::from_secs(2)).await;
 
     let mut retried = 0;
     for producer in producers {
@@ -476,7 +482,7 @@ async fn maintenance_a_sigkill_with_a_full_spool_and_an_outage_lose_and_duplicat
     const BATCHES: u64 = 60;
     let per_wave = usize::try_from(4 * BATCHES).unwrap() * BATCH;
     let scratch = scratch();
-    let (mut cluster, url) = own_cluster(scratch.path()).await;
+    let (cluster, url) = own_cluster(scratch.path()).await;
     let vars = [
         ("QUEEN_DATABASE_URL", url.as_str()),
         ("QUEEN_SPOOL_PUSH_TIMEOUT_MS", "2000"),
@@ -534,14 +540,7 @@ async fn maintenance_a_sigkill_with_a_full_spool_and_an_outage_lose_and_duplicat
     let (progress, in_outage) = (Arc::default(), Arc::new(AtomicUsize::new(0)));
     let second = wave(&client, 4..8, BATCHES, &acked, &progress, &in_outage);
     until(&progress, per_wave / 10).await;
-    let mut cluster = tokio::task::spawn_blocking(move || {
-        cluster.stop().expect("stop PostgreSQL");
-        std::thread::sleep(Duration::from_secs(3));
-        cluster.start().expect("start PostgreSQL again");
-        cluster
-    })
-    .await
-    .unwrap();
+    let mut cluster = restart_postgres(cluster, Duration::from_secs(3)).await;
     for producer in second {
         producer.await.expect("a producer failed");
     }
