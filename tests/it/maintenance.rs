@@ -349,3 +349,70 @@ async fn with_the_database_unreachable_pushes_are_spooled_pops_are_empty_and_ack
     assert_eq!(state["bufferStats"]["failedFiles"]["failoverCount"], 3);
     unreachable.stop().await;
 }
+
+/// A broker without `QUEEN_ENCRYPTION_KEY` never spools a push to a queue
+/// configured encrypted (through a broker with the key) in plaintext, even
+/// one it never pushed to: the cluster-state refresh told it the queue is
+/// sealed, and the push answers 503 while other queues still spool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyless_broker_never_spools_an_encrypted_queue_in_plaintext() {
+    let dir = tempfile::tempdir().unwrap();
+    let keyless = TestBroker::start_with(spooled(dir.path(), 1 << 20)).await;
+    let keyed = TestBroker::serve(
+        keyless.db.clone(),
+        EngineConfig {
+            encryption_key: Some(
+                "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+                    .parse()
+                    .unwrap(),
+            ),
+            ..EngineConfig::default()
+        },
+    )
+    .await;
+    let reply = keyed
+        .client
+        .post_json(
+            "/api/v1/configure",
+            &json!({"queue": "sealed", "options": {"encryptionEnabled": true}}),
+        )
+        .await;
+    expect_status(&reply, 200);
+    set_maintenance(&keyless, "/api/v1/system/maintenance", true).await;
+    // Past one refresh of the keyless broker.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let secret = "KEYLESS-SPOOL-PLAINTEXT";
+    let reply = keyless
+        .client
+        .post_json(
+            "/api/v1/push",
+            &json!({"items": [{"queue": "sealed", "payload": {"secret": secret}}]}),
+        )
+        .await;
+    expect_status(&reply, 503);
+    assert!(reply.json()["error"]
+        .as_str()
+        .unwrap()
+        .contains("QUEEN_ENCRYPTION_KEY"));
+    // Another queue still spools.
+    let reply = keyless
+        .client
+        .post_json(
+            "/api/v1/push",
+            &json!({"items": [{"queue": "plain", "payload": 1}]}),
+        )
+        .await;
+    expect_status(&reply, 201);
+    assert_eq!(reply.json()[0]["status"], "buffered");
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let bytes = std::fs::read(entry.unwrap().path()).unwrap_or_default();
+        assert!(
+            !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "the spool holds the plaintext"
+        );
+    }
+    set_maintenance(&keyless, "/api/v1/system/maintenance", false).await;
+    until_drained(&keyless, Duration::from_secs(20)).await;
+    keyed.stop().await;
+    keyless.stop().await;
+}

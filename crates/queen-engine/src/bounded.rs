@@ -88,24 +88,36 @@ impl Bounded {
         *known = Arc::new(next);
     }
 
-    /// Read the set from the database.
-    pub(crate) async fn refresh(&self) -> Result<(), EngineError> {
+    /// Read the set from the database; returns the keys of the queues with
+    /// `encryptionEnabled` read alongside (the same statement), at most
+    /// [`MAX_BOUNDED`] of those too.
+    pub(crate) async fn refresh(&self) -> Result<Vec<Arc<str>>, EngineError> {
         let before = self.changes.load(std::sync::atomic::Ordering::Acquire);
         let client = self.pool.get().await.map_err(queen_sql::SqlError::from)?;
-        let limit = i64::try_from(MAX_BOUNDED).unwrap_or(i64::MAX) + 1;
-        let names = queen_sql::queues::bounded_queues(&**client, limit).await?;
-        let overflow = names.len() > MAX_BOUNDED;
+        // Both kinds fit: each is capped at MAX_BOUNDED below.
+        let limit = i64::try_from(2 * MAX_BOUNDED).unwrap_or(i64::MAX) + 1;
+        let marked = queen_sql::queues::marked_queues(&**client, limit).await?;
+        let bounded: Vec<&queen_sql::queues::MarkedQueue> =
+            marked.iter().filter(|q| q.bounded).collect();
+        let overflow = bounded.len() > MAX_BOUNDED || marked.len() > 2 * MAX_BOUNDED;
         let next = Known {
-            names: names
+            names: bounded
                 .iter()
-                .map(|(tenant, name)| Arc::from(queue_key(tenant, name)))
+                .take(MAX_BOUNDED)
+                .map(|q| Arc::from(queue_key(&q.tenant, &q.name)))
                 .collect(),
             overflow,
         };
+        let encrypted = marked
+            .iter()
+            .filter(|q| q.encrypted)
+            .take(MAX_BOUNDED)
+            .map(|q| Arc::from(queue_key(&q.tenant, &q.name)))
+            .collect();
         let mut known = self.known.write();
         if self.changes.load(std::sync::atomic::Ordering::Acquire) == before {
             *known = Arc::new(next);
         }
-        Ok(())
+        Ok(encrypted)
     }
 }

@@ -154,6 +154,10 @@ pub(crate) struct AtRest {
     /// (implicit queues never are); a stale entry costs one refused slot, never
     /// plaintext, because `log_push_v1` checks the flag under its own snapshot.
     flags: parking_lot::RwLock<std::collections::HashMap<std::sync::Arc<str>, bool>>,
+    /// The queues with `encryptionEnabled` as the last cluster-state refresh
+    /// read them (at most `bounded::MAX_BOUNDED`): what a broker without a
+    /// key must not spool in plaintext, even for a queue it never pushed to.
+    sealed: parking_lot::RwLock<std::sync::Arc<std::collections::HashSet<std::sync::Arc<str>>>>,
 }
 
 impl AtRest {
@@ -161,6 +165,7 @@ impl AtRest {
         AtRest {
             key,
             flags: parking_lot::RwLock::default(),
+            sealed: parking_lot::RwLock::default(),
         }
     }
 
@@ -177,6 +182,25 @@ impl AtRest {
     /// Record `queue`'s `encryptionEnabled` as PostgreSQL reported it.
     pub(crate) fn set_flag(&self, queue: std::sync::Arc<str>, enabled: bool) {
         self.flags.write().insert(queue, enabled);
+    }
+
+    /// The queues with `encryptionEnabled`, as a cluster-state refresh read them.
+    pub(crate) fn set_sealed(&self, queues: Vec<std::sync::Arc<str>>) {
+        *self.sealed.write() = std::sync::Arc::new(queues.into_iter().collect());
+    }
+
+    /// The first of `queues` (`naming::queue_key`s) this broker must not
+    /// write without a key it lacks: known to have `encryptionEnabled`,
+    /// while the broker has no key. `None` with a key.
+    pub(crate) fn first_needing_key<'a>(
+        &self,
+        mut queues: impl Iterator<Item = &'a str>,
+    ) -> Option<&'a str> {
+        if self.key.is_some() {
+            return None;
+        }
+        let sealed = std::sync::Arc::clone(&self.sealed.read());
+        queues.find(|queue| sealed.contains(*queue) || self.flag(queue))
     }
 
     /// Forget `queue`'s flag (it was reconfigured or deleted).

@@ -319,6 +319,10 @@ impl Engine {
             .map(|item| queue_key(&item.tenant, &item.queue))
             .collect();
         let atomic = self.bounded.any(keys.iter().map(|key| &**key));
+        let needs_key = self
+            .at_rest
+            .first_needing_key(keys.iter().map(|key| &**key))
+            .map(|key| crate::naming::split_queue_key(key).1.to_owned());
         drop(keys);
         let Some(spool) = &self.spool else {
             if self.maintenance.push() {
@@ -326,6 +330,11 @@ impl Engine {
             }
             return self.store(items, &[], atomic).await.map(Pushed::Stored);
         };
+        // The spool would hold such a push in plaintext on this broker's
+        // disk: refused here, as the store refuses it.
+        if let Some(queue) = needs_key {
+            return Err(EngineError::EncryptionKeyMissing { queue });
+        }
         let generated: Vec<bool> = items
             .iter_mut()
             .map(|item| {
@@ -784,7 +793,7 @@ impl Engine {
         if refresh_bounded || refresh_maintenance {
             tokio::spawn(async move {
                 if refresh_bounded {
-                    let _ = self.bounded.refresh().await;
+                    let _ = self.refresh_marked().await;
                 }
                 if refresh_maintenance {
                     if let Err(error) = self.refresh_maintenance().await {
@@ -862,7 +871,7 @@ impl Engine {
     /// which queues have `maxSize`). The engine does this every
     /// `maintenance_refresh`; a server calls it once before it serves.
     pub async fn refresh_maintenance(&self) -> Result<(), EngineError> {
-        self.bounded.refresh().await?;
+        self.refresh_marked().await?;
         self.maintenance
             .refresh(|push, pop| {
                 if let Some(spool) = &self.spool {
@@ -873,6 +882,15 @@ impl Engine {
                 }
             })
             .await
+    }
+
+    /// Read which queues have `maxSize` (for the push routing) and
+    /// `encryptionEnabled` (what a keyless broker must not spool), in one
+    /// statement.
+    async fn refresh_marked(&self) -> Result<(), EngineError> {
+        let encrypted = self.bounded.refresh().await?;
+        self.at_rest.set_sealed(encrypted);
+        Ok(())
     }
 
     /// What the push spool holds; `None` without a spool.

@@ -175,17 +175,39 @@ SELECT queue_id, partition_id
                                 $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24,
                                 $25)";
 
-const BOUNDED: &str = "SELECT tenant_id, name FROM queen.queues \
-      WHERE max_queue_size > 0 ORDER BY tenant_id, name LIMIT $1";
+const MARKED: &str = "SELECT tenant_id, name, max_queue_size > 0, encryption_enabled \
+      FROM queen.queues WHERE max_queue_size > 0 OR encryption_enabled \
+      ORDER BY tenant_id, name LIMIT $1";
 
-/// (tenant, name) of every tenant's queues with `maxSize`
-/// (`max_queue_size > 0`), at most `limit` of them.
-pub async fn bounded_queues(
+/// A queue with `maxSize` or `encryptionEnabled` (what a broker must know of
+/// every queue before it writes to one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MarkedQueue {
+    /// Its tenant.
+    pub tenant: String,
+    /// Its name.
+    pub name: String,
+    /// It has `maxSize` (`max_queue_size > 0`).
+    pub bounded: bool,
+    /// It has `encryptionEnabled`.
+    pub encrypted: bool,
+}
+
+/// Every tenant's queues with `maxSize` or `encryptionEnabled`, at most
+/// `limit` of them, in one read of the queue table.
+pub async fn marked_queues(
     client: &impl GenericClient,
     limit: i64,
-) -> Result<Vec<(String, String)>, SqlError> {
-    let rows = client.query_typed(BOUNDED, &[(&limit, Type::INT8)]).await?;
+) -> Result<Vec<MarkedQueue>, SqlError> {
+    let rows = client.query_typed(MARKED, &[(&limit, Type::INT8)]).await?;
     rows.iter()
-        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+        .map(|row| {
+            Ok(MarkedQueue {
+                tenant: row.try_get(0)?,
+                name: row.try_get(1)?,
+                bounded: row.try_get(2)?,
+                encrypted: row.try_get(3)?,
+            })
+        })
         .collect()
 }
