@@ -379,6 +379,58 @@ impl Engine {
         }
     }
 
+    /// Store spooled `items` (their transaction ids fixed): first the
+    /// drain's duplicate check (`push/replay.rs`), which finds the items
+    /// their partition already stored since `since[i]` (when item `i` was
+    /// accepted, less the push timeout and clock slack), whatever the dedup
+    /// window; those are answered duplicate, the rest go through the push
+    /// path (one transaction when a queue is bounded).
+    async fn drain(
+        &self,
+        items: Vec<PushItem>,
+        since: Vec<SystemTime>,
+    ) -> Result<Vec<PushOutcome>, EngineError> {
+        let stored = crate::push::already_stored(&self.pool, &items, &since).await?;
+        let mut outcomes: Vec<Option<PushOutcome>> = Vec::with_capacity(items.len());
+        let mut rest = Vec::new();
+        let mut places = Vec::new();
+        for (index, (item, found)) in items.into_iter().zip(stored).enumerate() {
+            match found {
+                Some(found) => outcomes.push(Some(PushOutcome {
+                    status: crate::PushStatus::Duplicate,
+                    transaction_id: item.transaction_id.unwrap_or_default(),
+                    message_id: found.message_id,
+                    partition_id: found.partition_id,
+                    trace_id: item.trace_id,
+                    queue: Arc::from(item.queue.as_str()),
+                })),
+                None => {
+                    outcomes.push(None);
+                    places.push(index);
+                    rest.push(item);
+                }
+            }
+        }
+        if !rest.is_empty() {
+            let keys: Vec<_> = rest
+                .iter()
+                .map(|item| queue_key(&item.tenant, &item.queue))
+                .collect();
+            let atomic = self.bounded.any(keys.iter().map(|key| &**key));
+            drop(keys);
+            let stored = self.store(rest, &[], atomic).await?;
+            for (index, outcome) in places.into_iter().zip(stored) {
+                if let Some(slot) = outcomes.get_mut(index) {
+                    *slot = Some(outcome);
+                }
+            }
+        }
+        outcomes
+            .into_iter()
+            .map(|outcome| outcome.ok_or(EngineError::Internal("a drained item got no answer")))
+            .collect()
+    }
+
     /// Pop: claim and return messages, long-polling when asked.
     pub async fn pop(&self, request: PopRequest) -> Result<Popped, EngineError> {
         let target = match &request.target {
@@ -1146,16 +1198,14 @@ async fn refresh_maintenance(engine: Weak<Engine>) {
 }
 
 /// How the spool's drainer stores what it drains: the push path of the
-/// engine, without the spool.
+/// engine, without the spool, behind the drain's duplicate check
+/// ([`Engine::drain`]).
 fn drain_store(engine: Weak<Engine>) -> crate::spool::Store {
-    Arc::new(move |items| {
+    Arc::new(move |items, since| {
         let engine = engine.clone();
         Box::pin(async move {
             let engine = engine.upgrade().ok_or(EngineError::ShuttingDown)?;
-            let atomic = engine
-                .bounded
-                .any(items.iter().map(|item| item.queue.as_str()));
-            engine.store(items, &[], atomic).await
+            engine.drain(items, since).await
         })
     })
 }

@@ -14,7 +14,8 @@
 //!
 //! Records carry their transaction id (the broker fixes one before the
 //! first attempt when the client sent none), so a replay is idempotent: the
-//! drainer pushes through fusion with the duplicate probe on, and the
+//! drainer pushes through fusion with the duplicate probe on, behind its own
+//! check beyond the dedup window (`push/replay.rs`), and the
 //! drained offset of each log is recorded after every chunk, so after a
 //! crash only the chunk in flight is pushed again (and found duplicate).
 //!
@@ -34,7 +35,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
@@ -102,11 +103,14 @@ pub(crate) enum Reason {
 }
 
 /// How the drainer stores what it drains: the engine's push path without the
-/// spool (fusion, or one transaction for a bounded queue), handed in by the
-/// facade.
+/// spool (fusion, or one transaction for a bounded queue), behind the
+/// drain's duplicate check, handed in by the facade. With each item, how far
+/// back that check looks (when it was accepted, less the push timeout and
+/// clock slack; the epoch for records that do not say).
 pub(crate) type Store = Arc<
     dyn Fn(
             Vec<PushItem>,
+            Vec<SystemTime>,
         ) -> Pin<Box<dyn Future<Output = Result<Vec<PushOutcome>, EngineError>> + Send>>
         + Send
         + Sync,
@@ -284,8 +288,12 @@ impl Spool {
         items: &[PushItem],
         reason: Reason,
     ) -> Result<Vec<Buffered>, EngineError> {
-        let mut bytes = Vec::with_capacity(items.iter().map(|i| i.payload.len() + 96).sum());
+        let mut bytes = Vec::with_capacity(items.iter().map(|i| i.payload.len() + 104).sum());
         let mut buffered = Vec::with_capacity(items.len());
+        let accepted_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .ok()
+            .and_then(|since| u64::try_from(since.as_millis()).ok());
         for item in items {
             let transaction_id = item.transaction_id.clone().ok_or(EngineError::Internal(
                 "a spooled item has no transaction id",
@@ -298,6 +306,7 @@ impl Spool {
                 trace_id: item.trace_id,
                 producer_sub: item.producer_sub.clone(),
                 payload: item.payload.clone(),
+                accepted_ms,
             }
             .encode(&mut bytes);
             buffered.push(Buffered {
@@ -373,6 +382,17 @@ impl Spool {
         if let Some(handle) = handle {
             let _ = handle.await;
         }
+    }
+
+    /// How far back the drain's duplicate check looks for `record`: to when
+    /// it was accepted, less the push timeout (a direct attempt that timed
+    /// out may have committed that early) and the clock slack; to the epoch
+    /// when the record does not say.
+    fn probe_since(&self, record: &Record) -> SystemTime {
+        record
+            .accepted_at()
+            .and_then(|at| at.checked_sub(self.push_timeout + crate::push::CLOCK_SLACK))
+            .unwrap_or(UNIX_EPOCH)
     }
 
     /// Ask the writer to close the active log.
@@ -588,7 +608,11 @@ async fn drain_log(spool: &Spool, store: &Store, seq: u64) -> Result<(), EngineE
             let mine: Vec<&(&Record, usize, usize)> =
                 chunk.iter().filter(|(r, ..)| r.queue == queue).collect();
             let items: Vec<PushItem> = mine.iter().map(|(record, ..)| record.item()).collect();
-            match store(items).await {
+            let since = mine
+                .iter()
+                .map(|(record, ..)| spool.probe_since(record))
+                .collect();
+            match store(items, since).await {
                 Ok(_) => {}
                 // The database went away (or the broker is stopping): the
                 // chunk stays undrained and is stored again later (what of
@@ -673,7 +697,7 @@ mod tests {
         let mut db = deadpool_postgres::tokio_postgres::Config::new();
         db.host_path("/nonexistent-queen-socket-dir").user("nobody");
         let pool = queen_sql::connect::pool(db, 1).unwrap();
-        let store: Store = Arc::new(|_| Box::pin(async { Err(EngineError::ShuttingDown) }));
+        let store: Store = Arc::new(|_, _| Box::pin(async { Err(EngineError::ShuttingDown) }));
         (store, pool)
     }
 
