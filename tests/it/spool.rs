@@ -172,3 +172,139 @@ async fn a_drain_after_the_dedup_window_stores_nothing_twice() {
     }
     restarted.stop().await;
 }
+
+/// Poll `check` every 50 ms until it holds; panics with `what` after `limit`.
+async fn until<F, Fut>(limit: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn spool_files(dir: &Path, prefix: &str) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|name| name.starts_with(prefix))
+        .collect()
+}
+
+/// Item 5. A queue with `maxSize` 3 is full; four more pushes to it are
+/// spooled (with two to another queue). At drain the other queue's are
+/// stored and the four are held: still in the spool (not `failed-*.log`),
+/// counted in `bufferedMessages` and in `/metrics` with the oldest one's age,
+/// retried with backoff; a direct push to the queue waits its turn (429);
+/// the held records count against `QUEEN_SPOOL_MAX_MB` and survive a
+/// restart. As consumers make room they are stored, in order, each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spooled_push_that_meets_a_full_queue_stays_spooled_until_room_appears() {
+    let dir = tempfile::tempdir().unwrap();
+    // Each record here is 62 to 64 bytes: the four held ones take 256.
+    let db = TestDb::new().await;
+    let broker = TestBroker::serve(db.clone(), spooled(dir.path(), 700)).await;
+    configure(&broker, "bounded", json!({ "maxSize": 3 })).await;
+    push_items(&broker, items("bounded", 0, 3)).await;
+    set_maintenance(&broker, true).await;
+    for results in [
+        push_items(&broker, items("bounded", 3, 7)).await,
+        push_items(&broker, items("other", 0, 2)).await,
+    ] {
+        assert!(results.iter().all(|r| r["status"] == "buffered"));
+    }
+    set_maintenance(&broker, false).await;
+    until(
+        Duration::from_secs(10),
+        "the other queue to drain",
+        || async { stored(&broker, "other").await == 2 },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    assert_eq!(stored(&broker, "bounded").await, 3);
+    let state = broker.client.get("/api/v1/system/maintenance").await.json();
+    assert_eq!(state["bufferedMessages"], 4, "{state}");
+    assert_eq!(state["bufferStats"]["failedCount"], 0, "{state}");
+    assert!(spool_files(dir.path(), "failed-").is_empty());
+    assert_eq!(spool_files(dir.path(), "held"), ["held.log"]);
+    let metrics = broker.client.get("/metrics").await.json();
+    let spool = &metrics["spool"];
+    assert_eq!(spool["pending"], 4, "{metrics}");
+    assert_eq!(spool["held"], 4, "{metrics}");
+    assert_eq!(spool["heldQueues"], 1, "{metrics}");
+    assert!(
+        spool["oldestAgeSeconds"].as_f64().unwrap() >= 1.5,
+        "{metrics}"
+    );
+    // Retried with backoff (250 ms, then 500, 1000, ...): a few times in
+    // these 1.5 s, not at every 250 ms tick.
+    let retries = spool["heldRetries"].as_u64().unwrap();
+    assert!((1..=4).contains(&retries), "retries: {retries}");
+    let scrape = broker.client.get("/metrics/prometheus").await;
+    let text = String::from_utf8(scrape.body.to_vec()).unwrap();
+    assert!(text.contains("queen_spool_held_messages 4\n"), "{text}");
+    assert!(text.contains("queen_spool_pending_messages 4\n"), "{text}");
+    assert!(text.contains("\nqueen_spool_oldest_age_seconds "), "{text}");
+
+    // A direct push to the queue waits behind what is held; other queues'
+    // pushes are stored at once.
+    let refused = broker
+        .client
+        .post_json("/api/v1/push", &json!({ "items": items("bounded", 7, 8) }))
+        .await;
+    assert_eq!(refused.status, 429, "{:?}", refused.body);
+    let direct = push_items(&broker, items("other", 2, 3)).await;
+    assert_eq!(direct[0]["status"], "queued", "{direct:?}");
+
+    // The held records count against the spool's bound: 512 bytes more do
+    // not fit in 700 next to them (they would alone).
+    set_maintenance(&broker, true).await;
+    let full = broker
+        .client
+        .post_json("/api/v1/push", &json!({ "items": items("other", 10, 18) }))
+        .await;
+    assert_eq!(full.status, 503, "{:?}", full.body);
+    assert_eq!(
+        full.json()["error"],
+        "the push spool is full (QUEEN_SPOOL_MAX_MB); retry later"
+    );
+    set_maintenance(&broker, false).await;
+
+    // Held records survive a restart (`held.log`), and so does the wait.
+    broker.engine.shutdown().await;
+    broker.stop().await;
+    let broker = TestBroker::serve(db.clone(), spooled(dir.path(), 700)).await;
+    let metrics = broker.client.get("/metrics").await.json();
+    assert_eq!(metrics["spool"]["held"], 4, "{metrics}");
+    let refused = broker
+        .client
+        .post_json("/api/v1/push", &json!({ "items": items("bounded", 7, 8) }))
+        .await;
+    assert_eq!(refused.status, 429, "{:?}", refused.body);
+    assert_eq!(stored(&broker, "bounded").await, 3);
+
+    // Room for three: three of the held four are stored, in order.
+    assert_eq!(drain_queue(&broker, "bounded").await, numbers(0, 3));
+    until(
+        Duration::from_secs(15),
+        "three held records stored",
+        || async { stored(&broker, "bounded").await == 6 },
+    )
+    .await;
+    assert_eq!(drain_queue(&broker, "bounded").await, numbers(3, 6));
+    let state = until_drained(&broker, Duration::from_secs(15)).await;
+    assert_eq!(state["bufferStats"]["failedCount"], 0, "{state}");
+    assert_eq!(drain_queue(&broker, "bounded").await, numbers(6, 7));
+    assert_eq!(stored(&broker, "bounded").await, 7);
+    assert!(spool_files(dir.path(), "failed-").is_empty());
+    assert!(spool_files(dir.path(), "held").is_empty());
+    let metrics = broker.client.get("/metrics").await.json();
+    assert_eq!(metrics["spool"]["held"], 0, "{metrics}");
+    assert_eq!(metrics["spool"]["oldestAgeSeconds"], 0.0, "{metrics}");
+    broker.stop().await;
+}

@@ -43,7 +43,7 @@ use crate::pop::{Serving, ServingConfig};
 use crate::push::{Fusion, FusionConfig};
 use crate::registry::AckRegistry;
 use crate::retention::Retention;
-use crate::spool::{Buffered, Reason, Spool, SpoolStats};
+use crate::spool::{Buffered, Reason, Route, Spool, SpoolStats};
 use crate::stats::Stats;
 use crate::stats_writer::WriterState;
 use crate::txn::Transactions;
@@ -319,13 +319,24 @@ impl Engine {
             .map(|item| queue_key(&item.tenant, &item.queue))
             .collect();
         let atomic = self.bounded.any(keys.iter().map(|key| &**key));
-        drop(keys);
         let Some(spool) = &self.spool else {
+            drop(keys);
             if self.maintenance.push() {
                 return Err(EngineError::NoSpool);
             }
             return self.store(items, &[], atomic).await.map(Pushed::Stored);
         };
+        let route = spool.route(keys.iter().map(|key| &**key));
+        drop(keys);
+        if let Route::Held(key) = route {
+            // The spool holds records of a queue that was full when they
+            // were drained: they go first, so this push waits (429).
+            let queue = items
+                .iter()
+                .find(|item| queue_key(&item.tenant, &item.queue) == key.as_str())
+                .map_or(key, |item| item.queue.clone());
+            return Err(EngineError::QueueFull { queue });
+        }
         let generated: Vec<bool> = items
             .iter_mut()
             .map(|item| {
@@ -336,7 +347,7 @@ impl Engine {
                 generated
             })
             .collect();
-        if spool.spooling() {
+        if route == Route::Spool {
             return spool
                 .append(&items, Reason::Spooling)
                 .await

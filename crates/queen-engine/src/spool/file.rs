@@ -11,6 +11,10 @@
 //!   is either the old or the new value). A log without one is undrained.
 //! - `failed-<seq>.log`: records the drainer could not push for a reason
 //!   that retrying cannot fix (kept for the operator, same format).
+//! - `held.log`: records whose queue was full (`maxSize`) when the drainer
+//!   tried them, in drain order (same format). The drainer retries them
+//!   with backoff and rewrites the file without what it stored (to a
+//!   temporary file, fsync'd, renamed).
 //!
 //! A record is `u32 length, u32 crc32, body` (little-endian), the body the
 //! fields of one pushed item, each length-prefixed. A record whose length
@@ -300,6 +304,52 @@ pub(crate) fn append_failed(dir: &Path, seq: u64, bytes: &[u8]) -> io::Result<bo
         sync_dir(dir)?;
     }
     Ok(created)
+}
+
+/// The held-records file in `dir`.
+pub(crate) fn held_path(dir: &Path) -> PathBuf {
+    dir.join("held.log")
+}
+
+/// The held records' bytes (empty when there are none).
+pub(crate) fn read_held(dir: &Path) -> io::Result<Vec<u8>> {
+    match std::fs::read(held_path(dir)) {
+        Ok(bytes) => Ok(bytes),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(error) => Err(error),
+    }
+}
+
+/// Append `bytes` to the held-records file, durably.
+pub(crate) fn append_held(dir: &Path, bytes: &[u8]) -> io::Result<()> {
+    let path = held_path(dir);
+    let created = !path.exists();
+    let mut file = OpenOptions::new().create(true).append(true).open(&path)?;
+    file.write_all(bytes)?;
+    file.sync_data()?;
+    if created {
+        sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// Replace the held-records file with `bytes` (removed when empty),
+/// durably: the old or the new content survives a crash, never a mix.
+pub(crate) fn rewrite_held(dir: &Path, bytes: &[u8]) -> io::Result<()> {
+    let path = held_path(dir);
+    if bytes.is_empty() {
+        match std::fs::remove_file(&path) {
+            Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
+            _ => {}
+        }
+        return sync_dir(dir);
+    }
+    let tmp = dir.join("held.log.tmp");
+    let mut file = File::create(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_data()?;
+    std::fs::rename(&tmp, &path)?;
+    sync_dir(dir)
 }
 
 /// Make the directory's entries (created, renamed, removed files) durable.
