@@ -436,6 +436,12 @@ $$;
 -- window, and stores only the rest through the normal push path (whose own
 -- probe covers what commits in between, inside the window).
 --
+-- p_until bounds the probe from above: the database's clock when the drain
+-- pass first probed (NULL on that first call: now() is used, and returned
+-- as the 'now' row, slot -1). Rows the pass stored itself are newer, so a
+-- long drain does not probe its own output again and again (a repeated id
+-- among them is a normal duplicate, inside the window).
+--
 -- One statement, so one snapshot: the sidecar rows still held since
 -- p_since (a match: one row per matching item hash, the winner segment's
 -- blob on the first row of each segment), and the partition's txns_start
@@ -451,7 +457,8 @@ CREATE OR REPLACE FUNCTION queen.log_drain_probe_v1(
     p_queues     text[],
     p_partitions text[],
     p_since      timestamptz[],
-    p_hashes     bytea[]
+    p_hashes     bytea[],
+    p_until      timestamptz
 ) RETURNS TABLE (
     o_slot         integer,
     o_status       text,
@@ -460,7 +467,8 @@ CREATE OR REPLACE FUNCTION queen.log_drain_probe_v1(
     o_hash         bytea,
     o_base_offset  bigint,
     o_frame        integer,
-    o_blob         bytea
+    o_blob         bytea,
+    o_now          timestamptz
 )
 LANGUAGE sql
 STABLE
@@ -477,13 +485,18 @@ AS $$
           FROM s
           CROSS JOIN LATERAL queen.log_unnest_hashes(s.hashes) n
           JOIN queen.log_txns t ON t.partition_id = s.pid AND t.created_at >= s.since
+                               AND t.created_at < coalesce(p_until, now())
           CROSS JOIN LATERAL queen.log_unnest_hashes(t.hashes) u
          WHERE u.h = n.h
     )
-    SELECT s.slot, 'start'::text, s.pid, s.txns_start, NULL::bytea, NULL::bigint, NULL::integer, NULL::bytea
+    SELECT -1, 'now'::text, NULL::uuid, NULL::bigint, NULL::bytea, NULL::bigint, NULL::integer, NULL::bytea,
+           coalesce(p_until, now())
+    UNION ALL
+    SELECT s.slot, 'start'::text, s.pid, s.txns_start, NULL::bytea, NULL::bigint, NULL::integer, NULL::bytea,
+           NULL::timestamptz
       FROM s
     UNION ALL
-    SELECT m.slot, 'match'::text, m.pid, NULL::bigint, m.h, m.base_offset, m.frame, g.blob
+    SELECT m.slot, 'match'::text, m.pid, NULL::bigint, m.h, m.base_offset, m.frame, g.blob, NULL::timestamptz
       FROM matches m
       LEFT JOIN queen.log_segments g
         ON m.first_of_segment AND g.partition_id = m.pid AND g.base_offset = m.base_offset
@@ -491,12 +504,14 @@ $$;
 
 -- The drain's fallback below the sidecar: partition p_pid's segments below
 -- p_before (the txns_start log_drain_probe_v1 answered, then the last base
--- offset read), newest first, at most p_limit, with their created_at. The
--- drain stops at the first one older than its p_since (created_at is
--- monotone in offset), so it reads only the segments since then.
+-- offset read) created before p_until (the pass's bound), newest first, at
+-- most p_limit, with their created_at. The drain stops at the first one
+-- older than its p_since (created_at is monotone in offset), so it reads
+-- only the segments since then.
 CREATE OR REPLACE FUNCTION queen.log_drain_segments_v1(
     p_pid    uuid,
     p_before bigint,
+    p_until  timestamptz,
     p_limit  integer
 ) RETURNS TABLE (o_base_offset bigint, o_created_at timestamptz, o_blob bytea)
 LANGUAGE sql
@@ -504,7 +519,7 @@ STABLE
 AS $$
     SELECT g.base_offset, g.created_at, g.blob
       FROM queen.log_segments g
-     WHERE g.partition_id = p_pid AND g.base_offset < p_before
+     WHERE g.partition_id = p_pid AND g.base_offset < p_before AND g.created_at < p_until
      ORDER BY g.base_offset DESC
      LIMIT p_limit
 $$;

@@ -393,15 +393,22 @@ impl Engine {
     /// Store spooled `items` (their transaction ids fixed): first the
     /// drain's duplicate check (`push/replay.rs`), which finds the items
     /// their partition already stored since `since[i]` (when item `i` was
-    /// accepted, less the push timeout and clock slack), whatever the dedup
+    /// accepted, less the push timeout and clock slack) and before the drain
+    /// pass began (`pass`, set by its first call), whatever the dedup
     /// window; those are answered duplicate, the rest go through the push
     /// path (one transaction when a queue is bounded).
     async fn drain(
         &self,
         items: Vec<PushItem>,
         since: Vec<SystemTime>,
+        pass: crate::spool::Pass,
     ) -> Result<Vec<PushOutcome>, EngineError> {
-        let stored = crate::push::already_stored(&self.pool, &items, &since).await?;
+        let until = *pass.lock();
+        let (stored, until) =
+            crate::push::already_stored(&self.pool, &items, &since, until).await?;
+        if let Some(until) = until {
+            pass.lock().get_or_insert(until);
+        }
         let mut outcomes: Vec<Option<PushOutcome>> = Vec::with_capacity(items.len());
         let mut rest = Vec::new();
         let mut places = Vec::new();
@@ -1212,11 +1219,11 @@ async fn refresh_maintenance(engine: Weak<Engine>) {
 /// engine, without the spool, behind the drain's duplicate check
 /// ([`Engine::drain`]).
 fn drain_store(engine: Weak<Engine>) -> crate::spool::Store {
-    Arc::new(move |items, since| {
+    Arc::new(move |items, since, pass| {
         let engine = engine.clone();
         Box::pin(async move {
             let engine = engine.upgrade().ok_or(EngineError::ShuttingDown)?;
-            engine.drain(items, since).await
+            engine.drain(items, since, pass).await
         })
     })
 }

@@ -282,16 +282,17 @@ pub async fn push_segments(
         .collect()
 }
 
-const DRAIN_PROBE: &str = "SELECT * FROM queen.log_drain_probe_v1($1, $2, $3, $4, $5)";
-const DRAIN_PROBE_TYPES: [Type; 5] = [
+const DRAIN_PROBE: &str = "SELECT * FROM queen.log_drain_probe_v1($1, $2, $3, $4, $5, $6)";
+const DRAIN_PROBE_TYPES: [Type; 6] = [
     Type::TEXT_ARRAY,
     Type::TEXT_ARRAY,
     Type::TEXT_ARRAY,
     Type::TIMESTAMPTZ_ARRAY,
     Type::BYTEA_ARRAY,
+    Type::TIMESTAMPTZ,
 ];
-const DRAIN_SEGMENTS: &str = "SELECT * FROM queen.log_drain_segments_v1($1, $2, $3)";
-const DRAIN_SEGMENTS_TYPES: [Type; 3] = [Type::UUID, Type::INT8, Type::INT4];
+const DRAIN_SEGMENTS: &str = "SELECT * FROM queen.log_drain_segments_v1($1, $2, $3, $4)";
+const DRAIN_SEGMENTS_TYPES: [Type; 4] = [Type::UUID, Type::INT8, Type::TIMESTAMPTZ, Type::INT4];
 
 /// One slot of the spool drain's deep duplicate probe: a partition and the
 /// hashes of the drained items bound for it.
@@ -337,23 +338,30 @@ pub struct DrainProbe {
 
 /// `queen.log_drain_probe_v1`: per slot, `None` when its partition does not
 /// exist (nothing of it is stored), else what its sidecar holds since the
-/// slot's `since` (one statement, one snapshot).
+/// slot's `since` and before `until` (one statement, one snapshot); with
+/// the bound used (`until`, or the database's clock when `None`).
 pub async fn drain_probe(
     conn: &impl Conn,
     slots: &[DrainSlot<'_>],
-) -> Result<Vec<Option<DrainProbe>>, SqlError> {
+    until: Option<SystemTime>,
+) -> Result<(Vec<Option<DrainProbe>>, SystemTime), SqlError> {
     let tenants: Vec<&str> = slots.iter().map(|s| s.tenant).collect();
     let queues: Vec<&str> = slots.iter().map(|s| s.queue).collect();
     let partitions: Vec<&str> = slots.iter().map(|s| s.partition).collect();
     let since: Vec<SystemTime> = slots.iter().map(|s| s.since).collect();
     let hashes: Vec<&[u8]> = slots.iter().map(|s| s.hashes).collect();
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
-        [&tenants, &queues, &partitions, &since, &hashes];
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
+        [&tenants, &queues, &partitions, &since, &hashes, &until];
     let rows = prepared::query(conn, DRAIN_PROBE, &DRAIN_PROBE_TYPES, &params).await?;
     let mut out: Vec<Option<DrainProbe>> = vec![None; slots.len()];
     let mut matches: Vec<Vec<DrainMatch>> = vec![Vec::new(); slots.len()];
+    let mut bound = None;
     for row in rows {
         let slot: i32 = row.try_get("o_slot")?;
+        if slot == -1 {
+            bound = Some(row.try_get::<_, SystemTime>("o_now")?);
+            continue;
+        }
         let slot = usize::try_from(slot)
             .ok()
             .filter(|&s| s < slots.len())
@@ -390,7 +398,10 @@ pub async fn drain_probe(
             probe.matches = found;
         }
     }
-    Ok(out)
+    let bound = bound.ok_or(SqlError::Protocol {
+        what: "log_drain_probe_v1 returned no bound",
+    })?;
+    Ok((out, bound))
 }
 
 /// A stored segment read by [`drain_segments`].
@@ -405,14 +416,16 @@ pub struct DrainSegment {
 }
 
 /// `queen.log_drain_segments_v1`: partition `partition_id`'s segments below
-/// offset `before`, newest first, at most `limit`.
+/// offset `before` created before `until`, newest first, at most `limit`.
 pub async fn drain_segments(
     conn: &impl Conn,
     partition_id: Uuid,
     before: i64,
+    until: SystemTime,
     limit: i32,
 ) -> Result<Vec<DrainSegment>, SqlError> {
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&partition_id, &before, &limit];
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+        [&partition_id, &before, &until, &limit];
     prepared::query(conn, DRAIN_SEGMENTS, &DRAIN_SEGMENTS_TYPES, &params)
         .await?
         .into_iter()

@@ -11,7 +11,10 @@
 //! accepted (less the push timeout and [`CLOCK_SLACK`]):
 //!
 //! - the sidecar rows still held since then (`log_drain_probe_v1`, one
-//!   snapshot, whatever the window);
+//!   snapshot, whatever the window), up to the drain pass's start (the
+//!   database's clock at its first probe: what the pass stored itself is
+//!   not probed again by its later chunks, so a long drain costs linear,
+//!   not quadratic, time);
 //! - below the sidecar's purge watermark (`txns_start` in that snapshot),
 //!   the segments created since then, read newest first and matched on
 //!   their frames' transaction ids (`log_drain_segments_v1`).
@@ -61,12 +64,16 @@ struct Slot<'a> {
 
 /// Per item of `items`, whether its transaction id is already stored in its
 /// partition since `since[i]` (an item without a `since` entry is probed
-/// back to the epoch: every row the partition holds).
+/// back to the epoch: every row the partition holds) and before `until`, the
+/// drain pass's bound: `None` on its first call, which answers the bound to
+/// pass on (the database's clock then), so the rows the pass stores itself
+/// are not probed again by its later chunks.
 pub(crate) async fn already_stored(
     pool: &deadpool_postgres::Pool,
     items: &[PushItem],
     since: &[SystemTime],
-) -> Result<Vec<Option<Stored>>, EngineError> {
+    until: Option<SystemTime>,
+) -> Result<(Vec<Option<Stored>>, Option<SystemTime>), EngineError> {
     let mut found: Vec<Option<Stored>> = vec![None; items.len()];
     let mut slots: Vec<Slot<'_>> = Vec::new();
     let mut slot_of: HashMap<(&str, &str, &str), usize> = HashMap::new();
@@ -99,7 +106,7 @@ pub(crate) async fn already_stored(
         of_id.push(index);
     }
     if slots.is_empty() {
-        return Ok(found);
+        return Ok((found, until));
     }
     let client = pool.get().await.map_err(queen_sql::SqlError::from)?;
     let asked: Vec<DrainSlot<'_>> = slots
@@ -112,7 +119,7 @@ pub(crate) async fn already_stored(
             hashes: &slot.hashes,
         })
         .collect();
-    let probes = queen_sql::push::drain_probe(&client, &asked).await?;
+    let (probes, until) = queen_sql::push::drain_probe(&client, &asked, until).await?;
     for (slot, probe) in slots.iter().zip(probes) {
         // No partition: nothing of the slot is stored.
         let Some(probe) = probe else {
@@ -161,7 +168,7 @@ pub(crate) async fn already_stored(
         let mut before = probe.txns_start;
         'pages: loop {
             let page: Vec<DrainSegment> =
-                queen_sql::push::drain_segments(&client, partition_id, before, SEGMENT_PAGE)
+                queen_sql::push::drain_segments(&client, partition_id, before, until, SEGMENT_PAGE)
                     .await?;
             let full = page.len() >= SEGMENT_PAGE as usize;
             for segment in page {
@@ -186,7 +193,7 @@ pub(crate) async fn already_stored(
             }
         }
     }
-    Ok(found)
+    Ok((found, Some(until)))
 }
 
 /// The message ids of a stored segment, in frame order (as far as it

@@ -126,15 +126,23 @@ pub(crate) enum Reason {
 /// spool (fusion, or one transaction for a bounded queue), behind the
 /// drain's duplicate check, handed in by the facade. With each item, how far
 /// back that check looks (when it was accepted, less the push timeout and
-/// clock slack; the epoch for records that do not say).
+/// clock slack; the epoch for records that do not say), and the drain
+/// pass it belongs to.
 pub(crate) type Store = Arc<
     dyn Fn(
             Vec<PushItem>,
             Vec<SystemTime>,
+            Pass,
         ) -> Pin<Box<dyn Future<Output = Result<Vec<PushOutcome>, EngineError>> + Send>>
         + Send
         + Sync,
 >;
+
+/// One drain pass (a [`drain`] of the closed logs, or a [`retry_held`]):
+/// the upper bound of its duplicate check, the database's clock at its first
+/// probe (`None` until then). What the pass stores itself is newer, and not
+/// probed again by its later chunks.
+pub(crate) type Pass = Arc<Mutex<Option<SystemTime>>>;
 
 /// Records drained per store.
 const CHUNK_RECORDS: usize = 1000;
@@ -682,17 +690,18 @@ async fn drain(spool: &Spool, store: &Store) -> Result<(), EngineError> {
     };
     let dir = spool.dir.clone();
     let seqs = blocking(move || file::logs(&dir)).await?;
+    let pass = Pass::default();
     for seq in seqs.into_iter().filter(|&seq| seq < boundary) {
         if spool.maintenance() {
             return Ok(());
         }
-        drain_log(spool, store, seq).await?;
+        drain_log(spool, store, seq, &pass).await?;
     }
     Ok(())
 }
 
 /// Push log `seq` from its drained offset, chunk by chunk, then remove it.
-async fn drain_log(spool: &Spool, store: &Store, seq: u64) -> Result<(), EngineError> {
+async fn drain_log(spool: &Spool, store: &Store, seq: u64, pass: &Pass) -> Result<(), EngineError> {
     let dir = spool.dir.clone();
     let (bytes, from) = blocking(move || {
         let bytes = std::fs::read(file::log_path(&dir, seq))?;
@@ -764,7 +773,7 @@ async fn drain_log(spool: &Spool, store: &Store, seq: u64) -> Result<(), EngineE
                     .iter()
                     .map(|(record, ..)| spool.probe_since(record))
                     .collect();
-                Some(store(items, since).await)
+                Some(store(items, since, Arc::clone(pass)).await)
             };
             let hold = match outcome {
                 // Behind records held for being full.
@@ -901,6 +910,7 @@ async fn retry_held(spool: &Spool, store: &Store) -> Result<(), EngineError> {
         .chain(records.iter().map(|(_, end)| *end))
         .collect();
     let range = |i: usize| bytes.get(starts[i]..records[i].1).unwrap_or_default();
+    let pass = Pass::default();
     let mut keep = vec![true; records.len()];
     let mut failed_raw: Vec<u8> = Vec::new();
     let mut failed = 0u64;
@@ -928,7 +938,7 @@ async fn retry_held(spool: &Spool, store: &Store) -> Result<(), EngineError> {
                 .iter()
                 .map(|&i| spool.probe_since(&records[i].0))
                 .collect();
-            match store(items, since).await {
+            match store(items, since, Arc::clone(&pass)).await {
                 Ok(_) => {
                     for &i in part {
                         keep[i] = false;
@@ -1070,7 +1080,7 @@ mod tests {
         let mut db = deadpool_postgres::tokio_postgres::Config::new();
         db.host_path("/nonexistent-queen-socket-dir").user("nobody");
         let pool = queen_sql::connect::pool(db, 1).unwrap();
-        let store: Store = Arc::new(|_, _| Box::pin(async { Err(EngineError::ShuttingDown) }));
+        let store: Store = Arc::new(|_, _, _| Box::pin(async { Err(EngineError::ShuttingDown) }));
         (store, pool)
     }
 
