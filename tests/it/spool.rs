@@ -173,6 +173,53 @@ async fn a_drain_after_the_dedup_window_stores_nothing_twice() {
     restarted.stop().await;
 }
 
+/// Item 4, the timed-out push: a push whose attempt does not commit within
+/// `QUEEN_SPOOL_PUSH_TIMEOUT_MS` (its partition is locked) is spooled and
+/// answered `buffered`, and the attempt commits after all. The drain runs
+/// well past the queue's 1 s dedup window and stores it no second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_push_that_committed_later_is_not_stored_again_by_the_drain() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = spooled(dir.path(), 1 << 30);
+    if let Some(spool) = config.spool.as_mut() {
+        spool.push_timeout = Duration::from_millis(300);
+    }
+    let broker = TestBroker::start_with(config).await;
+    configure(&broker, "slow", json!({ "dedupWindowSeconds": 1 })).await;
+    push_items(&broker, items("slow", 0, 1)).await;
+
+    // Hold the partition's row lock: the next push's flush waits for it.
+    let mut sql = broker.sql().await;
+    let lock = sql.transaction().await.unwrap();
+    lock.execute(
+        "SELECT 1 FROM queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id \
+          WHERE q.name = 'slow' FOR UPDATE OF p",
+        &[],
+    )
+    .await
+    .unwrap();
+    // Maintenance goes on while the attempt waits, so the drain waits too.
+    let (results, ()) = tokio::join!(push_items(&broker, items("slow", 1, 2)), async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        set_maintenance(&broker, true).await;
+    });
+    assert_eq!(results[0]["status"], "buffered", "{results:?}");
+    lock.commit().await.unwrap();
+    until(
+        Duration::from_secs(10),
+        "the timed-out attempt to commit",
+        || async { stored(&broker, "slow").await == 2 },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    set_maintenance(&broker, false).await;
+    until_drained(&broker, Duration::from_secs(12)).await;
+    assert_eq!(stored(&broker, "slow").await, 2);
+    assert_eq!(drain_queue(&broker, "slow").await, numbers(0, 2));
+    broker.stop().await;
+}
+
 /// Poll `check` every 50 ms until it holds; panics with `what` after `limit`.
 async fn until<F, Fut>(limit: Duration, what: &str, mut check: F)
 where
