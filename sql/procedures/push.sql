@@ -479,15 +479,23 @@ AS $$
                WITH ORDINALITY AS s(tn, qn, pn, since, hashes, i)
           JOIN queen.queues q ON q.tenant_id = s.tn AND q.name = s.qn
           JOIN queen.log_partitions p ON p.queue_id = q.id AND p.name = s.pn
-    ), matches AS (
-        SELECT s.slot, s.pid, n.h, t.base_offset, u.idx AS frame,
-               row_number() OVER (PARTITION BY s.slot, t.base_offset ORDER BY u.idx) = 1 AS first_of_segment
+    -- Both sides materialised, so they meet in one hash join on the hash
+    -- (as a nested loop, 1,000 hashes against 100,000 stored ones took
+    -- minutes).
+    ), incoming AS MATERIALIZED (
+        SELECT s.slot, n.h
+          FROM s CROSS JOIN LATERAL queen.log_unnest_hashes(s.hashes) n
+    ), held AS MATERIALIZED (
+        SELECT s.slot, s.pid, t.base_offset, u.idx AS frame, u.h
           FROM s
-          CROSS JOIN LATERAL queen.log_unnest_hashes(s.hashes) n
           JOIN queen.log_txns t ON t.partition_id = s.pid AND t.created_at >= s.since
                                AND t.created_at < coalesce(p_until, now())
           CROSS JOIN LATERAL queen.log_unnest_hashes(t.hashes) u
-         WHERE u.h = n.h
+    ), matches AS (
+        SELECT h.slot, h.pid, h.h, h.base_offset, h.frame,
+               row_number() OVER (PARTITION BY h.slot, h.base_offset ORDER BY h.frame) = 1 AS first_of_segment
+          FROM held h
+          JOIN incoming i ON i.slot = h.slot AND i.h = h.h
     )
     SELECT -1, 'now'::text, NULL::uuid, NULL::bigint, NULL::bytea, NULL::bigint, NULL::integer, NULL::bytea,
            coalesce(p_until, now())
