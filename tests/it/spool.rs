@@ -220,6 +220,40 @@ async fn a_timed_out_push_that_committed_later_is_not_stored_again_by_the_drain(
     broker.stop().await;
 }
 
+/// Item 4, a replayed log: what an operator does with a `failed-*.log`
+/// (rename it to a `spool-<n>.log` above the others and restart) with
+/// records that are already stored, past the 1 s window: nothing twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_spool_file_stores_nothing_twice_past_the_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let saved = tempfile::tempdir().unwrap();
+    let db = TestDb::new().await;
+    let first = TestBroker::serve(db.clone(), spooled(dir.path(), 1 << 30)).await;
+    configure(&first, "again", json!({ "dedupWindowSeconds": 1 })).await;
+    set_maintenance(&first, true).await;
+    push_items(&first, items("again", 0, 5)).await;
+    let logs = spool_files(dir.path(), "spool-");
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    std::fs::copy(dir.path().join(&logs[0]), saved.path().join("copy.log")).unwrap();
+    set_maintenance(&first, false).await;
+    until_drained(&first, Duration::from_secs(12)).await;
+    assert_eq!(stored(&first, "again").await, 5);
+    first.engine.shutdown().await;
+    first.stop().await;
+
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    std::fs::copy(
+        saved.path().join("copy.log"),
+        dir.path().join("spool-00000000000000000100.log"),
+    )
+    .unwrap();
+    let restarted = TestBroker::serve(db.clone(), spooled(dir.path(), 1 << 30)).await;
+    until_drained(&restarted, Duration::from_secs(12)).await;
+    assert_eq!(stored(&restarted, "again").await, 5);
+    assert_eq!(drain_queue(&restarted, "again").await, numbers(0, 5));
+    restarted.stop().await;
+}
+
 /// Poll `check` every 50 ms until it holds; panics with `what` after `limit`.
 async fn until<F, Fut>(limit: Duration, what: &str, mut check: F)
 where
