@@ -29,7 +29,8 @@
 //! (issue 28 item 5): moved to `held.log`, in order, and retried with
 //! backoff ([`HELD_FIRST_RETRY`] doubling to [`HELD_MAX_RETRY`], back to the
 //! first after a retry stored some), each retry storing as long a prefix as
-//! the queue takes (halving the attempt down to one record). While a queue
+//! the queue takes (attempts of one record while it is full, doubling as
+//! they are stored, halving when refused). While a queue
 //! has held records, later records of it are held behind them, and a direct
 //! push naming it answers 429 (`EngineError::QueueFull`) instead of jumping
 //! the queue; other queues' pushes go to the database as usual.
@@ -155,13 +156,19 @@ const PING_BOUND: Duration = Duration::from_secs(2);
 /// The first retry of a queue's held records, after they were held or after
 /// a retry stored some of them.
 pub(crate) const HELD_FIRST_RETRY: Duration = Duration::from_millis(250);
-/// The longest wait between retries of a full queue's held records.
-pub(crate) const HELD_MAX_RETRY: Duration = Duration::from_secs(30);
+/// The longest wait between retries of a full queue's held records. A
+/// retry of a queue that is still full costs one attempt of one record, and
+/// a direct push to the queue answers 429 until its held records are
+/// stored, so this is also how long room can go unused.
+pub(crate) const HELD_MAX_RETRY: Duration = Duration::from_secs(5);
 
-/// A queue with held records: when to retry them.
+/// A queue with held records: when to retry them, and how many records the
+/// next retry's first attempt takes (1 after it was found full, doubled
+/// after each attempt that was stored, up to a chunk).
 struct HeldQueue {
     next_try: std::time::Instant,
     backoff: Duration,
+    size: usize,
 }
 
 impl HeldQueue {
@@ -169,6 +176,7 @@ impl HeldQueue {
         HeldQueue {
             next_try: std::time::Instant::now() + HELD_FIRST_RETRY,
             backoff: HELD_FIRST_RETRY,
+            size: 1,
         }
     }
 }
@@ -882,19 +890,20 @@ enum Retried {
 }
 
 /// Retry the held records of every queue whose retry is due: per queue, in
-/// order, as long a prefix as the queue takes (an attempt refused as full
-/// is halved, down to one record), then rewrite `held.log` without what was
+/// order, as long a prefix as the queue takes (attempts start at the
+/// queue's remembered size, double after each stored one, and halve when
+/// refused as full, down to one record), then rewrite `held.log` without what was
 /// stored. A crash before the rewrite stores those again: the drain's
 /// duplicate check finds them.
 async fn retry_held(spool: &Spool, store: &Store) -> Result<(), EngineError> {
     let now = std::time::Instant::now();
-    let due: Vec<String> = spool
+    let due: Vec<(String, usize)> = spool
         .state
         .lock()
         .held_queues
         .iter()
         .filter(|(_, held)| held.next_try <= now)
-        .map(|(key, _)| key.clone())
+        .map(|(key, held)| (key.clone(), held.size))
         .collect();
     if due.is_empty() {
         return Ok(());
@@ -915,12 +924,12 @@ async fn retry_held(spool: &Spool, store: &Store) -> Result<(), EngineError> {
     let mut failed_raw: Vec<u8> = Vec::new();
     let mut failed = 0u64;
     let mut stored = 0u64;
-    let mut results: Vec<(String, Retried)> = Vec::new();
+    let mut results: Vec<(String, Retried, usize)> = Vec::new();
     let mut stopped: Option<EngineError> = None;
-    for key in due {
+    for (key, first) in due {
         let mine: Vec<usize> = (0..records.len()).filter(|&i| keys[i] == key).collect();
         let mut at = 0usize;
-        let mut size = mine.len().clamp(1, CHUNK_RECORDS);
+        let mut size = first.clamp(1, CHUNK_RECORDS);
         let mut stored_any = false;
         let result = loop {
             if at == mine.len() {
@@ -946,6 +955,7 @@ async fn retry_held(spool: &Spool, store: &Store) -> Result<(), EngineError> {
                     stored += take as u64;
                     at += take;
                     stored_any = true;
+                    size = (take * 2).min(CHUNK_RECORDS);
                 }
                 Err(error) if error.is_unreachable() || is_stopping(&error) => {
                     stopped = Some(error);
@@ -978,7 +988,7 @@ async fn retry_held(spool: &Spool, store: &Store) -> Result<(), EngineError> {
             }
         };
         let stop = matches!(result, Retried::Stopped);
-        results.push((key, result));
+        results.push((key, result, size));
         if stop {
             break;
         }
@@ -1019,7 +1029,7 @@ async fn retry_held(spool: &Spool, store: &Store) -> Result<(), EngineError> {
         state.failed_files += u64::from(new_file);
         state.failed_bytes += failed_len;
         state.drained += stored;
-        for (key, result) in results {
+        for (key, result, size) in results {
             state.held_retries += 1;
             match result {
                 Retried::Done => {
@@ -1032,6 +1042,7 @@ async fn retry_held(spool: &Spool, store: &Store) -> Result<(), EngineError> {
                             _ => HELD_FIRST_RETRY,
                         };
                         held.next_try = now + held.backoff;
+                        held.size = size;
                     }
                 }
             }
