@@ -339,6 +339,14 @@ async fn a_spooled_push_that_meets_a_full_queue_stays_spooled_until_room_appears
         .post_json("/api/v1/push", &json!({ "items": items("bounded", 7, 8) }))
         .await;
     assert_eq!(refused.status, 429, "{:?}", refused.body);
+    assert_eq!(refused.headers["retry-after"], "1");
+    assert!(
+        refused.json()["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("queue bounded is full")),
+        "{:?}",
+        refused.body
+    );
     let direct = push_items(&broker, items("other", 2, 3)).await;
     assert_eq!(direct[0]["status"], "queued", "{direct:?}");
 
