@@ -425,3 +425,109 @@ BEGIN
     END LOOP;
 END;
 $$;
+
+-- The spool drain's deep duplicate probe. A drained item
+-- was accepted long ago, possibly longer than its queue's dedup window: the
+-- copy a timed-out attempt committed, or a drain chunk stored before a
+-- crash, lies outside what log_push_v1 probes. The drain asks first, per
+-- slot (tenant, queue, partition, the slot's hashes, and p_since: when its
+-- oldest item was accepted, less the push timeout and clock slack), which
+-- of its transaction ids the partition stored since then, whatever the
+-- window, and stores only the rest through the normal push path (whose own
+-- probe covers what commits in between, inside the window).
+--
+-- p_until bounds the probe from above: the database's clock when the drain
+-- pass first probed (NULL on that first call: now() is used, and returned
+-- as the 'now' row, slot -1). Rows the pass stored itself are newer, so a
+-- long drain does not probe its own output again and again (a repeated id
+-- among them is a normal duplicate, inside the window).
+--
+-- One statement, so one snapshot: the sidecar rows still held since
+-- p_since (a match: one row per matching item hash, the winner segment's
+-- blob on the first row of each segment), and the partition's txns_start
+-- at that snapshot (o_status 'start', always returned for a partition that
+-- exists): the sidecar rows below it were purged, so the drain reads the
+-- segments below it created since p_since (log_drain_segments_v1) and
+-- matches their frames' transaction ids itself. A purge after this
+-- snapshot removes only rows this statement already read. Reads every
+-- sidecar row of the partition since p_since: the drain pays for it, the
+-- normal push path never calls this.
+CREATE OR REPLACE FUNCTION queen.log_drain_probe_v1(
+    p_tenants    text[],
+    p_queues     text[],
+    p_partitions text[],
+    p_since      timestamptz[],
+    p_hashes     bytea[],
+    p_until      timestamptz
+) RETURNS TABLE (
+    o_slot         integer,
+    o_status       text,
+    o_partition_id uuid,
+    o_txns_start   bigint,
+    o_hash         bytea,
+    o_base_offset  bigint,
+    o_frame        integer,
+    o_blob         bytea,
+    o_now          timestamptz
+)
+LANGUAGE sql
+STABLE
+AS $$
+    WITH s AS MATERIALIZED (
+        SELECT (s.i - 1)::integer AS slot, p.id AS pid, p.txns_start, s.since, s.hashes
+          FROM unnest(p_tenants, p_queues, p_partitions, p_since, p_hashes)
+               WITH ORDINALITY AS s(tn, qn, pn, since, hashes, i)
+          JOIN queen.queues q ON q.tenant_id = s.tn AND q.name = s.qn
+          JOIN queen.log_partitions p ON p.queue_id = q.id AND p.name = s.pn
+    -- Both sides materialised, so they meet in one hash join on the hash
+    -- (as a nested loop, 1,000 hashes against 100,000 stored ones took
+    -- minutes).
+    ), incoming AS MATERIALIZED (
+        SELECT s.slot, n.h
+          FROM s CROSS JOIN LATERAL queen.log_unnest_hashes(s.hashes) n
+    ), held AS MATERIALIZED (
+        SELECT s.slot, s.pid, t.base_offset, u.idx AS frame, u.h
+          FROM s
+          JOIN queen.log_txns t ON t.partition_id = s.pid AND t.created_at >= s.since
+                               AND t.created_at < coalesce(p_until, now())
+          CROSS JOIN LATERAL queen.log_unnest_hashes(t.hashes) u
+    ), matches AS (
+        SELECT h.slot, h.pid, h.h, h.base_offset, h.frame,
+               row_number() OVER (PARTITION BY h.slot, h.base_offset ORDER BY h.frame) = 1 AS first_of_segment
+          FROM held h
+          JOIN incoming i ON i.slot = h.slot AND i.h = h.h
+    )
+    SELECT -1, 'now'::text, NULL::uuid, NULL::bigint, NULL::bytea, NULL::bigint, NULL::integer, NULL::bytea,
+           coalesce(p_until, now())
+    UNION ALL
+    SELECT s.slot, 'start'::text, s.pid, s.txns_start, NULL::bytea, NULL::bigint, NULL::integer, NULL::bytea,
+           NULL::timestamptz
+      FROM s
+    UNION ALL
+    SELECT m.slot, 'match'::text, m.pid, NULL::bigint, m.h, m.base_offset, m.frame, g.blob, NULL::timestamptz
+      FROM matches m
+      LEFT JOIN queen.log_segments g
+        ON m.first_of_segment AND g.partition_id = m.pid AND g.base_offset = m.base_offset
+$$;
+
+-- The drain's fallback below the sidecar: partition p_pid's segments below
+-- p_before (the txns_start log_drain_probe_v1 answered, then the last base
+-- offset read) created before p_until (the pass's bound), newest first, at
+-- most p_limit, with their created_at. The drain stops at the first one
+-- older than its p_since (created_at is monotone in offset), so it reads
+-- only the segments since then.
+CREATE OR REPLACE FUNCTION queen.log_drain_segments_v1(
+    p_pid    uuid,
+    p_before bigint,
+    p_until  timestamptz,
+    p_limit  integer
+) RETURNS TABLE (o_base_offset bigint, o_created_at timestamptz, o_blob bytea)
+LANGUAGE sql
+STABLE
+AS $$
+    SELECT g.base_offset, g.created_at, g.blob
+      FROM queen.log_segments g
+     WHERE g.partition_id = p_pid AND g.base_offset < p_before AND g.created_at < p_until
+     ORDER BY g.base_offset DESC
+     LIMIT p_limit
+$$;

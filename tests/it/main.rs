@@ -22,6 +22,7 @@ mod pop_mechanics;
 mod push;
 mod queue_options;
 mod retention;
+mod spool;
 mod stats;
 mod streams;
 mod tenants;

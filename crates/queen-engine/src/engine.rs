@@ -43,7 +43,7 @@ use crate::pop::{Serving, ServingConfig};
 use crate::push::{Fusion, FusionConfig};
 use crate::registry::AckRegistry;
 use crate::retention::Retention;
-use crate::spool::{Buffered, Reason, Spool, SpoolStats};
+use crate::spool::{Buffered, Reason, Route, Spool, SpoolStats};
 use crate::stats::Stats;
 use crate::stats_writer::WriterState;
 use crate::txn::Transactions;
@@ -323,8 +323,8 @@ impl Engine {
             .at_rest
             .first_needing_key(keys.iter().map(|key| &**key))
             .map(|key| crate::naming::split_queue_key(key).1.to_owned());
-        drop(keys);
         let Some(spool) = &self.spool else {
+            drop(keys);
             if self.maintenance.push() {
                 return Err(EngineError::NoSpool);
             }
@@ -334,6 +334,17 @@ impl Engine {
         // disk: refused here, as the store refuses it.
         if let Some(queue) = needs_key {
             return Err(EngineError::EncryptionKeyMissing { queue });
+        }
+        let route = spool.route(keys.iter().map(|key| &**key));
+        drop(keys);
+        if let Route::Held(key) = route {
+            // The spool holds records of a queue that was full when they
+            // were drained: they go first, so this push waits (429).
+            let queue = items
+                .iter()
+                .find(|item| queue_key(&item.tenant, &item.queue) == key.as_str())
+                .map_or(key, |item| item.queue.clone());
+            return Err(EngineError::QueueFull { queue });
         }
         let generated: Vec<bool> = items
             .iter_mut()
@@ -345,7 +356,7 @@ impl Engine {
                 generated
             })
             .collect();
-        if spool.spooling() {
+        if route == Route::Spool {
             return spool
                 .append(&items, Reason::Spooling)
                 .await
@@ -386,6 +397,65 @@ impl Engine {
         } else {
             self.push.push(items, generated).await
         }
+    }
+
+    /// Store spooled `items` (their transaction ids fixed): first the
+    /// drain's duplicate check (`push/replay.rs`), which finds the items
+    /// their partition already stored since `since[i]` (when item `i` was
+    /// accepted, less the push timeout and clock slack) and before the drain
+    /// pass began (`pass`, set by its first call), whatever the dedup
+    /// window; those are answered duplicate, the rest go through the push
+    /// path (one transaction when a queue is bounded).
+    async fn drain(
+        &self,
+        items: Vec<PushItem>,
+        since: Vec<SystemTime>,
+        pass: crate::spool::Pass,
+    ) -> Result<Vec<PushOutcome>, EngineError> {
+        let until = *pass.lock();
+        let (stored, until) =
+            crate::push::already_stored(&self.pool, &items, &since, until).await?;
+        if let Some(until) = until {
+            pass.lock().get_or_insert(until);
+        }
+        let mut outcomes: Vec<Option<PushOutcome>> = Vec::with_capacity(items.len());
+        let mut rest = Vec::new();
+        let mut places = Vec::new();
+        for (index, (item, found)) in items.into_iter().zip(stored).enumerate() {
+            match found {
+                Some(found) => outcomes.push(Some(PushOutcome {
+                    status: crate::PushStatus::Duplicate,
+                    transaction_id: item.transaction_id.unwrap_or_default(),
+                    message_id: found.message_id,
+                    partition_id: found.partition_id,
+                    trace_id: item.trace_id,
+                    queue: Arc::from(item.queue.as_str()),
+                })),
+                None => {
+                    outcomes.push(None);
+                    places.push(index);
+                    rest.push(item);
+                }
+            }
+        }
+        if !rest.is_empty() {
+            let keys: Vec<_> = rest
+                .iter()
+                .map(|item| queue_key(&item.tenant, &item.queue))
+                .collect();
+            let atomic = self.bounded.any(keys.iter().map(|key| &**key));
+            drop(keys);
+            let stored = self.store(rest, &[], atomic).await?;
+            for (index, outcome) in places.into_iter().zip(stored) {
+                if let Some(slot) = outcomes.get_mut(index) {
+                    *slot = Some(outcome);
+                }
+            }
+        }
+        outcomes
+            .into_iter()
+            .map(|outcome| outcome.ok_or(EngineError::Internal("a drained item got no answer")))
+            .collect()
     }
 
     /// Pop: claim and return messages, long-polling when asked.
@@ -1164,16 +1234,14 @@ async fn refresh_maintenance(engine: Weak<Engine>) {
 }
 
 /// How the spool's drainer stores what it drains: the push path of the
-/// engine, without the spool.
+/// engine, without the spool, behind the drain's duplicate check
+/// ([`Engine::drain`]).
 fn drain_store(engine: Weak<Engine>) -> crate::spool::Store {
-    Arc::new(move |items| {
+    Arc::new(move |items, since, pass| {
         let engine = engine.clone();
         Box::pin(async move {
             let engine = engine.upgrade().ok_or(EngineError::ShuttingDown)?;
-            let atomic = engine
-                .bounded
-                .any(items.iter().map(|item| item.queue.as_str()));
-            engine.store(items, &[], atomic).await
+            engine.drain(items, since, pass).await
         })
     })
 }

@@ -543,6 +543,30 @@ impl Collector for EngineCollector {
             "Spooled pushes the drainer could not store",
             as_i64_u(spool.failed),
         )?;
+        gauge(
+            e,
+            "spool_held_messages",
+            "Spooled pushes held because their queue was full at drain (retried with backoff; included in spool_pending_messages)",
+            as_i64_u(spool.held),
+        )?;
+        gauge(
+            e,
+            "spool_held_queues",
+            "Queues with held spooled pushes",
+            as_i64_u(spool.held_queues),
+        )?;
+        counter(
+            e,
+            "spool_held_retries",
+            "Retries of held spooled pushes since start",
+            spool.held_retries,
+        )?;
+        gauge(
+            e,
+            "spool_oldest_age_seconds",
+            "Age of the oldest spooled push waiting to be stored (0: none)",
+            spool.oldest_age.map_or(0.0, |age| age.as_secs_f64()),
+        )?;
         {
             let r = &p.retention;
             let mut family = e.encode_descriptor(

@@ -1,6 +1,7 @@
 //! Typed call of `queen.log_push_v1` (`sql/procedures/push.sql`): the flush
 //! transaction that writes one segment per slot, for several partitions, in one
-//! statement and one round trip.
+//! statement and one round trip. Also the spool drain's duplicate check beyond
+//! the dedup window (`log_drain_probe_v1`, `log_drain_segments_v1`).
 
 use std::time::SystemTime;
 
@@ -277,6 +278,163 @@ pub async fn push_segments(
                 SlotOutcome::EncryptionMismatch { .. } | SlotOutcome::Full { .. } => {}
             }
             Ok(outcome)
+        })
+        .collect()
+}
+
+const DRAIN_PROBE: &str = "SELECT * FROM queen.log_drain_probe_v1($1, $2, $3, $4, $5, $6)";
+const DRAIN_PROBE_TYPES: [Type; 6] = [
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TIMESTAMPTZ_ARRAY,
+    Type::BYTEA_ARRAY,
+    Type::TIMESTAMPTZ,
+];
+const DRAIN_SEGMENTS: &str = "SELECT * FROM queen.log_drain_segments_v1($1, $2, $3, $4)";
+const DRAIN_SEGMENTS_TYPES: [Type; 4] = [Type::UUID, Type::INT8, Type::TIMESTAMPTZ, Type::INT4];
+
+/// One slot of the spool drain's deep duplicate probe: a partition and the
+/// hashes of the drained items bound for it.
+#[derive(Debug, Clone, Copy)]
+pub struct DrainSlot<'a> {
+    /// The queue's tenant.
+    pub tenant: &'a str,
+    /// Queue name.
+    pub queue: &'a str,
+    /// Partition name.
+    pub partition: &'a str,
+    /// Probe sidecar rows created since then (whatever the dedup window).
+    pub since: SystemTime,
+    /// 16 bytes per item.
+    pub hashes: &'a [u8],
+}
+
+/// A sidecar row since the slot's `since` holding one of its hashes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrainMatch {
+    /// The matching hash (one of the slot's).
+    pub hash: Vec<u8>,
+    /// The stored copy's segment.
+    pub base_offset: i64,
+    /// Its frame index in that segment.
+    pub frame: usize,
+    /// The segment's blob, on the first match of each segment only; `None`
+    /// on the others and when retention already removed the segment.
+    pub blob: Option<Vec<u8>>,
+}
+
+/// What the deep probe found for one slot whose partition exists.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DrainProbe {
+    /// The partition's id.
+    pub partition_id: Uuid,
+    /// Its `txns_start` in the probe's snapshot: the sidecar rows below it
+    /// were purged (their segments are read with [`drain_segments`]).
+    pub txns_start: i64,
+    /// The sidecar matches.
+    pub matches: Vec<DrainMatch>,
+}
+
+/// `queen.log_drain_probe_v1`: per slot, `None` when its partition does not
+/// exist (nothing of it is stored), else what its sidecar holds since the
+/// slot's `since` and before `until` (one statement, one snapshot); with
+/// the bound used (`until`, or the database's clock when `None`).
+pub async fn drain_probe(
+    conn: &impl Conn,
+    slots: &[DrainSlot<'_>],
+    until: Option<SystemTime>,
+) -> Result<(Vec<Option<DrainProbe>>, SystemTime), SqlError> {
+    let tenants: Vec<&str> = slots.iter().map(|s| s.tenant).collect();
+    let queues: Vec<&str> = slots.iter().map(|s| s.queue).collect();
+    let partitions: Vec<&str> = slots.iter().map(|s| s.partition).collect();
+    let since: Vec<SystemTime> = slots.iter().map(|s| s.since).collect();
+    let hashes: Vec<&[u8]> = slots.iter().map(|s| s.hashes).collect();
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
+        [&tenants, &queues, &partitions, &since, &hashes, &until];
+    let rows = prepared::query(conn, DRAIN_PROBE, &DRAIN_PROBE_TYPES, &params).await?;
+    let mut out: Vec<Option<DrainProbe>> = vec![None; slots.len()];
+    let mut matches: Vec<Vec<DrainMatch>> = vec![Vec::new(); slots.len()];
+    let mut bound = None;
+    for row in rows {
+        let slot: i32 = row.try_get("o_slot")?;
+        if slot == -1 {
+            bound = Some(row.try_get::<_, SystemTime>("o_now")?);
+            continue;
+        }
+        let slot = usize::try_from(slot)
+            .ok()
+            .filter(|&s| s < slots.len())
+            .ok_or(SqlError::Protocol {
+                what: "log_drain_probe_v1 returned a slot out of range",
+            })?;
+        let status: &str = row.try_get("o_status")?;
+        match status {
+            "start" => {
+                out[slot] = Some(DrainProbe {
+                    partition_id: row.try_get("o_partition_id")?,
+                    txns_start: row.try_get("o_txns_start")?,
+                    matches: Vec::new(),
+                });
+            }
+            "match" => {
+                let frame: i32 = row.try_get("o_frame")?;
+                matches[slot].push(DrainMatch {
+                    hash: row.try_get("o_hash")?,
+                    base_offset: row.try_get("o_base_offset")?,
+                    frame: usize::try_from(frame).unwrap_or(usize::MAX),
+                    blob: row.try_get("o_blob")?,
+                });
+            }
+            _ => {
+                return Err(SqlError::Protocol {
+                    what: "log_drain_probe_v1 returned an unknown status",
+                })
+            }
+        }
+    }
+    for (probe, found) in out.iter_mut().zip(matches) {
+        if let Some(probe) = probe {
+            probe.matches = found;
+        }
+    }
+    let bound = bound.ok_or(SqlError::Protocol {
+        what: "log_drain_probe_v1 returned no bound",
+    })?;
+    Ok((out, bound))
+}
+
+/// A stored segment read by [`drain_segments`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrainSegment {
+    /// Its first offset.
+    pub base_offset: i64,
+    /// When it was stored.
+    pub created_at: SystemTime,
+    /// The zstd segment blob.
+    pub blob: Vec<u8>,
+}
+
+/// `queen.log_drain_segments_v1`: partition `partition_id`'s segments below
+/// offset `before` created before `until`, newest first, at most `limit`.
+pub async fn drain_segments(
+    conn: &impl Conn,
+    partition_id: Uuid,
+    before: i64,
+    until: SystemTime,
+    limit: i32,
+) -> Result<Vec<DrainSegment>, SqlError> {
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+        [&partition_id, &before, &until, &limit];
+    prepared::query(conn, DRAIN_SEGMENTS, &DRAIN_SEGMENTS_TYPES, &params)
+        .await?
+        .into_iter()
+        .map(|row| {
+            Ok(DrainSegment {
+                base_offset: row.try_get("o_base_offset")?,
+                created_at: row.try_get("o_created_at")?,
+                blob: row.try_get("o_blob")?,
+            })
         })
         .collect()
 }

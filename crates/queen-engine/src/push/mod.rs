@@ -8,6 +8,7 @@
 
 mod dedup;
 mod fusion;
+mod replay;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,6 +21,7 @@ pub use fusion::PushStats;
 pub(crate) use fusion::{
     duplicate_winners, encode_entries, Fusion, FusionConfig, MAX_SEGMENT_PAYLOAD_BYTES,
 };
+pub(crate) use replay::{already_stored, CLOCK_SLACK};
 
 use crate::EngineError;
 

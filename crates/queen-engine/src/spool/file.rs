@@ -11,6 +11,10 @@
 //!   is either the old or the new value). A log without one is undrained.
 //! - `failed-<seq>.log`: records the drainer could not push for a reason
 //!   that retrying cannot fix (kept for the operator, same format).
+//! - `held.log`: records whose queue was full (`maxSize`) when the drainer
+//!   tried them, in drain order (same format). The drainer retries them
+//!   with backoff and rewrites the file without what it stored (to a
+//!   temporary file, fsync'd, renamed).
 //!
 //! A record is `u32 length, u32 crc32, body` (little-endian), the body the
 //! fields of one pushed item, each length-prefixed. A record whose length
@@ -30,9 +34,12 @@ use crate::reader::Reader;
 /// A log passing this size is closed and a new one started.
 pub(crate) const ROTATE_BYTES: u64 = 64 * 1024 * 1024;
 
-/// Version 2 records lead with the tenant; version 1 records (written
-/// before tenants) are read as the default tenant's.
-const RECORD_VERSION: u8 = 2;
+/// Version 3 records lead with the tenant and when the push was accepted;
+/// version 2 records (written before acceptance times) have none,
+/// version 1 records (written before tenants) are read as the default
+/// tenant's.
+const RECORD_VERSION: u8 = 3;
+const RECORD_VERSION_2: u8 = 2;
 const RECORD_VERSION_1: u8 = 1;
 const HEADER: usize = 8;
 
@@ -48,9 +55,19 @@ pub(crate) struct Record {
     pub(crate) trace_id: Option<Uuid>,
     pub(crate) producer_sub: Option<String>,
     pub(crate) payload: Bytes,
+    /// When the push was accepted (spooled), in milliseconds since the
+    /// epoch; `None` for records of version 1 and 2. The drain's duplicate
+    /// check looks back to it (`push/replay.rs`).
+    pub(crate) accepted_ms: Option<u64>,
 }
 
 impl Record {
+    /// When the push was accepted, if the record says.
+    pub(crate) fn accepted_at(&self) -> Option<std::time::SystemTime> {
+        self.accepted_ms
+            .map(|ms| std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
+    }
+
     /// The push item to store the record as (its transaction id fixed).
     pub(crate) fn item(&self) -> crate::push::PushItem {
         crate::push::PushItem {
@@ -70,6 +87,7 @@ impl Record {
         out.extend_from_slice(&[0; HEADER]);
         out.push(RECORD_VERSION);
         put(out, self.tenant.as_bytes());
+        out.extend_from_slice(&self.accepted_ms.unwrap_or(0).to_le_bytes());
         put(out, self.queue.as_bytes());
         put(out, self.partition.as_bytes());
         put(out, self.transaction_id.as_bytes());
@@ -105,9 +123,14 @@ impl Record {
             return None;
         }
         let mut reader = Reader::new(body);
-        let tenant = match reader.byte()? {
-            RECORD_VERSION => string(&mut reader)?,
-            RECORD_VERSION_1 => crate::naming::DEFAULT_TENANT.to_owned(),
+        let (tenant, accepted_ms) = match reader.byte()? {
+            RECORD_VERSION => {
+                let tenant = string(&mut reader)?;
+                let ms = u64::from_le_bytes(reader.take(8)?.try_into().ok()?);
+                (tenant, (ms > 0).then_some(ms))
+            }
+            RECORD_VERSION_2 => (string(&mut reader)?, None),
+            RECORD_VERSION_1 => (crate::naming::DEFAULT_TENANT.to_owned(), None),
             _ => return None,
         };
         let queue = string(&mut reader)?;
@@ -131,6 +154,7 @@ impl Record {
                 trace_id,
                 producer_sub,
                 payload,
+                accepted_ms,
             },
             HEADER + len,
         ))
@@ -282,6 +306,52 @@ pub(crate) fn append_failed(dir: &Path, seq: u64, bytes: &[u8]) -> io::Result<bo
     Ok(created)
 }
 
+/// The held-records file in `dir`.
+pub(crate) fn held_path(dir: &Path) -> PathBuf {
+    dir.join("held.log")
+}
+
+/// The held records' bytes (empty when there are none).
+pub(crate) fn read_held(dir: &Path) -> io::Result<Vec<u8>> {
+    match std::fs::read(held_path(dir)) {
+        Ok(bytes) => Ok(bytes),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(error) => Err(error),
+    }
+}
+
+/// Append `bytes` to the held-records file, durably.
+pub(crate) fn append_held(dir: &Path, bytes: &[u8]) -> io::Result<()> {
+    let path = held_path(dir);
+    let created = !path.exists();
+    let mut file = OpenOptions::new().create(true).append(true).open(&path)?;
+    file.write_all(bytes)?;
+    file.sync_data()?;
+    if created {
+        sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// Replace the held-records file with `bytes` (removed when empty),
+/// durably: the old or the new content survives a crash, never a mix.
+pub(crate) fn rewrite_held(dir: &Path, bytes: &[u8]) -> io::Result<()> {
+    let path = held_path(dir);
+    if bytes.is_empty() {
+        match std::fs::remove_file(&path) {
+            Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
+            _ => {}
+        }
+        return sync_dir(dir);
+    }
+    let tmp = dir.join("held.log.tmp");
+    let mut file = File::create(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_data()?;
+    std::fs::rename(&tmp, &path)?;
+    sync_dir(dir)
+}
+
 /// Make the directory's entries (created, renamed, removed files) durable.
 pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
@@ -365,6 +435,7 @@ mod tests {
             trace_id: i.is_multiple_of(2).then(Uuid::now_v7),
             producer_sub: i.is_multiple_of(3).then(|| "sub".to_owned()),
             payload: Bytes::from(format!("{{\"n\":{i}}}")),
+            accepted_ms: (!i.is_multiple_of(2)).then_some(1_700_000_000_000 + i as u64),
         }
     }
 
@@ -406,9 +477,10 @@ mod tests {
             ..written.clone()
         }
         .encode(&mut bytes);
-        // The same record as version 1 wrote it: no tenant after the version.
+        // The same record as version 1 wrote it: no tenant (and no
+        // acceptance time) after the version.
         let mut body = vec![RECORD_VERSION_1];
-        body.extend_from_slice(&bytes[HEADER + 1 + 4 + "acme".len()..]);
+        body.extend_from_slice(&bytes[HEADER + 1 + 4 + "acme".len() + 8..]);
         let mut v1 = Vec::new();
         v1.extend_from_slice(&u32::try_from(body.len()).unwrap().to_le_bytes());
         v1.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
@@ -417,6 +489,36 @@ mod tests {
         assert!(!torn);
         assert_eq!(read[0].0, written);
         assert_eq!(read[0].0.tenant, crate::naming::DEFAULT_TENANT);
+    }
+
+    /// A record of version 2 (before acceptance times) reads without one:
+    /// the drain's duplicate check then looks back over everything its
+    /// partition holds.
+    #[test]
+    fn a_version_2_record_reads_without_an_acceptance_time() {
+        let written = record(1);
+        assert!(written.accepted_ms.is_some());
+        let mut bytes = Vec::new();
+        written.encode(&mut bytes);
+        // Version 2: the tenant, then no acceptance time.
+        let tenant_end = HEADER + 1 + 4 + written.tenant.len();
+        let mut body = vec![RECORD_VERSION_2];
+        body.extend_from_slice(&bytes[HEADER + 1..tenant_end]);
+        body.extend_from_slice(&bytes[tenant_end + 8..]);
+        let mut v2 = Vec::new();
+        v2.extend_from_slice(&u32::try_from(body.len()).unwrap().to_le_bytes());
+        v2.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+        v2.extend_from_slice(&body);
+        let (read, torn) = records(&v2);
+        assert!(!torn);
+        assert_eq!(
+            read[0].0,
+            Record {
+                accepted_ms: None,
+                ..written
+            }
+        );
+        assert_eq!(read[0].0.accepted_at(), None);
     }
 
     #[test]

@@ -14,7 +14,8 @@
 //!
 //! Records carry their transaction id (the broker fixes one before the
 //! first attempt when the client sent none), so a replay is idempotent: the
-//! drainer pushes through fusion with the duplicate probe on, and the
+//! drainer pushes through fusion with the duplicate probe on, behind its own
+//! check beyond the dedup window (`push/replay.rs`), and the
 //! drained offset of each log is recorded after every chunk, so after a
 //! crash only the chunk in flight is pushed again (and found duplicate).
 //!
@@ -24,21 +25,33 @@
 //! retry cannot fix (a queue that needs an encryption key this broker lacks)
 //! go to a `failed-*.log` file and are counted as failed.
 //!
-//! The spool is bounded by `QUEEN_SPOOL_MAX_MB` of undrained records: past
-//! it a push answers 503 (`EngineError::SpoolFull`) and nothing of it is
-//! written. File layout and record format: `file.rs`.
+//! Records whose queue is full (`maxSize`) when they are drained are *held*
+//!: moved to `held.log`, in order, and retried with
+//! backoff ([`HELD_FIRST_RETRY`] doubling to [`HELD_MAX_RETRY`], back to the
+//! first after a retry stored some), each retry storing as long a prefix as
+//! the queue takes (attempts of one record while it is full, doubling as
+//! they are stored, halving when refused). While a queue
+//! has held records, later records of it are held behind them, and a direct
+//! push naming it answers 429 (`EngineError::QueueFull`) instead of jumping
+//! the queue; other queues' pushes go to the database as usual.
+//!
+//! The spool is bounded by `QUEEN_SPOOL_MAX_MB` of undrained and held
+//! records: past it a push answers 503 (`EngineError::SpoolFull`) and
+//! nothing of it is written. File layout and record format: `file.rs`.
 
 mod file;
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 
+use crate::naming::queue_key;
 use crate::push::{PushItem, PushOutcome};
 use crate::EngineError;
 use file::{Active, Record};
@@ -70,10 +83,19 @@ pub struct Buffered {
 /// What the spool holds and how it fares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SpoolStats {
-    /// Records waiting to be drained.
+    /// Records waiting to be drained (held ones included).
     pub pending: u64,
     /// Their bytes.
     pub pending_bytes: u64,
+    /// Of them, records held because their queue was full at drain.
+    pub held: u64,
+    /// Queues with held records.
+    pub held_queues: u64,
+    /// Retries of held records (since start).
+    pub held_retries: u64,
+    /// How long ago the oldest waiting record was accepted (`None` when
+    /// nothing waits, or its record does not say).
+    pub oldest_age: Option<Duration>,
     /// Records the drainer could not push (kept in `failed-*.log`).
     pub failed: u64,
     /// Files of failed records, and their bytes.
@@ -102,15 +124,26 @@ pub(crate) enum Reason {
 }
 
 /// How the drainer stores what it drains: the engine's push path without the
-/// spool (fusion, or one transaction for a bounded queue), handed in by the
-/// facade.
+/// spool (fusion, or one transaction for a bounded queue), behind the
+/// drain's duplicate check, handed in by the facade. With each item, how far
+/// back that check looks (when it was accepted, less the push timeout and
+/// clock slack; the epoch for records that do not say), and the drain
+/// pass it belongs to.
 pub(crate) type Store = Arc<
     dyn Fn(
             Vec<PushItem>,
+            Vec<SystemTime>,
+            Pass,
         ) -> Pin<Box<dyn Future<Output = Result<Vec<PushOutcome>, EngineError>> + Send>>
         + Send
         + Sync,
 >;
+
+/// One drain pass (a [`drain`] of the closed logs, or a [`retry_held`]):
+/// the upper bound of its duplicate check, the database's clock at its first
+/// probe (`None` until then). What the pass stores itself is newer, and not
+/// probed again by its later chunks.
+pub(crate) type Pass = Arc<Mutex<Option<SystemTime>>>;
 
 /// Records drained per store.
 const CHUNK_RECORDS: usize = 1000;
@@ -120,6 +153,44 @@ const CHUNK_BYTES: usize = 4 * 1024 * 1024;
 const TICK: Duration = Duration::from_millis(250);
 /// How long a database check may take.
 const PING_BOUND: Duration = Duration::from_secs(2);
+/// The first retry of a queue's held records, after they were held or after
+/// a retry stored some of them.
+pub(crate) const HELD_FIRST_RETRY: Duration = Duration::from_millis(250);
+/// The longest wait between retries of a full queue's held records. A
+/// retry of a queue that is still full costs one attempt of one record, and
+/// a direct push to the queue answers 429 until its held records are
+/// stored, so this is also how long room can go unused.
+pub(crate) const HELD_MAX_RETRY: Duration = Duration::from_secs(5);
+
+/// A queue with held records: when to retry them, and how many records the
+/// next retry's first attempt takes (1 after it was found full, doubled
+/// after each attempt that was stored, up to a chunk).
+struct HeldQueue {
+    next_try: std::time::Instant,
+    backoff: Duration,
+    size: usize,
+}
+
+impl HeldQueue {
+    fn now() -> HeldQueue {
+        HeldQueue {
+            next_try: std::time::Instant::now() + HELD_FIRST_RETRY,
+            backoff: HELD_FIRST_RETRY,
+            size: 1,
+        }
+    }
+}
+
+/// Where a push goes (see [`Spool::route`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// To the database.
+    Direct,
+    /// To the spool.
+    Spool,
+    /// Refused: the queue has held records (it was full at drain).
+    Held(String),
+}
 
 struct State {
     /// False until the maintenance flags were read once: a spool left by an
@@ -127,8 +198,18 @@ struct State {
     flags_known: bool,
     maintenance: bool,
     outage: bool,
+    /// Log records not yet drained.
     pending: u64,
     pending_bytes: u64,
+    /// Records in `held.log`, their bytes, and their queues (by queue key).
+    held: u64,
+    held_bytes: u64,
+    held_queues: HashMap<String, HeldQueue>,
+    held_retries: u64,
+    /// When the oldest undrained log record was accepted, and the oldest
+    /// held one (`None`: none, or not recorded).
+    log_front: Option<SystemTime>,
+    held_oldest: Option<SystemTime>,
     failed: u64,
     failover: u64,
     /// The failed-records files and their bytes (counted at open, then
@@ -199,16 +280,41 @@ impl Spool {
             file::remove_position(&config.dir, seq)?;
         }
         let (mut pending, mut pending_bytes) = (0u64, 0u64);
+        let mut log_front = None;
         for &seq in &seqs {
             let bytes = std::fs::read(file::log_path(&config.dir, seq))?;
             let from = usize::try_from(file::drained(&config.dir, seq)?).unwrap_or(usize::MAX);
             let (records, _) = file::records(bytes.get(from..).unwrap_or_default());
+            if pending == 0 {
+                log_front = records.first().and_then(|(record, _)| record.accepted_at());
+            }
             pending += records.len() as u64;
             pending_bytes += records.last().map_or(0, |(_, end)| *end as u64);
         }
-        if pending > 0 {
+        // Held records of an earlier run: retried soon. A torn tail (a
+        // crash while appending, before the source log's progress was
+        // recorded: those records are drained again) is cut off, so later
+        // appends follow a whole record.
+        let held_bytes = file::read_held(&config.dir)?;
+        let (held_records, torn) = file::records(&held_bytes);
+        let held_len = held_records.last().map_or(0, |(_, end)| *end);
+        if torn {
+            file::rewrite_held(&config.dir, held_bytes.get(..held_len).unwrap_or_default())?;
+        }
+        let mut held_queues = HashMap::new();
+        for (record, _) in &held_records {
+            held_queues
+                .entry(queue_key(&record.tenant, &record.queue).into_owned())
+                .or_insert_with(HeldQueue::now);
+        }
+        let held_oldest = held_records
+            .iter()
+            .filter_map(|(record, _)| record.accepted_at())
+            .min();
+        if pending > 0 || !held_records.is_empty() {
             tracing::info!(
                 records = pending,
+                held = held_records.len(),
                 "the spool holds pushes from an earlier run; draining them"
             );
         }
@@ -234,6 +340,12 @@ impl Spool {
                 outage: false,
                 pending,
                 pending_bytes,
+                held: held_records.len() as u64,
+                held_bytes: held_len as u64,
+                held_queues,
+                held_retries: 0,
+                log_front,
+                held_oldest,
                 failed: 0,
                 failover: 0,
                 drained: 0,
@@ -257,9 +369,21 @@ impl Spool {
         self.push_timeout
     }
 
-    /// True while pushes go to the spool.
-    pub(crate) fn spooling(&self) -> bool {
-        self.state.lock().spooling()
+    /// Where a push to the queues `keys` (`naming::queue_key`) goes: the
+    /// spool while it is spooling; refused while a queue it names has held
+    /// records (they go first); else the database.
+    pub(crate) fn route<'a>(&self, mut keys: impl Iterator<Item = &'a str>) -> Route {
+        let state = self.state.lock();
+        if state.spooling() {
+            return Route::Spool;
+        }
+        if state.held_queues.is_empty() {
+            return Route::Direct;
+        }
+        match keys.find(|key| state.held_queues.contains_key(*key)) {
+            Some(key) => Route::Held(key.to_owned()),
+            None => Route::Direct,
+        }
     }
 
     /// Push maintenance mode on or off (off lets the drainer run).
@@ -284,8 +408,12 @@ impl Spool {
         items: &[PushItem],
         reason: Reason,
     ) -> Result<Vec<Buffered>, EngineError> {
-        let mut bytes = Vec::with_capacity(items.iter().map(|i| i.payload.len() + 96).sum());
+        let mut bytes = Vec::with_capacity(items.iter().map(|i| i.payload.len() + 104).sum());
         let mut buffered = Vec::with_capacity(items.len());
+        let accepted_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .ok()
+            .and_then(|since| u64::try_from(since.as_millis()).ok());
         for item in items {
             let transaction_id = item.transaction_id.clone().ok_or(EngineError::Internal(
                 "a spooled item has no transaction id",
@@ -298,6 +426,7 @@ impl Spool {
                 trace_id: item.trace_id,
                 producer_sub: item.producer_sub.clone(),
                 payload: item.payload.clone(),
+                accepted_ms,
             }
             .encode(&mut bytes);
             buffered.push(Buffered {
@@ -312,8 +441,11 @@ impl Spool {
             // Counted and queued under the lock: the drainer declares the
             // spool empty only under it, so no record is ever left behind.
             let mut state = self.state.lock();
-            if state.pending_bytes + len > self.max_bytes {
+            if state.pending_bytes + state.held_bytes + len > self.max_bytes {
                 return Err(EngineError::SpoolFull);
+            }
+            if state.pending == 0 {
+                state.log_front = accepted_ms.map(|ms| UNIX_EPOCH + Duration::from_millis(ms));
             }
             if reason == Reason::Outage {
                 if !state.outage {
@@ -352,9 +484,17 @@ impl Spool {
     /// What the spool holds now.
     pub(crate) fn stats(&self) -> SpoolStats {
         let state = self.state.lock();
+        let oldest = match (state.log_front, state.held_oldest) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         SpoolStats {
-            pending: state.pending,
-            pending_bytes: state.pending_bytes,
+            pending: state.pending + state.held,
+            pending_bytes: state.pending_bytes + state.held_bytes,
+            held: state.held,
+            held_queues: state.held_queues.len() as u64,
+            held_retries: state.held_retries,
+            oldest_age: oldest.map(|at| SystemTime::now().duration_since(at).unwrap_or_default()),
             failed: state.failed,
             failed_files: state.failed_files,
             failed_bytes: state.failed_bytes,
@@ -373,6 +513,17 @@ impl Spool {
         if let Some(handle) = handle {
             let _ = handle.await;
         }
+    }
+
+    /// How far back the drain's duplicate check looks for `record`: to when
+    /// it was accepted, less the push timeout (a direct attempt that timed
+    /// out may have committed that early) and the clock slack; to the epoch
+    /// when the record does not say.
+    fn probe_since(&self, record: &Record) -> SystemTime {
+        record
+            .accepted_at()
+            .and_then(|at| at.checked_sub(self.push_timeout + crate::push::CLOCK_SLACK))
+            .unwrap_or(UNIX_EPOCH)
     }
 
     /// Ask the writer to close the active log.
@@ -477,12 +628,14 @@ async fn run_drainer(
             _ = tokio::time::sleep(TICK) => {}
             _ = stop.changed() => return,
         }
-        let (maintenance, outage, pending) = {
+        let (maintenance, outage, pending, held_due) = {
             let state = spool.state.lock();
+            let now = std::time::Instant::now();
             (
                 state.maintenance || !state.flags_known,
                 state.outage,
                 state.pending,
+                state.held_queues.values().any(|held| held.next_try <= now),
             )
         };
         if maintenance {
@@ -495,16 +648,34 @@ async fn run_drainer(
             tracing::info!("the database answers again; draining the spool");
             spool.state.lock().outage = false;
         }
-        if pending == 0 {
-            continue;
-        }
-        if let Err(error) = drain(&spool, &store).await {
-            if error.is_unreachable() {
-                spool.state.lock().outage = true;
-            } else {
-                tracing::error!(error = %crate::error_chain(&error), "the spool drain failed");
+        if pending > 0 {
+            if let Err(error) = drain(&spool, &store).await {
+                failed_drain(&spool, &error);
+                continue;
             }
         }
+        if held_due {
+            if let Err(error) = retry_held(&spool, &store).await {
+                failed_drain(&spool, &error);
+            }
+        }
+    }
+}
+
+fn failed_drain(spool: &Spool, error: &EngineError) {
+    if error.is_unreachable() {
+        spool.state.lock().outage = true;
+    } else {
+        tracing::error!(error = %crate::error_chain(error), "the spool drain failed");
+    }
+}
+
+/// True for a store refused because a bounded queue is full.
+fn is_full(error: &EngineError) -> bool {
+    match error {
+        EngineError::QueueFull { .. } => true,
+        EngineError::Shared(inner) => is_full(inner),
+        _ => false,
     }
 }
 
@@ -527,17 +698,18 @@ async fn drain(spool: &Spool, store: &Store) -> Result<(), EngineError> {
     };
     let dir = spool.dir.clone();
     let seqs = blocking(move || file::logs(&dir)).await?;
+    let pass = Pass::default();
     for seq in seqs.into_iter().filter(|&seq| seq < boundary) {
         if spool.maintenance() {
             return Ok(());
         }
-        drain_log(spool, store, seq).await?;
+        drain_log(spool, store, seq, &pass).await?;
     }
     Ok(())
 }
 
 /// Push log `seq` from its drained offset, chunk by chunk, then remove it.
-async fn drain_log(spool: &Spool, store: &Store, seq: u64) -> Result<(), EngineError> {
+async fn drain_log(spool: &Spool, store: &Store, seq: u64, pass: &Pass) -> Result<(), EngineError> {
     let dir = spool.dir.clone();
     let (bytes, from) = blocking(move || {
         let bytes = std::fs::read(file::log_path(&dir, seq))?;
@@ -552,6 +724,10 @@ async fn drain_log(spool: &Spool, store: &Store, seq: u64) -> Result<(), EngineE
             seq,
             "a spool log ends in a torn record (an append that was never answered); it is skipped"
         );
+    }
+    if let Some(first) = records.first().and_then(|(record, _)| record.accepted_at()) {
+        // Every earlier log is drained: this is the oldest waiting record.
+        spool.state.lock().log_front = Some(first);
     }
     let mut start = 0usize;
     let mut done = 0usize;
@@ -576,25 +752,58 @@ async fn drain_log(spool: &Spool, store: &Store, seq: u64) -> Result<(), EngineE
         // One store per queue (a queue's records in order; queues are
         // independent), so one queue that cannot take its records does not
         // hold up or fail the others.
-        let mut queues: Vec<&str> = Vec::new();
+        let mut queues: Vec<(&str, &str)> = Vec::new();
         for (record, ..) in &chunk {
-            if !queues.contains(&record.queue.as_str()) {
-                queues.push(&record.queue);
+            let queue = (record.tenant.as_str(), record.queue.as_str());
+            if !queues.contains(&queue) {
+                queues.push(queue);
             }
         }
         let mut failed_raw: Vec<u8> = Vec::new();
         let mut failed = 0u64;
-        for queue in queues {
-            let mine: Vec<&(&Record, usize, usize)> =
-                chunk.iter().filter(|(r, ..)| r.queue == queue).collect();
-            let items: Vec<PushItem> = mine.iter().map(|(record, ..)| record.item()).collect();
-            match store(items).await {
-                Ok(_) => {}
+        let mut held_raw: Vec<u8> = Vec::new();
+        let mut held = 0u64;
+        let mut held_oldest: Option<SystemTime> = None;
+        let mut newly_held: Vec<String> = Vec::new();
+        for (tenant, queue) in queues {
+            let mine: Vec<&(&Record, usize, usize)> = chunk
+                .iter()
+                .filter(|(r, ..)| r.queue == queue && r.tenant == tenant)
+                .collect();
+            let key = queue_key(tenant, queue).into_owned();
+            let already_held =
+                newly_held.contains(&key) || spool.state.lock().held_queues.contains_key(&key);
+            let outcome = if already_held {
+                None
+            } else {
+                let items: Vec<PushItem> = mine.iter().map(|(record, ..)| record.item()).collect();
+                let since = mine
+                    .iter()
+                    .map(|(record, ..)| spool.probe_since(record))
+                    .collect();
+                Some(store(items, since, Arc::clone(pass)).await)
+            };
+            let hold = match outcome {
+                // Behind records held for being full.
+                None => true,
+                Some(Ok(_)) => false,
                 // The database went away (or the broker is stopping): the
                 // chunk stays undrained and is stored again later (what of
                 // it was stored is then found duplicate).
-                Err(error) if error.is_unreachable() || is_stopping(&error) => return Err(error),
-                Err(error) => {
+                Some(Err(error)) if error.is_unreachable() || is_stopping(&error) => {
+                    return Err(error)
+                }
+                Some(Err(error)) if is_full(&error) => {
+                    tracing::warn!(
+                        queue,
+                        tenant,
+                        records = mine.len(),
+                        "spooled pushes meet a full queue (maxSize); they stay in the spool and are retried"
+                    );
+                    newly_held.push(key);
+                    true
+                }
+                Some(Err(error)) => {
                     tracing::error!(
                         error = %crate::error_chain(&error),
                         queue,
@@ -607,14 +816,30 @@ async fn drain_log(spool: &Spool, store: &Store, seq: u64) -> Result<(), EngineE
                         );
                     }
                     failed += mine.len() as u64;
+                    false
                 }
+            };
+            if hold {
+                // Held, in order, and retried with backoff (`retry_held`).
+                for (record, begin, at) in &mine {
+                    held_raw
+                        .extend_from_slice(bytes.get(from + begin..from + at).unwrap_or_default());
+                    if let Some(accepted) = record.accepted_at() {
+                        held_oldest = Some(held_oldest.map_or(accepted, |o| o.min(accepted)));
+                    }
+                }
+                held += mine.len() as u64;
             }
         }
         let dir = spool.dir.clone();
         let offset = (from + stop_at) as u64;
         let failed_len = failed_raw.len() as u64;
+        let held_len = held_raw.len() as u64;
         let new_file = blocking(move || {
             let created = !failed_raw.is_empty() && file::append_failed(&dir, seq, &failed_raw)?;
+            if !held_raw.is_empty() {
+                file::append_held(&dir, &held_raw)?;
+            }
             file::set_drained(&dir, seq, offset)?;
             Ok(created)
         })
@@ -626,14 +851,207 @@ async fn drain_log(spool: &Spool, store: &Store, seq: u64) -> Result<(), EngineE
             state.failed_bytes += failed_len;
             state.pending = state.pending.saturating_sub(n);
             state.pending_bytes = state.pending_bytes.saturating_sub((stop_at - start) as u64);
+            state.held += held;
+            state.held_bytes += held_len;
+            if let Some(at) = held_oldest {
+                state.held_oldest = Some(state.held_oldest.map_or(at, |o| o.min(at)));
+            }
+            for key in newly_held {
+                state.held_queues.entry(key).or_insert_with(HeldQueue::now);
+            }
             state.failed += failed;
-            state.drained += n - failed;
+            state.drained += n - failed - held;
+            state.log_front = if state.pending == 0 {
+                None
+            } else {
+                records
+                    .get(end)
+                    .and_then(|(record, _)| record.accepted_at())
+                    .or(state.log_front)
+            };
         }
         start = stop_at;
         done = end;
     }
     let dir = spool.dir.clone();
     blocking(move || file::remove_log(&dir, seq)).await
+}
+
+/// How a retry of one queue's held records ended.
+enum Retried {
+    /// All stored (or, refused for another reason, moved to `failed-*.log`).
+    Done,
+    /// Some stored, the queue is full again.
+    Progress,
+    /// Nothing stored: still full.
+    Stuck,
+    /// The database went away or the broker is stopping.
+    Stopped,
+}
+
+/// Retry the held records of every queue whose retry is due: per queue, in
+/// order, as long a prefix as the queue takes (attempts start at the
+/// queue's remembered size, double after each stored one, and halve when
+/// refused as full, down to one record), then rewrite `held.log` without what was
+/// stored. A crash before the rewrite stores those again: the drain's
+/// duplicate check finds them.
+async fn retry_held(spool: &Spool, store: &Store) -> Result<(), EngineError> {
+    let now = std::time::Instant::now();
+    let due: Vec<(String, usize)> = spool
+        .state
+        .lock()
+        .held_queues
+        .iter()
+        .filter(|(_, held)| held.next_try <= now)
+        .map(|(key, held)| (key.clone(), held.size))
+        .collect();
+    if due.is_empty() {
+        return Ok(());
+    }
+    let dir = spool.dir.clone();
+    let bytes = blocking(move || file::read_held(&dir)).await?;
+    let (records, _) = file::records(&bytes);
+    let keys: Vec<String> = records
+        .iter()
+        .map(|(record, _)| queue_key(&record.tenant, &record.queue).into_owned())
+        .collect();
+    let starts: Vec<usize> = std::iter::once(0)
+        .chain(records.iter().map(|(_, end)| *end))
+        .collect();
+    let range = |i: usize| bytes.get(starts[i]..records[i].1).unwrap_or_default();
+    let pass = Pass::default();
+    let mut keep = vec![true; records.len()];
+    let mut failed_raw: Vec<u8> = Vec::new();
+    let mut failed = 0u64;
+    let mut stored = 0u64;
+    let mut results: Vec<(String, Retried, usize)> = Vec::new();
+    let mut stopped: Option<EngineError> = None;
+    for (key, first) in due {
+        let mine: Vec<usize> = (0..records.len()).filter(|&i| keys[i] == key).collect();
+        let mut at = 0usize;
+        let mut size = first.clamp(1, CHUNK_RECORDS);
+        let mut stored_any = false;
+        let result = loop {
+            if at == mine.len() {
+                break Retried::Done;
+            }
+            let mut take = 0usize;
+            let mut payload = 0usize;
+            while take < size && at + take < mine.len() && (take == 0 || payload < CHUNK_BYTES) {
+                payload += records[mine[at + take]].0.payload.len();
+                take += 1;
+            }
+            let part = &mine[at..at + take];
+            let items: Vec<PushItem> = part.iter().map(|&i| records[i].0.item()).collect();
+            let since = part
+                .iter()
+                .map(|&i| spool.probe_since(&records[i].0))
+                .collect();
+            match store(items, since, Arc::clone(&pass)).await {
+                Ok(_) => {
+                    for &i in part {
+                        keep[i] = false;
+                    }
+                    stored += take as u64;
+                    at += take;
+                    stored_any = true;
+                    size = (take * 2).min(CHUNK_RECORDS);
+                }
+                Err(error) if error.is_unreachable() || is_stopping(&error) => {
+                    stopped = Some(error);
+                    break Retried::Stopped;
+                }
+                Err(error) if is_full(&error) => {
+                    if take == 1 {
+                        break if stored_any {
+                            Retried::Progress
+                        } else {
+                            Retried::Stuck
+                        };
+                    }
+                    size = take / 2;
+                }
+                Err(error) => {
+                    tracing::error!(
+                        error = %crate::error_chain(&error),
+                        queue = %records[mine[at]].0.queue,
+                        records = mine.len() - at,
+                        "held spooled pushes cannot be stored; they are kept in a failed-*.log file"
+                    );
+                    for &i in &mine[at..] {
+                        keep[i] = false;
+                        failed_raw.extend_from_slice(range(i));
+                        failed += 1;
+                    }
+                    break Retried::Done;
+                }
+            }
+        };
+        let stop = matches!(result, Retried::Stopped);
+        results.push((key, result, size));
+        if stop {
+            break;
+        }
+    }
+    let mut kept: Vec<u8> = Vec::new();
+    let mut kept_count = 0u64;
+    let mut oldest: Option<SystemTime> = None;
+    for (i, (record, _)) in records.iter().enumerate() {
+        if keep[i] {
+            kept.extend_from_slice(range(i));
+            kept_count += 1;
+            if let Some(at) = record.accepted_at() {
+                oldest = Some(oldest.map_or(at, |o| o.min(at)));
+            }
+        }
+    }
+    let changed = kept_count < records.len() as u64;
+    let (dir, kept_len, failed_len) = (
+        spool.dir.clone(),
+        kept.len() as u64,
+        failed_raw.len() as u64,
+    );
+    let new_file = blocking(move || {
+        let created = !failed_raw.is_empty() && file::append_failed(&dir, 0, &failed_raw)?;
+        if changed {
+            file::rewrite_held(&dir, &kept)?;
+        }
+        Ok(created)
+    })
+    .await?;
+    {
+        let mut state = spool.state.lock();
+        let now = std::time::Instant::now();
+        state.held = kept_count;
+        state.held_bytes = kept_len;
+        state.held_oldest = oldest;
+        state.failed += failed;
+        state.failed_files += u64::from(new_file);
+        state.failed_bytes += failed_len;
+        state.drained += stored;
+        for (key, result, size) in results {
+            state.held_retries += 1;
+            match result {
+                Retried::Done => {
+                    state.held_queues.remove(&key);
+                }
+                Retried::Progress | Retried::Stuck | Retried::Stopped => {
+                    if let Some(held) = state.held_queues.get_mut(&key) {
+                        held.backoff = match result {
+                            Retried::Stuck => (held.backoff * 2).min(HELD_MAX_RETRY),
+                            _ => HELD_FIRST_RETRY,
+                        };
+                        held.next_try = now + held.backoff;
+                        held.size = size;
+                    }
+                }
+            }
+        }
+    }
+    match stopped {
+        Some(error) => Err(error),
+        None => Ok(()),
+    }
 }
 
 /// Errors of a broker that is stopping: the drain resumes after the restart.
@@ -673,7 +1091,7 @@ mod tests {
         let mut db = deadpool_postgres::tokio_postgres::Config::new();
         db.host_path("/nonexistent-queen-socket-dir").user("nobody");
         let pool = queen_sql::connect::pool(db, 1).unwrap();
-        let store: Store = Arc::new(|_| Box::pin(async { Err(EngineError::ShuttingDown) }));
+        let store: Store = Arc::new(|_, _, _| Box::pin(async { Err(EngineError::ShuttingDown) }));
         (store, pool)
     }
 

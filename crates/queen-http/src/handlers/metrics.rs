@@ -127,6 +127,15 @@ pub(crate) async fn json(app: &App) -> Response {
                 "connected": scrape.cluster_fresh,
                 "errors": t.db_errors,
             },
+            "spool": p.spool.map(|spool| json!({
+                "pending": spool.pending,
+                "held": spool.held,
+                "heldQueues": spool.held_queues,
+                "heldRetries": spool.held_retries,
+                "failed": spool.failed,
+                "oldestAgeSeconds": spool.oldest_age.map_or(0.0, |age| age.as_secs_f64()),
+                "spooling": spool.spooling,
+            })),
             "memory": {
                 "rss": p.rss_bytes,
                 "ackRegistryBytes": p.memory.ack_registry_bytes,
