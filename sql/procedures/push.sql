@@ -470,9 +470,14 @@ CREATE OR REPLACE FUNCTION queen.log_drain_probe_v1(
     o_blob         bytea,
     o_now          timestamptz
 )
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 AS $$
+-- plpgsql, not sql: a LANGUAGE sql body is analysed when it is created, which
+-- locks the tables it names, and a re-apply must take no lock on a Queen
+-- table (sql/README.md, rule 2).
+BEGIN
+    RETURN QUERY
     WITH s AS MATERIALIZED (
         SELECT (s.i - 1)::integer AS slot, p.id AS pid, p.txns_start, s.since, s.hashes
           FROM unnest(p_tenants, p_queues, p_partitions, p_since, p_hashes)
@@ -507,7 +512,8 @@ AS $$
     SELECT m.slot, 'match'::text, m.pid, NULL::bigint, m.h, m.base_offset, m.frame, g.blob, NULL::timestamptz
       FROM matches m
       LEFT JOIN queen.log_segments g
-        ON m.first_of_segment AND g.partition_id = m.pid AND g.base_offset = m.base_offset
+        ON m.first_of_segment AND g.partition_id = m.pid AND g.base_offset = m.base_offset;
+END;
 $$;
 
 -- The drain's fallback below the sidecar: partition p_pid's segments below
@@ -522,12 +528,15 @@ CREATE OR REPLACE FUNCTION queen.log_drain_segments_v1(
     p_until  timestamptz,
     p_limit  integer
 ) RETURNS TABLE (o_base_offset bigint, o_created_at timestamptz, o_blob bytea)
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 AS $$
+BEGIN
+    RETURN QUERY
     SELECT g.base_offset, g.created_at, g.blob
       FROM queen.log_segments g
      WHERE g.partition_id = p_pid AND g.base_offset < p_before AND g.created_at < p_until
      ORDER BY g.base_offset DESC
-     LIMIT p_limit
+     LIMIT p_limit;
+END;
 $$;
