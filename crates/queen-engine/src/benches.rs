@@ -38,7 +38,7 @@ pub fn hotlist(c: &mut Criterion) {
             },
         );
     }
-    // Issue 20: the same push with 10,000 other queues' rings on the broker
+    // The same push with 10,000 other queues' rings on the broker
     // (a flat map of rings made this walk all of them), and the wheel's tick
     // over them with nothing due.
     {

@@ -151,7 +151,7 @@ impl Ring {
 /// Every ring of the broker, by queue, then group: a push marks the rings of
 /// its queue without visiting any other queue's (with one flat map keyed by
 /// (queue, group), every pushed partition walked every ring of the broker:
-/// 10,000 queues made that 10,000 comparisons a push, issue 20).
+/// 10,000 queues made that 10,000 comparisons a push).
 #[derive(Debug, Default)]
 pub(crate) struct HotList {
     rings: Mutex<Rings>,
@@ -325,7 +325,7 @@ impl HotList {
     /// [`HotList::take`] for one of `sharers` pops serving the ring at once:
     /// at most an even share of the ready names (but at least `floor`), so a
     /// few in-flight pops do not hold every name while the others find the
-    /// ring empty and park (issue 12, E).
+    /// ring empty and park.
     pub(crate) fn take_share(
         &self,
         queue: &str,

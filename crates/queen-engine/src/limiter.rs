@@ -10,7 +10,7 @@
 //!
 //! It starts at `initial` (default: `max`), not at `min`: growing one step a
 //! second from 1 left a freshly booted broker serving one pop at a time for
-//! about 15 s (issue 12, D8). Starting open is safe because the pool bounds
+//! about 15 s. Starting open is safe because the pool bounds
 //! the real concurrency and Vegas steps down as soon as round trips inflate.
 //!
 //! The ordering that makes this work is in the pop path, not here: the cheap
@@ -140,7 +140,7 @@ impl Limiter {
     /// Wait for a permit. Waiters are served first come, first served: a pop
     /// that found no free slot takes a ticket, and a free slot goes to the
     /// oldest ticket. (Every waiter used to race for each released slot, and
-    /// at 32 consumers some lost for a hundred milliseconds; issue 12, E.)
+    /// at 32 consumers some lost for a hundred milliseconds.)
     pub(crate) async fn acquire(self: &Arc<Self>) -> Permit {
         let mut queued: Option<Queued<'_>> = None;
         loop {

@@ -10,7 +10,7 @@
 //! - a queue that does not exist is trusted only while its wake gate has not
 //!   opened since the lookup: the push that creates a queue opens its gate
 //!   after commit, so the consumer it wakes looks the queue up again instead of
-//!   believing a stale "missing" for up to a second (issue 12, A). Without any
+//!   believing a stale "missing" for up to a second. Without any
 //!   wake (a push through another broker) "missing" lasts
 //!   [`MISSING_QUEUE_TTL`];
 //! - one lookup per queue at a time (single flight): the pops that wake
@@ -194,7 +194,7 @@ pub(crate) const MAX_DISCOVERY_ENTRIES: usize = 4096;
 /// read, and for at most [`QUEUE_INFO_TTL`]: every push, ack-promote and
 /// wheel promotion opens that gate, so a queue created or woken since is
 /// looked for again, and the empty re-polls of a parked discovery pop in a
-/// quiet namespace take no connection (issue 12, D3).
+/// quiet namespace take no connection.
 #[derive(Debug, Default)]
 pub(crate) struct DiscoveryCache {
     lists: Mutex<HashMap<DiscoveryKey, DiscoveryList>>,
@@ -356,7 +356,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn misses_for_queues_that_do_not_exist_do_not_pile_up() {
-        // Issue 14, item 3: 20,000 pops of random names, one a millisecond.
+        // 20,000 pops of random names, one a millisecond.
         // A miss is trusted for a second, so about 1,000 are fresh at any
         // time; the expired ones used to stay until the 65,536 cap.
         let cache = QueueCache::default();

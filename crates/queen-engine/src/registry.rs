@@ -225,7 +225,7 @@ mod tests {
 
     #[test]
     fn the_registry_is_bounded_by_bytes_as_well_as_by_entries() {
-        // Issue 14, item 3: 1,000 batches of 10,000 messages are 160 MB of
+        // 1,000 batches of 10,000 messages are 160 MB of
         // hashes; the count bound alone (100,000) would keep them all.
         let registry = AckRegistry::default();
         let later = Instant::now() + Duration::from_secs(60);

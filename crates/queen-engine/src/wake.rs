@@ -3,8 +3,8 @@
 //! Who wakes how many: a push (or an ack-promote) of one partition wakes one
 //! parked pop per consumer group parked on the queue (and every pop parked on
 //! that very partition), not every pop parked on the queue: ten thousand
-//! consumers parked on 100 queues used to wake a hundred pops per push
-//! (issue 20), all but one of which found nothing and parked again. A woken
+//! consumers parked on 100 queues used to wake a hundred pops per push,
+//! all but one of which found nothing and parked again. A woken
 //! pop that is cancelled before it runs hands its wake to the next waiter
 //! (`tokio::sync::Notify::notify_one`). Everything else that opens a gate
 //! (a lease or hold ending, a group's cursors moved, a queue deleted,
@@ -371,7 +371,7 @@ mod tests {
 
     #[test]
     fn idle_gates_of_client_chosen_names_are_swept_and_held_ones_stay() {
-        // Issue 14, item 3: a gate was made for every popped queue name and
+        // A gate was made for every popped queue name and
         // freed only on queue delete (20,000 random names: 8 MB to 52 MB RSS).
         let gates = WakeGates::default();
         let held = gates.gate("held");
@@ -444,7 +444,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn new_data_in_a_partition_wakes_one_pop_per_group_not_every_pop() {
-        // Issue 20: 10,000 consumers parked on 100 queues; every push woke
+        // 10,000 consumers parked on 100 queues; every push woke
         // all hundred parked on its queue.
         let gates = Arc::new(WakeGates::default());
         let gate = gates.gate("q");

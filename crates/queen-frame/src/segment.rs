@@ -48,7 +48,7 @@ pub struct SegmentBuilder {
 /// Packed frames shorter than this are compressed at [`SMALL_LEVEL`]: at
 /// that size entropy coding saves a few bytes and costs most of the time
 /// (building its Huffman table took 7% of the broker's CPU with
-/// single-message segments, issue 20). Still one zstd frame, read the same.
+/// single-message segments). Still one zstd frame, read the same.
 pub(crate) const SMALL_SEGMENT: usize = 1024;
 
 /// zstd's fastest level, which leaves literals unencoded.

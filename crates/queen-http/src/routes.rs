@@ -690,7 +690,7 @@ mod tests {
         }
     }
 
-    /// Issue 14, item 7, generated from the table: on every route, each name
+    /// Generated from the table: on every route, each name
     /// parameter holding a NUL (`%00` on the wire, which used to reach
     /// PostgreSQL and answer 500), a control character or 256 bytes is
     /// refused with the error naming its field, before any handler runs.

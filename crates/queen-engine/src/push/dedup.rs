@@ -462,7 +462,7 @@ mod tests {
 
     #[test]
     fn entries_count_in_the_budget_and_expired_ones_leave() {
-        // Issue 14, item 3. The budget counted only the hash sets: 10,000
+        // The budget once counted only the hash sets: 10,000
         // partitions with 200-byte names counted 10,000 small sets while
         // the names alone were 2 MB.
         let cache = DedupCache::new(DEFAULT_DEDUP_CACHE_BYTES);

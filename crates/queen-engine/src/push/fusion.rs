@@ -49,7 +49,7 @@ const MAX_LANES_PER_FLUSH: usize = 64;
 /// [`COALESCE_WAIT`]: below it a call's fixed cost in PostgreSQL (about half
 /// a millisecond of CPU, the same for one slot or 64) outweighs what running
 /// it alongside the other buys, so the ready lanes wait for the flush in
-/// flight and go in one call. Issue 20 measured single-message pushes over
+/// flight and go in one call. Measured with single-message pushes over
 /// 100 partitions: four flushers always starting at once made flushes of 5
 /// slots and spent 150 us of PostgreSQL CPU per message.
 const CONCURRENT_FLUSH_MESSAGES: usize = 256;

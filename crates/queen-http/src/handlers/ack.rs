@@ -332,7 +332,7 @@ mod tests {
                 ("b", vec![(0, 'x'), (2, 'z')])
             ]
         );
-        // Issue 14, item 6: a group per item. The scan per group that this
+        // A group per item. The scan per group that this
         // replaced made 3.6 billion visits here (seconds in a debug build,
         // and an engine call per group besides); one pass takes
         // milliseconds. The bound is generous.
@@ -347,7 +347,7 @@ mod tests {
 
     #[test]
     fn an_item_without_an_engine_outcome_names_the_failure() {
-        // Issue 14, item 11: it used to answer success:false, error:null,
+        // It used to answer success:false, error:null,
         // which reads as "unknown status".
         let missing = named_if_missing(None);
         assert!(!missing.success);

@@ -1,7 +1,7 @@
-//! Faults with real processes (issue 14, items 16 and 17): the broker
+//! Faults with real processes: the broker
 //! SIGKILLed mid-batch and restarted, PostgreSQL stopped and started under
 //! load, and the shutdown order on SIGTERM, including a second signal; and
-//! (issue 15) the same load through a maintenance window, with the broker
+//! the same load through a maintenance window, with the broker
 //! SIGKILLed while its spool holds pushes, and through a PostgreSQL outage
 //! the spool absorbs.
 //!
@@ -472,7 +472,7 @@ async fn until_drained(client: &Client) {
     }
 }
 
-/// Issue 15: pushes through a maintenance window with a SIGKILL while the
+/// Pushes through a maintenance window with a SIGKILL while the
 /// spool holds pushes, then through a PostgreSQL outage; afterwards every
 /// acknowledged message (queued, duplicate or buffered) is stored exactly
 /// once, delivered, and each partition's first deliveries come in push

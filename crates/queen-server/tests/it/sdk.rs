@@ -303,7 +303,7 @@ async fn the_official_python_sdk_pushes_consumes_acks_dead_letters_renews_and_co
     assert!(status.success(), "broker exit status {status}:\n{log}");
 }
 
-/// Issue 16: the official Python client's `Stream` API (a tumbling-window
+/// The official Python client's `Stream` API (a tumbling-window
 /// aggregation with a sink, `tests/sdk/stream_e2e.py`) over 3,000 messages
 /// on four partitions, with the broker restarted (SIGTERM, then a new
 /// process on the same port and database) while the stream runs: every
@@ -395,7 +395,7 @@ async fn the_python_stream_sdk_aggregates_windows_exactly_across_a_broker_restar
     assert!(status.success(), "broker exit status {status}:\n{log}");
 }
 
-/// Issue 18: the official Python client with a bearer token against a broker
+/// The official Python client with a bearer token against a broker
 /// with `JWT_ENABLED` (HS256): read-write works, no token is 401, read-only
 /// pushing is 403, another tenant's token sees nothing of the queue, and the
 /// token's `sub` is each message's producer (`tests/sdk/auth_e2e.py`).

@@ -1,5 +1,5 @@
 //! Which database errors count as transient (retry later: a pop answers
-//! empty, a request 503) and which must fail loudly (issue 14, item 8).
+//! empty, a request 503) and which must fail loudly.
 
 use queen_sql::SqlError;
 use queen_testkit::TestDb;

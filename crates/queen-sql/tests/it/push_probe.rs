@@ -296,7 +296,7 @@ async fn filing_a_dead_letter_under_someone_elses_live_lease_is_refused() {
     assert_eq!(state().await, (0, 1));
 }
 
-/// Issue 15, item 1: until the sidecar is purged, the duplicate probe
+/// Until the sidecar is purged, the duplicate probe
 /// without coverage and the hash-path ack walk a partition's whole sidecar
 /// history (the ack's span is bounded by the index only from above); after
 /// the retention step's purge both read about the window.

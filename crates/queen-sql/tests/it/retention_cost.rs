@@ -1,5 +1,5 @@
 //! A retention step costs what its work costs, not what the queue count
-//! costs (issue 20: with 10,000 queues and nothing to delete, every step
+//! costs (with 10,000 queues and nothing to delete, every step
 //! probed every queue's sidecar work-list, 10,000 index probes).
 
 use queen_testkit::TestDb;
