@@ -5,7 +5,8 @@
 //! - no trailing whitespace in `.rs`, `.sql`, `.md` and `.toml` files;
 //! - no ignored or should-panic tests, and no `todo!`/`unimplemented!` stubs;
 //! - every `.sql` file under `sql/` is listed in `queen-sql`'s registry, and every
-//!   file the registry names exists.
+//!   file the registry names exists;
+//! - no crate's `src/` but `queen-sql`'s (and the test kit's) holds SQL text.
 
 use std::path::{Path, PathBuf};
 
@@ -61,10 +62,54 @@ pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
         }
     }
     check_sql_registry(root, &mut problems);
+    check_sql_only_in_queen_sql(root, &files, &mut problems);
     if problems.is_empty() {
         Ok(())
     } else {
         Err(problems)
+    }
+}
+
+/// SQL text lives in `sql/` and `queen-sql` only: a crate's `src/` that
+/// spells a statement (the test kit's, test support, excepted; tests may).
+fn check_sql_only_in_queen_sql(root: &Path, files: &[PathBuf], problems: &mut Vec<String>) {
+    // Built from pieces so this file does not flag itself.
+    let statements = [
+        format!("\"{} ", "SELECT"),
+        format!("\"{} ", "WITH"),
+        format!("\"{} INTO", "INSERT"),
+        format!("\"{} FROM", "DELETE"),
+        format!("\"{} ", "LISTEN"),
+        format!("{}($", "pg_notify"),
+        format!(" FROM {}.", "queen"),
+    ];
+    for file in files {
+        let relative = rel(root, file);
+        let mut parts = relative.split('/');
+        let (Some("crates"), Some(krate), Some("src")) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        if matches!(krate, "queen-sql" | "queen-testkit")
+            || file.extension().is_none_or(|e| e != "rs")
+        {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(file) else {
+            continue;
+        };
+        for (idx, line) in text.lines().enumerate() {
+            // Docs may show a statement; code may not hold one.
+            if line.trim_start().starts_with("//") {
+                continue;
+            }
+            if statements.iter().any(|s| line.contains(s.as_str())) {
+                problems.push(format!(
+                    "{relative}:{}: SQL text outside queen-sql",
+                    idx + 1
+                ));
+            }
+        }
     }
 }
 
@@ -139,7 +184,11 @@ mod tests {
         std::fs::create_dir_all(&crates).unwrap();
         std::fs::create_dir_all(dir.join("crates/queen-sql/src")).unwrap();
         std::fs::create_dir_all(dir.join("sql/schema")).unwrap();
-        std::fs::write(crates.join("lib.rs"), "fn f() {} \n").unwrap();
+        std::fs::write(
+            crates.join("lib.rs"),
+            "fn f() {} \nconst Q: &str = \"SELECT 1\";\n",
+        )
+        .unwrap();
         std::fs::write(dir.join("sql/schema/001_x.sql"), "SELECT 1;\n").unwrap();
         std::fs::write(dir.join("crates/queen-sql/src/registry.rs"), "//! r\n").unwrap();
         for extra in ["README.md", "ARCHITECTURE.md", "Cargo.toml"] {
@@ -151,5 +200,9 @@ mod tests {
         assert!(text.contains("does not start with a //! doc"), "{text}");
         assert!(text.contains("trailing whitespace"), "{text}");
         assert!(text.contains("sql/schema/001_x.sql: not listed"), "{text}");
+        assert!(
+            text.contains("lib.rs:2: SQL text outside queen-sql"),
+            "{text}"
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! The `LISTEN`/`NOTIFY` transport: the zero-configuration mesh of brokers
 //! that share a database.
 //!
-//! A batch is sent as `pg_notify('queen_mesh', <hex>)` on a pooled
+//! A batch is sent as `pg_notify('queen_mesh', <hex>)` (`queen_sql::notify`) on a pooled
 //! connection, outside any transaction of the requests it reports (the
 //! sender task runs after their commits); PostgreSQL delivers it to every
 //! listening session. Each broker listens on one dedicated connection
@@ -17,8 +17,6 @@ use tokio_postgres::AsyncMessage;
 use super::wire;
 use super::{Apply, Counters};
 
-/// The channel.
-const CHANNEL: &str = "queen_mesh";
 /// Largest batch per notification: PostgreSQL takes payloads under 8000
 /// bytes, and hex doubles the batch.
 pub(crate) const MAX_BATCH: usize = 3900;
@@ -29,14 +27,7 @@ pub(crate) async fn send(pool: &deadpool_postgres::Pool, batches: &[Vec<u8>]) ->
     let Ok(client) = pool.get().await else {
         return false;
     };
-    client
-        .query_typed(
-            "SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p",
-            &[
-                (&CHANNEL, tokio_postgres::types::Type::TEXT),
-                (&payloads, tokio_postgres::types::Type::TEXT_ARRAY),
-            ],
-        )
+    queen_sql::notify::notify(&**client, &payloads)
         .await
         .is_ok()
 }
@@ -61,8 +52,11 @@ async fn listen(
     sender_id: u64,
     counters: &Counters,
     apply: &Apply,
-) -> Result<(), tokio_postgres::Error> {
-    let (client, mut connection) = config.connect(tokio_postgres::NoTls).await?;
+) -> Result<(), queen_sql::SqlError> {
+    let (client, mut connection) = config
+        .connect(tokio_postgres::NoTls)
+        .await
+        .map_err(queen_sql::SqlError::from)?;
     let (tx, mut rx) = tokio::sync::mpsc::channel(super::MAX_PENDING);
     // The connection is driven here; notifications come out of it.
     let driver = tokio::spawn(async move {
@@ -81,7 +75,7 @@ async fn listen(
             }
         }
     });
-    let listened = client.batch_execute(&format!("LISTEN {CHANNEL}")).await;
+    let listened = queen_sql::notify::listen(&client).await;
     if let Err(error) = listened {
         driver.abort();
         return Err(error);
