@@ -758,7 +758,7 @@ impl Engine {
         &self,
         tenant: &str,
         cycle: crate::StreamCycle,
-    ) -> Result<Result<crate::CycleDone, String>, EngineError> {
+    ) -> Result<crate::CycleDone, EngineError> {
         self.txns.stream_cycle(tenant, cycle).await
     }
 

@@ -22,6 +22,12 @@ pub enum EngineError {
     )]
     EncryptionKeyMissing { queue: String },
 
+    /// A streams cycle was refused (no such query, an ack that does not
+    /// apply): nothing of it was written. The contract answers it 200 with
+    /// `success: false`.
+    #[error("{0}")]
+    CycleRefused(String),
+
     /// A configure asks for `encryptionEnabled` on a broker without a key:
     /// refused before any I/O, so no queue exists that this broker would then
     /// fail every push to.
@@ -129,6 +135,7 @@ impl EngineError {
             | EngineError::BatchTooLarge
             | EngineError::TransactionFailed { .. }
             | EngineError::Internal(_)
+            | EngineError::CycleRefused(_)
             | EngineError::SpoolWrite(_) => false,
             EngineError::InvalidConfiguration { .. } => false,
         }

@@ -78,6 +78,26 @@ pub enum HttpError {
     #[error("JWKS fetch failed")]
     JwksUnavailable,
 
+    /// A streaming query is registered with another `config_hash` and the
+    /// request did not ask for `reset`: 409 with the contract's body
+    /// (`success`, `query_id`, `name`, `error`), which the streams clients
+    /// turn into their hash-mismatch error.
+    #[error("{error}")]
+    QueryMismatch {
+        query_id: String,
+        name: String,
+        error: String,
+    },
+
+    /// A streams cycle was refused and wrote nothing: the contract answers
+    /// 200 with `success: false` (`query_id`, `partition_id`, `error`).
+    #[error("{reason}")]
+    CycleRefused {
+        query_id: String,
+        partition_id: String,
+        reason: String,
+    },
+
     /// The engine failed.
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -117,6 +137,24 @@ impl HttpError {
                 );
                 res
             }
+            HttpError::QueryMismatch {
+                query_id,
+                name,
+                error,
+            } => response::json(
+                self.status(),
+                &serde_json::json!({"success": false, "query_id": query_id, "name": name,
+                                    "error": error}),
+            ),
+            HttpError::CycleRefused {
+                query_id,
+                partition_id,
+                reason,
+            } => response::json(
+                self.status(),
+                &serde_json::json!({"success": false, "query_id": query_id,
+                                    "partition_id": partition_id, "error": reason}),
+            ),
             HttpError::MethodNotAllowed { allow, .. } => {
                 let mut res = response::error(self.status(), &self.to_string());
                 if let Ok(allow) = hyper::header::HeaderValue::from_str(allow) {
@@ -144,7 +182,8 @@ impl HttpError {
         match self {
             HttpError::RouteNotFound { .. } | HttpError::NotFound(_) => StatusCode::NOT_FOUND,
             HttpError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
-            HttpError::Conflict(_) => StatusCode::CONFLICT,
+            HttpError::Conflict(_) | HttpError::QueryMismatch { .. } => StatusCode::CONFLICT,
+            HttpError::CycleRefused { .. } => StatusCode::OK,
             HttpError::Forbidden(_) => StatusCode::FORBIDDEN,
             HttpError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             HttpError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -193,6 +232,9 @@ fn engine_reply(error: &EngineError) -> (StatusCode, Cow<'static, str>) {
             (StatusCode::BAD_REQUEST, Cow::Owned(error.to_string()))
         }
         // Backpressure: consumers make room, the client retries later.
+        // A refused cycle is an answer, not a failure (the handler adds the
+        // cycle's ids: HttpError::CycleRefused).
+        EngineError::CycleRefused(reason) => (StatusCode::OK, Cow::Owned(reason.clone())),
         EngineError::QueueFull { .. } => {
             (StatusCode::TOO_MANY_REQUESTS, Cow::Owned(error.to_string()))
         }

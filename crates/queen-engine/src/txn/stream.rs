@@ -84,13 +84,13 @@ pub struct CycleAck {
 }
 
 impl Transactions {
-    /// Commit `cycle`; `Ok(Err(reason))` when it was refused and nothing of
-    /// it applied (no such query, an ack that did not apply).
+    /// Commit `cycle`; [`EngineError::CycleRefused`] when it was refused and
+    /// nothing of it applied (no such query, an ack that did not apply).
     pub(crate) async fn stream_cycle(
         &self,
         tenant: &str,
         cycle: StreamCycle,
-    ) -> Result<Result<CycleDone, String>, EngineError> {
+    ) -> Result<CycleDone, EngineError> {
         let StreamCycle {
             query_id,
             partition_id,
@@ -101,7 +101,9 @@ impl Transactions {
             release_lease,
         } = cycle;
         if let Some(AckStatus::Other(status)) = ack.as_ref().map(|a| &a.status) {
-            return Ok(Err(format!("unknown ack status {status:?}")));
+            return Err(EngineError::CycleRefused(format!(
+                "unknown ack status {status:?}"
+            )));
         }
         let mut client = self.pool.get().await.map_err(queen_sql::SqlError::from)?;
         let tx = client
@@ -109,7 +111,7 @@ impl Transactions {
             .await
             .map_err(queen_sql::SqlError::from)?;
         let Some(queue) = queen_sql::streams::cycle_query(&*tx, tenant, query_id).await? else {
-            return Ok(Err("query not found".to_owned()));
+            return Err(EngineError::CycleRefused("query not found".to_owned()));
         };
 
         // The last op on a key wins.
@@ -160,7 +162,7 @@ impl Transactions {
                 .next()
                 .ok_or(EngineError::Internal("an ack answered no outcome"))?;
             if !outcome.success {
-                return Ok(Err(format!(
+                return Err(EngineError::CycleRefused(format!(
                     "ack failed: {}",
                     outcome.error.as_deref().unwrap_or("not applied")
                 )));
@@ -188,11 +190,11 @@ impl Transactions {
         if let Some((queue, partition)) = promote {
             self.ready.promoted(tenant, &queue, &group, &partition);
         }
-        Ok(Ok(CycleDone {
+        Ok(CycleDone {
             queue,
             state_ops_applied,
             pushed,
             ack: acked,
-        }))
+        })
     }
 }

@@ -88,18 +88,14 @@ pub(crate) async fn register(
         Registered::Same(id) => (id, false, false),
         Registered::Reset(id) => (id, false, true),
         Registered::Mismatch { query_id, stored } => {
-            return Ok(response::json(
-                StatusCode::CONFLICT,
-                &json!({
-                    "success": false,
-                    "query_id": query_id.to_string(),
-                    "name": name,
-                    "error": format!(
-                        "config_hash mismatch: the query is registered with {stored}, \
-                         this request has {config_hash}; pass reset: true to wipe its state"
-                    ),
-                }),
-            ))
+            return Err(HttpError::QueryMismatch {
+                query_id: query_id.to_string(),
+                name: name.to_owned(),
+                error: format!(
+                    "config_hash mismatch: the query is registered with {stored}, \
+                     this request has {config_hash}; pass reset: true to wipe its state"
+                ),
+            })
         }
     };
     Ok(response::json(
@@ -319,21 +315,15 @@ pub(crate) async fn cycle(
                 release_lease,
             },
         )
-        .await?;
-    let done = match done {
-        Ok(done) => done,
-        Err(reason) => {
-            return Ok(response::json(
-                StatusCode::OK,
-                &json!({
-                    "success": false,
-                    "query_id": query_id.to_string(),
-                    "partition_id": partition_id.to_string(),
-                    "error": reason,
-                }),
-            ))
-        }
-    };
+        .await
+        .map_err(|error| match error {
+            queen_engine::EngineError::CycleRefused(reason) => HttpError::CycleRefused {
+                query_id: query_id.to_string(),
+                partition_id: partition_id.to_string(),
+                reason,
+            },
+            other => HttpError::Engine(other),
+        })?;
     let push_results: Vec<Value> = done
         .pushed
         .iter()
