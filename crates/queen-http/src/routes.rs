@@ -455,58 +455,113 @@ async fn route_method(
     if let Err(error) = checked {
         return (route.pattern, error.into_response());
     }
-    let res = dispatch(app, req, route.endpoint, &params, &caller)
-        .await
-        .unwrap_or_else(HttpError::into_response);
+    let res = dispatch(
+        app,
+        req,
+        route.endpoint,
+        &Params::new(route, &params),
+        &caller,
+    )
+    .await
+    .unwrap_or_else(HttpError::into_response);
     (route.pattern, res)
 }
 
 /// The handler of `endpoint`. Handlers that read the body take the request
 /// by value.
+/// A matched route's parameters, by the name its pattern gives them
+/// (`:queue` is `"queue"`), so a pattern's order is its own business.
+pub(crate) struct Params<'a> {
+    route: &'a Route,
+    values: &'a [&'a str],
+}
+
+impl<'a> Params<'a> {
+    fn new(route: &'a Route, values: &'a [&'a str]) -> Params<'a> {
+        Params { route, values }
+    }
+
+    /// The value of parameter `name`. A name the pattern lacks is a bug in
+    /// `dispatch`, not in the request: debug builds (every test) stop on it;
+    /// release builds answer as for an empty value (a 400 naming the field).
+    fn get(&self, name: &str) -> &'a str {
+        let index = self
+            .route
+            .parameters()
+            .position(|parameter| parameter.strip_prefix(':') == Some(name));
+        debug_assert!(
+            index.is_some(),
+            "{} has no parameter :{name}",
+            self.route.pattern
+        );
+        index
+            .and_then(|index| self.values.get(index).copied())
+            .unwrap_or_default()
+    }
+}
+
 async fn dispatch(
     app: &App,
     req: Request,
     endpoint: Endpoint,
-    params: &[&str],
+    params: &Params<'_>,
     who: &Caller,
 ) -> Result<Response, HttpError> {
     let engine = &*app.engine;
     let t = &*who.tenant;
-    let param = |index: usize| params.get(index).copied().unwrap_or_default();
+    let param = |name: &str| params.get(name);
     match endpoint {
         E::Health => Ok(handlers::health::get(engine).await),
         E::Configure => handlers::configure::post(engine, req, t).await,
         E::Push => handlers::push::post(engine, req, who).await,
         E::Ack => handlers::ack::single(engine, req, t).await,
         E::AckBatch => handlers::ack::batch(engine, req, t).await,
-        E::LeaseExtend => handlers::lease::extend(engine, req, t, param(0)).await,
+        E::LeaseExtend => handlers::lease::extend(engine, req, t, param("lease")).await,
         E::Transaction => handlers::transaction::post(engine, req, who).await,
         E::Traces => handlers::traces::post(engine, req, t).await,
         E::Dlq => handlers::dlq::list(engine, &req, t).await,
-        E::DeleteMessage => handlers::dlq::delete_message(engine, t, param(0), param(1)).await,
-        E::RetryMessage => handlers::dlq::retry_message(engine, req, t, param(0), param(1)).await,
+        E::DeleteMessage => {
+            handlers::dlq::delete_message(engine, t, param("partition_id"), param("transaction_id"))
+                .await
+        }
+        E::RetryMessage => {
+            handlers::dlq::retry_message(
+                engine,
+                req,
+                t,
+                param("partition_id"),
+                param("transaction_id"),
+            )
+            .await
+        }
         E::RequeueDlq => handlers::dlq::requeue(engine, req, t).await,
         E::PopDiscovery => handlers::pop::discovery(app, &req, &who.tenant).await,
-        E::PopQueue => handlers::pop::queue(app, &req, &who.tenant, param(0)).await,
+        E::PopQueue => handlers::pop::queue(app, &req, &who.tenant, param("queue")).await,
         E::PopPartition => {
-            handlers::pop::partition(app, &req, &who.tenant, param(0), param(1)).await
+            handlers::pop::partition(app, &req, &who.tenant, param("queue"), param("partition"))
+                .await
         }
-        E::DeleteQueue => handlers::queues::delete(engine, t, param(0)).await,
+        E::DeleteQueue => handlers::queues::delete(engine, t, param("queue")).await,
         E::ListGroups => handlers::consumer_groups::list(engine, t).await,
         E::LaggingGroups => handlers::consumer_groups::lagging(engine, &req, t).await,
-        E::GetGroup => handlers::consumer_groups::get(engine, t, param(0)).await,
-        E::DeleteGroup => handlers::consumer_groups::delete(engine, &req, t, param(0), None).await,
+        E::GetGroup => handlers::consumer_groups::get(engine, t, param("group")).await,
+        E::DeleteGroup => {
+            handlers::consumer_groups::delete(engine, &req, t, param("group"), None).await
+        }
         E::DeleteGroupOnQueue => {
-            handlers::consumer_groups::delete(engine, &req, t, param(0), Some(param(1))).await
+            handlers::consumer_groups::delete(engine, &req, t, param("group"), Some(param("queue")))
+                .await
         }
         E::GroupSubscription => {
-            handlers::consumer_groups::subscription(engine, req, t, param(0)).await
+            handlers::consumer_groups::subscription(engine, req, t, param("group")).await
         }
         E::SeekQueue => {
-            handlers::consumer_groups::seek(engine, req, t, param(0), param(1), None).await
+            handlers::consumer_groups::seek(engine, req, t, param("group"), param("queue"), None)
+                .await
         }
         E::SeekPartition => {
-            let (group, queue, partition) = (param(0), param(1), Some(param(2)));
+            let (group, queue, partition) =
+                (param("group"), param("queue"), Some(param("partition")));
             handlers::consumer_groups::seek(engine, req, t, group, queue, partition).await
         }
         E::StreamQueries => handlers::streams::register(engine, req, t).await,
@@ -521,30 +576,86 @@ async fn dispatch(
         E::MetricsPrometheus => handlers::metrics::prometheus(app, &req).await,
         E::Overview => handlers::admin::resources(engine, t, AdminView::Overview).await,
         E::ListQueues => handlers::admin::resources(engine, t, AdminView::Queues).await,
-        E::GetQueue => handlers::admin::resources(engine, t, AdminView::Queue(param(0))).await,
+        E::GetQueue => {
+            handlers::admin::resources(engine, t, AdminView::Queue(param("queue"))).await
+        }
         E::Namespaces => handlers::admin::resources(engine, t, AdminView::Namespaces).await,
         E::Tasks => handlers::admin::resources(engine, t, AdminView::Tasks).await,
         E::Status => handlers::admin::status(engine, &req, t).await,
         E::StatusQueues => handlers::admin::status_queues(engine, &req, t).await,
-        E::StatusQueue => handlers::admin::queue_detail(engine, t, param(0)).await,
+        E::StatusQueue => handlers::admin::queue_detail(engine, t, param("queue")).await,
         E::StatusAnalytics => handlers::admin::analytics(engine, &req, t).await,
         E::Analytics(which) => handlers::admin::analytics_view(engine, &req, t, which).await,
         E::TraceNames => handlers::admin::trace_names(engine, &req, t).await,
-        E::TracesByName => handlers::admin::traces_by_name(engine, &req, t, param(0)).await,
-        E::MessageTraces => handlers::admin::message_traces(engine, t, param(0), param(1)).await,
+        E::TracesByName => {
+            handlers::admin::traces_by_name(engine, &req, t, param("trace_name")).await
+        }
+        E::MessageTraces => {
+            handlers::admin::message_traces(
+                engine,
+                t,
+                param("partition_id"),
+                param("transaction_id"),
+            )
+            .await
+        }
         E::RefreshStats => handlers::admin::refresh_stats(engine).await,
         E::ListMessages => handlers::messages::list(engine, &req, t).await,
-        E::GetMessage => handlers::messages::detail(engine, t, param(0), param(1)).await,
-        E::MessageToDlq => {
-            handlers::messages::move_to_dlq(engine, req, t, param(0), param(1)).await
+        E::GetMessage => {
+            handlers::messages::detail(engine, t, param("partition_id"), param("transaction_id"))
+                .await
         }
-        E::QueueMessages => handlers::messages::queue_messages(engine, &req, t, param(0)).await,
+        E::MessageToDlq => {
+            handlers::messages::move_to_dlq(
+                engine,
+                req,
+                t,
+                param("partition_id"),
+                param("transaction_id"),
+            )
+            .await
+        }
+        E::QueueMessages => {
+            handlers::messages::queue_messages(engine, &req, t, param("queue")).await
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parameters_are_read_by_name_whatever_their_order() {
+        let segments = [
+            "api",
+            "v1",
+            "consumer-groups",
+            "G",
+            "queues",
+            "Q",
+            "partitions",
+            "P",
+            "seek",
+        ];
+        let (found, values) = find(&Method::POST, &segments).unwrap();
+        let params = Params::new(found, &values);
+        assert_eq!(
+            (
+                params.get("group"),
+                params.get("queue"),
+                params.get("partition")
+            ),
+            ("G", "Q", "P")
+        );
+        // The same names in another order of the pattern read the same.
+        let reordered = Route {
+            pattern: "/x/:queue/y/:group",
+            ..route(Method::GET, "/", E::Health, Access::Public, false)
+        };
+        let params = Params::new(&reordered, &["Q", "G"]);
+        assert_eq!((params.get("group"), params.get("queue")), ("G", "Q"));
+    }
 
     /// (method, path, endpoint, parameters): what the table must answer.
     const CASES: &[(Method, &str, Endpoint, &[&str])] = &[
