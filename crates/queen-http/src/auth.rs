@@ -116,9 +116,7 @@ impl Default for AuthConfig {
             issuer: None,
             audience: None,
             clock_skew: Duration::from_secs(30),
-            skip_paths: ["/health", "/metrics/prometheus", "/metrics", "/"]
-                .map(str::to_owned)
-                .to_vec(),
+            skip_paths: crate::routes::public_paths(),
             role_claim: "role".to_owned(),
             roles_claim: "roles".to_owned(),
             role_names: ["admin", "read-write", "read-only"].map(str::to_owned),

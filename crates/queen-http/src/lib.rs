@@ -35,7 +35,7 @@ mod wire;
 pub use auth::{Auth, AuthConfig, JwtAlgorithm};
 pub use error::HttpError;
 pub use jwks::{JwksConfig, MAX_DOCUMENT_BYTES as MAX_JWKS_BYTES, MAX_KEYS as MAX_JWKS_KEYS};
-pub use routes::Access;
+pub use routes::{public_paths, Access};
 
 /// The route table as (method, pattern, access level, tenant-scoped), in
 /// match order: for tests that walk every route.

@@ -469,6 +469,25 @@ async fn route_method(
 
 /// The handler of `endpoint`. Handlers that read the body take the request
 /// by value.
+/// What `JWT_SKIP_PATHS` defaults to: the path of every public route, and
+/// `/` (the status page or the dashboard, which is not a route).
+pub fn public_paths() -> Vec<String> {
+    ROUTES
+        .iter()
+        .filter(|route| route.access == Access::Public)
+        .map(|route| route.pattern.to_owned())
+        .chain(std::iter::once("/".to_owned()))
+        .collect()
+}
+
+/// Whether `segment` is the first segment of some route's pattern (what the
+/// dashboard's static files may never shadow).
+pub(crate) fn is_route_root(segment: &str) -> bool {
+    ROUTES
+        .iter()
+        .any(|route| route.segments().next() == Some(segment))
+}
+
 /// A matched route's parameters, by the name its pattern gives them
 /// (`:queue` is `"queue"`), so a pattern's order is its own business.
 pub(crate) struct Params<'a> {

@@ -40,12 +40,12 @@ const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 const NO_CACHE: &str = "no-cache, no-store, must-revalidate";
 const HOUR: &str = "public, max-age=3600";
 
-/// Paths that belong to the API even when no route matched them.
+/// Paths that belong to the API even when no route matched them: those whose
+/// first segment is a route's (the route table decides: `/api`, `/health`,
+/// `/metrics`, `/streams`), and the reference broker's `/internal`.
 fn reserved(path: &str) -> bool {
-    ["/api/", "/health", "/metrics", "/streams", "/internal/"]
-        .iter()
-        .any(|prefix| path.starts_with(prefix))
-        || path == "/api"
+    let first = path.split('/').find(|segment| !segment.is_empty());
+    first == Some("internal") || first.is_some_and(crate::routes::is_route_root)
 }
 
 /// A dashboard folder.
@@ -195,7 +195,7 @@ mod tests {
         ] {
             assert!(reserved(path), "{path}");
         }
-        for path in ["/", "/queues", "/assets/app.js", "/apis"] {
+        for path in ["/", "/queues", "/assets/app.js", "/apis", "/healthz"] {
             assert!(!reserved(path), "{path}");
         }
     }

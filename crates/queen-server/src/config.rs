@@ -146,7 +146,7 @@ pub(crate) struct Config {
     #[arg(
         long,
         env = "JWT_SKIP_PATHS",
-        default_value = "/health,/metrics/prometheus,/metrics,/"
+        default_value = "/health,/metrics,/metrics/prometheus,/"
     )]
     pub(crate) jwt_skip_paths: String,
 
@@ -385,5 +385,27 @@ impl Config {
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
             chosen: self.data_dir.is_some(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// The `JWT_SKIP_PATHS` default `--help` and the README print is the
+    /// route table's public paths (`queen_http::public_paths`).
+    #[test]
+    fn the_skip_paths_default_is_the_route_tables_public_paths() {
+        let command = super::Config::command();
+        let arg = command
+            .get_arguments()
+            .find(|arg| arg.get_id() == "jwt_skip_paths")
+            .expect("the JWT_SKIP_PATHS argument");
+        let default: Vec<String> = arg
+            .get_default_values()
+            .iter()
+            .map(|value| value.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(default, [queen_http::public_paths().join(",")]);
     }
 }
