@@ -177,7 +177,7 @@ pub(crate) fn json<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, 
 }
 
 /// The body of `req` as a JSON object; an empty body counts as `{}`.
-pub(crate) async fn object(req: crate::server::Request) -> Result<serde_json::Value, HttpError> {
+pub(crate) async fn object(req: crate::context::Request) -> Result<serde_json::Value, HttpError> {
     let (parts, body) = req.into_parts();
     let bytes = read(&parts, body).await?;
     if bytes.iter().all(u8::is_ascii_whitespace) {

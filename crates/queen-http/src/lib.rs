@@ -17,6 +17,7 @@
 
 mod auth;
 mod body;
+mod context;
 mod error;
 #[cfg(feature = "fuzz")]
 #[doc(hidden)]
@@ -43,7 +44,8 @@ pub use routes::{public_paths, Access};
 pub fn route_table() -> Vec<(&'static str, &'static str, Access, bool)> {
     routes::table()
 }
-pub use server::{serve, ServeOptions, WireDefaults};
+pub use context::WireDefaults;
+pub use server::{serve, ServeOptions};
 pub use static_files::{Webapp, MAX_FILE_BYTES};
 
 /// The 200 body of a pop, exactly as the broker sends it (public for the

@@ -17,12 +17,12 @@ use hyper::{Method, StatusCode};
 use queen_engine::AdminView;
 
 use crate::auth::Caller;
+use crate::context::{App, Request};
 use crate::error::HttpError;
 use crate::handlers;
 use crate::metrics::{STATIC, UNMATCHED};
 use crate::query;
 use crate::response::{self, Response};
-use crate::server::{App, Request};
 
 /// Who may call a route (wire-api.md §1: PUB, RO, RW, ADM).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

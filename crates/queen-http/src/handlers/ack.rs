@@ -24,10 +24,10 @@ use queen_engine::{AckItem, AckOutcome, AckStatus, Engine, QUEUE_MODE_GROUP};
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::context::Request;
 use crate::error::HttpError;
 use crate::json::{push_opt_str, push_str};
 use crate::response::{self, Response};
-use crate::server::Request;
 
 /// A JSON string field: borrowed from the body unless it holds escapes.
 #[derive(Debug, Deserialize)]

@@ -11,10 +11,10 @@ use std::time::Duration;
 use hyper::StatusCode;
 use queen_engine::{AdminRange, AdminView, Engine, QueueSeries};
 
+use crate::context::Request;
 use crate::error::HttpError;
 use crate::query::Query;
 use crate::response::{self, Response};
-use crate::server::Request;
 
 /// The default window of the status and analytics views.
 const DEFAULT_WINDOW: Duration = Duration::from_secs(3600);

@@ -35,9 +35,9 @@ use hyper::StatusCode;
 use queen_engine::{ConfigureQueue, Configured, Engine, QueueSettings};
 use serde_json::{Map, Value};
 
+use crate::context::Request;
 use crate::error::HttpError;
 use crate::response::{self, Response};
-use crate::server::Request;
 
 pub(crate) async fn post(
     engine: &Engine,

@@ -57,10 +57,10 @@ use hyper::StatusCode;
 use queen_engine::{CursorLag, Engine, GroupSummary, SeekTarget};
 use serde_json::{json, Value};
 
+use crate::context::Request;
 use crate::error::HttpError;
 use crate::query::Query;
 use crate::response::{self, Response};
-use crate::server::Request;
 
 /// A group is `"Lagging"` when some cursor's oldest unconsumed message is
 /// older than this many seconds.

@@ -30,10 +30,10 @@ use hyper::StatusCode;
 use queen_engine::{DlqFilter, DlqTake, Engine, MAX_REPLAY};
 use serde_json::Value;
 
+use crate::context::Request;
 use crate::error::HttpError;
 use crate::query::Query;
 use crate::response::{self, Response};
-use crate::server::Request;
 use crate::wire::format_micros;
 
 pub(crate) async fn list(

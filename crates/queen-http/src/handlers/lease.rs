@@ -10,9 +10,9 @@ use hyper::StatusCode;
 use queen_engine::Engine;
 use serde_json::{json, Value};
 
+use crate::context::Request;
 use crate::error::HttpError;
 use crate::response::{self, Response};
-use crate::server::Request;
 
 /// Lease extension when the body names none.
 const DEFAULT_SECONDS: i64 = 60;

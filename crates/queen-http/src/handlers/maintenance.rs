@@ -24,9 +24,9 @@ use hyper::StatusCode;
 use queen_engine::{Engine, SpoolStats};
 use serde_json::{json, Value};
 
+use crate::context::Request;
 use crate::error::HttpError;
 use crate::response::{self, Response};
-use crate::server::Request;
 
 /// The `enabled` flag of a maintenance POST body.
 async fn enabled(req: Request) -> Result<bool, HttpError> {

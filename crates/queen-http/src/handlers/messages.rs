@@ -29,10 +29,10 @@ use queen_engine::{
 };
 use serde_json::{json, Value};
 
+use crate::context::Request;
 use crate::error::HttpError;
 use crate::query::Query;
 use crate::response::{self, Response};
-use crate::server::Request;
 
 /// The listing's default window.
 const DEFAULT_WINDOW: Duration = Duration::from_secs(3600);

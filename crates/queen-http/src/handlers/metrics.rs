@@ -30,10 +30,10 @@ use prometheus_client::registry::Registry;
 use queen_engine::metrics::{EngineCollector, QueueSeries};
 use serde_json::json;
 
+use crate::context::{App, Request};
 use crate::error::HttpError;
 use crate::response::{self, Response};
 use crate::routes::Access;
-use crate::server::{App, Request};
 
 const TEXT_0_0_4: &str = "text/plain; version=0.0.4; charset=utf-8";
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

@@ -19,11 +19,11 @@ use std::time::{Duration, SystemTime};
 use hyper::StatusCode;
 use queen_engine::{PopRequest, PopTarget, Popped, SubscriptionMode, QUEUE_MODE_GROUP};
 
+use crate::context::{App, Request};
 use crate::error::HttpError;
 use crate::json::{push_opt_str, push_str, push_uuid};
 use crate::query::Query;
 use crate::response::{self, Response};
-use crate::server::{App, Request};
 
 /// The longest long-poll accepted; longer timeouts are clamped.
 const MAX_TIMEOUT: Duration = Duration::from_secs(3600);

@@ -24,10 +24,10 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::auth::Caller;
+use crate::context::Request;
 use crate::error::HttpError;
 use crate::json::{push_str, push_uuid};
 use crate::response::{self, Response};
-use crate::server::Request;
 
 /// Longest transaction id accepted, in bytes.
 const MAX_TRANSACTION_ID_BYTES: usize = 1024;

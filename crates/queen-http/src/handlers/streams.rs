@@ -37,9 +37,9 @@ use queen_engine::{
 use serde_json::{json, Value};
 
 use crate::auth::Caller;
+use crate::context::Request;
 use crate::error::HttpError;
 use crate::response::{self, Response};
-use crate::server::Request;
 use crate::wire::{format_millis, optional_string};
 
 /// A required non-empty string field.

@@ -10,9 +10,9 @@ use hyper::StatusCode;
 use queen_engine::{Engine, TraceEvent, QUEUE_MODE_GROUP};
 use serde_json::{json, Value};
 
+use crate::context::Request;
 use crate::error::HttpError;
 use crate::response::{self, Response};
-use crate::server::Request;
 
 pub(crate) async fn post(
     engine: &Engine,

@@ -23,9 +23,9 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use crate::auth::Caller;
+use crate::context::Request;
 use crate::error::HttpError;
 use crate::response::{self, Response};
-use crate::server::Request;
 
 #[derive(Deserialize)]
 struct Body<'a> {
