@@ -6,7 +6,7 @@
 //! contract defines these bodies as procedure results, and building the same
 //! shapes again in Rust would double dozens of field lists for no gain: the
 //! engine adds nothing to them. Views that need frames decoded (message
-//! listing and detail) are built in Rust instead (`messages.rs`).
+//! listing and detail) are built in Rust instead (`lifecycle/messages.rs`).
 
 use queen_sql::admin::{QueueSeries, Range};
 use serde_json::Value;

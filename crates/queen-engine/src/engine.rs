@@ -1019,7 +1019,7 @@ impl Engine {
     }
 
     /// One page of the message listing, newest first (see
-    /// `messages.rs`): at most `limit` messages after skipping `offset`,
+    /// `lifecycle/messages.rs`): at most `limit` messages after skipping `offset`,
     /// only those of `status` when given.
     pub async fn list_messages(
         &self,

@@ -17,9 +17,7 @@ mod admin;
 #[doc(hidden)]
 pub mod benches;
 mod bounded;
-mod configure;
 pub mod crypto;
-mod dlq;
 mod engine;
 mod error;
 mod health;
@@ -28,7 +26,6 @@ mod lifecycle;
 mod limiter;
 mod maintenance;
 mod mesh;
-mod messages;
 pub mod metrics;
 pub mod naming;
 mod offload;
@@ -42,8 +39,6 @@ mod retention;
 mod spool;
 mod stats;
 mod stats_writer;
-mod streams;
-mod traces;
 mod txn;
 mod wake;
 mod warm;
@@ -52,18 +47,20 @@ use std::time::Duration;
 
 pub use ack::{AckItem, AckOutcome, AckStatus, LeaseError, INVALID_LEASE};
 pub use admin::AdminView;
-pub use configure::{ConfigureQueue, Configured, QueueSettings, MAX_NAME_BYTES};
 pub use crypto::EncryptionKey;
-pub use dlq::DeadLetter;
 pub use engine::{Engine, Health, MemoryStats, Pushed};
 pub use error::EngineError;
-pub use lifecycle::{CursorLag, GroupDeletion, GroupSummary, SeekTarget, Seeked, Subscription};
-pub use limiter::{LimiterConfig, LimiterStats};
-pub use mesh::{test_datagram as mesh_test_datagram, Hint, MeshConfig, MeshStats, MeshTransport};
-pub use messages::{
+pub use lifecycle::configure::{ConfigureQueue, Configured, QueueSettings, MAX_NAME_BYTES};
+pub use lifecycle::dlq::DeadLetter;
+pub use lifecycle::messages::{
     GroupView, ListedMessage, MessageDetail, MessagePage, MessageStatus, MovedToDlq,
     MAX_PAGE_SEGMENTS,
 };
+pub use lifecycle::streams::{MAX_CONFIG_HASH_BYTES, MAX_STATE_KEY_BYTES};
+pub use lifecycle::traces::TraceEvent;
+pub use lifecycle::{CursorLag, GroupDeletion, GroupSummary, SeekTarget, Seeked, Subscription};
+pub use limiter::{LimiterConfig, LimiterStats};
+pub use mesh::{test_datagram as mesh_test_datagram, Hint, MeshConfig, MeshStats, MeshTransport};
 pub use pop::{
     PopRequest, PopTarget, PopWait, Popped, PoppedMessage, SubscriptionMode, QUEUE_MODE_GROUP,
 };
@@ -76,8 +73,6 @@ pub use queen_sql::{error_chain, SqlError};
 pub use retention::RetentionStats;
 pub use spool::{Buffered, SpoolConfig, SpoolStats};
 pub use stats::{LagWindow, QueueMinute, TotalsSnapshot, MAX_QUEUES_PER_MINUTE};
-pub use streams::{MAX_CONFIG_HASH_BYTES, MAX_STATE_KEY_BYTES};
-pub use traces::TraceEvent;
 pub use txn::{CycleAck, CycleDone, Replayed, StateOp, StreamCycle, TxnOp, TxnResult, MAX_REPLAY};
 
 /// Engine-wide settings.

@@ -7,6 +7,12 @@
 //! transaction) is retried a few times. After the commit the broker's caches
 //! are told: [`Engine::queue_deleted`] or [`Engine::group_changed`].
 
+pub(crate) mod configure;
+pub(crate) mod dlq;
+pub(crate) mod messages;
+pub(crate) mod streams;
+pub(crate) mod traces;
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
