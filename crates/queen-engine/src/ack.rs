@@ -24,7 +24,7 @@ use queen_sql::ack::{AckAnswer, AckCall, AckNeeds, AckResults, DlqFrame, ItemRes
 use uuid::Uuid;
 
 use crate::naming::split_queue_key;
-use crate::ready::Ready;
+use crate::pop::Ready;
 use crate::registry::AckRegistry;
 use crate::EngineError;
 

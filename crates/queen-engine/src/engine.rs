@@ -7,7 +7,7 @@
 //!
 //! | component | owns | holds of others |
 //! | --- | --- | --- |
-//! | push fusion (`push::Fusion`) | lanes, flushers, dedup cache | [`Ready`](crate::ready::Ready), the at-rest flags |
+//! | push fusion (`push::Fusion`) | lanes, flushers, dedup cache | [`Ready`](crate::pop::Ready), the at-rest flags |
 //! | pop serving (`pop::Serving`) | hot-list, wake gates, limiter, pop caches, revisit wheel | the ack registry (writes), the at-rest key |
 //! | acks (`ack::Acks`) | ack counters | the ack registry (reads), `Ready` |
 //! | transactions (`txn::Transactions`), dead-letter replay (`txn::replay`) | nothing | acks, `Ready`, the at-rest flags and key |

@@ -13,34 +13,29 @@
 
 mod ack;
 mod admin;
-#[cfg(feature = "bench")]
-#[doc(hidden)]
-pub mod benches;
 mod bounded;
 pub mod crypto;
 mod engine;
 mod error;
 mod health;
-mod hotlist;
 mod lifecycle;
-mod limiter;
 mod maintenance;
 mod mesh;
 pub mod metrics;
 pub mod naming;
 mod offload;
 mod pop;
+#[cfg(feature = "bench")]
+#[doc(hidden)]
+pub use pop::benches;
 mod push;
-mod queue_cache;
 mod reader;
-mod ready;
 mod registry;
 mod retention;
 mod spool;
 mod stats;
 mod stats_writer;
 mod txn;
-mod wake;
 mod warm;
 
 use std::time::Duration;
@@ -59,8 +54,8 @@ pub use lifecycle::messages::{
 pub use lifecycle::streams::{MAX_CONFIG_HASH_BYTES, MAX_STATE_KEY_BYTES};
 pub use lifecycle::traces::TraceEvent;
 pub use lifecycle::{CursorLag, GroupDeletion, GroupSummary, SeekTarget, Seeked, Subscription};
-pub use limiter::{LimiterConfig, LimiterStats};
 pub use mesh::{test_datagram as mesh_test_datagram, Hint, MeshConfig, MeshStats, MeshTransport};
+pub use pop::{LimiterConfig, LimiterStats};
 pub use pop::{
     PopRequest, PopTarget, PopWait, Popped, PoppedMessage, SubscriptionMode, QUEUE_MODE_GROUP,
 };

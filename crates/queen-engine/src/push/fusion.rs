@@ -37,7 +37,7 @@ use super::dedup::DedupCache;
 use super::{Entry, EntryResult};
 use crate::crypto::AtRest;
 use crate::naming::{derive_namespace_task, queue_key};
-use crate::ready::Ready;
+use crate::pop::Ready;
 use crate::EngineError;
 
 /// The most partitions one round trip carries. Bounds the statement's size and

@@ -19,8 +19,8 @@ use uuid::Uuid;
 
 use crate::ack::{AckItem, AckOutcome, AckStatus, Acks};
 use crate::crypto::AtRest;
+use crate::pop::Ready;
 use crate::push::{group_by_partition, EntryResult, PushItem, PushOutcome, PushStatus};
-use crate::ready::Ready;
 use crate::EngineError;
 
 pub use replay::{Replayed, MAX_REPLAY};

@@ -38,16 +38,16 @@ use queen_sql::pop::QueueInfo;
 use crate::EngineError;
 
 /// How long a queue's configuration is trusted from cache.
-pub(crate) const QUEUE_INFO_TTL: Duration = Duration::from_secs(5);
+pub(super) const QUEUE_INFO_TTL: Duration = Duration::from_secs(5);
 
 /// How long "no such queue" is trusted when no push wakes its gate.
-pub(crate) const MISSING_QUEUE_TTL: Duration = Duration::from_secs(1);
+pub(super) const MISSING_QUEUE_TTL: Duration = Duration::from_secs(1);
 
 /// Most queues cached at once.
-pub(crate) const MAX_ENTRIES: usize = 65_536;
+pub(super) const MAX_ENTRIES: usize = 65_536;
 
 /// Expired entries are swept once the map holds at least this many.
-pub(crate) const SWEEP_FLOOR: usize = 1024;
+pub(super) const SWEEP_FLOOR: usize = 1024;
 
 /// One lookup's answer.
 #[derive(Debug, Clone)]
@@ -98,7 +98,7 @@ impl Slot {
 
 /// The cache; see the module docs.
 #[derive(Debug, Default)]
-pub(crate) struct QueueCache {
+pub(super) struct QueueCache {
     slots: Mutex<Slots>,
 }
 
@@ -112,7 +112,7 @@ struct Slots {
 impl QueueCache {
     /// The configuration of `queue`, from cache or from `fetch` (one fetch per
     /// queue at a time). `generation` is the queue's wake-gate generation now.
-    pub(crate) async fn get<F, Fut>(
+    pub(super) async fn get<F, Fut>(
         &self,
         queue: &str,
         generation: u64,
@@ -144,7 +144,7 @@ impl QueueCache {
     }
 
     /// Remember `info` for `queue` (it was just provisioned here).
-    pub(crate) fn put(&self, queue: &str, info: QueueInfo) {
+    pub(super) fn put(&self, queue: &str, info: QueueInfo) {
         if let Some(slot) = self.slot(queue, Instant::now()) {
             *slot.cached.lock() = Some(Cached {
                 at: Instant::now(),
@@ -155,12 +155,12 @@ impl QueueCache {
     }
 
     /// Forget `queue` (configured or deleted here).
-    pub(crate) fn forget(&self, queue: &str) {
+    pub(super) fn forget(&self, queue: &str) {
         self.slots.lock().by_queue.remove(queue);
     }
 
     /// Entries held now.
-    pub(crate) fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.slots.lock().by_queue.len()
     }
 
@@ -186,7 +186,7 @@ impl QueueCache {
 
 /// Most (tenant, namespace, task) lists cached at once (client-chosen keys): when
 /// full, the stale ones go; if none is stale, the lookup is not cached.
-pub(crate) const MAX_DISCOVERY_ENTRIES: usize = 4096;
+pub(super) const MAX_DISCOVERY_ENTRIES: usize = 4096;
 
 /// Discovery pops' cache of which queues match a (namespace, task).
 ///
@@ -196,7 +196,7 @@ pub(crate) const MAX_DISCOVERY_ENTRIES: usize = 4096;
 /// looked for again, and the empty re-polls of a parked discovery pop in a
 /// quiet namespace take no connection.
 #[derive(Debug, Default)]
-pub(crate) struct DiscoveryCache {
+pub(super) struct DiscoveryCache {
     lists: Mutex<HashMap<DiscoveryKey, DiscoveryList>>,
 }
 
@@ -208,7 +208,7 @@ type DiscoveryList = (Instant, u64, Arc<[String]>);
 
 impl DiscoveryCache {
     /// `tenant`'s queues matching (`namespace`, `task`), from cache or from `fetch`.
-    pub(crate) async fn get<F, Fut>(
+    pub(super) async fn get<F, Fut>(
         &self,
         tenant: &str,
         namespace: Option<&str>,

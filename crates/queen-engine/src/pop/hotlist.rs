@@ -28,10 +28,10 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 /// Most partition names one ring holds.
-pub(crate) const MAX_RING_PARTITIONS: usize = 65_536;
+pub(super) const MAX_RING_PARTITIONS: usize = 65_536;
 
 /// A ring unused this long is forgotten (and reseeded if used again).
-pub(crate) const IDLE_RING_EXPIRY: Duration = Duration::from_secs(300);
+pub(super) const IDLE_RING_EXPIRY: Duration = Duration::from_secs(300);
 
 /// Revisit delay for a partition whose cursor row was busy (being created or
 /// claimed by a concurrent pop).
@@ -39,7 +39,7 @@ const BUSY_REVISIT: Duration = Duration::from_millis(100);
 
 /// What a pop found in one partition, as the ring needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Outcome {
+pub(super) enum Outcome {
     /// Messages were delivered: keep it ready.
     Delivered,
     /// Nothing pending: drop it.
@@ -53,12 +53,12 @@ pub(crate) enum Outcome {
 
 /// Candidates for one pop.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Candidates {
+pub(super) struct Candidates {
     /// Partition names, in the order to try them.
-    pub(crate) names: Vec<String>,
+    pub(super) names: Vec<String>,
     /// True when every name comes from an expired windowBuffer hold, so the
     /// pop may skip the SQL debounce.
-    pub(crate) skip_window: bool,
+    pub(super) skip_window: bool,
 }
 
 /// The state of one (queue, group) ring.
@@ -153,7 +153,7 @@ impl Ring {
 /// (queue, group), every pushed partition walked every ring of the broker:
 /// 10,000 queues made that 10,000 comparisons a push).
 #[derive(Debug, Default)]
-pub(crate) struct HotList {
+pub(super) struct HotList {
     rings: Mutex<Rings>,
 }
 
@@ -190,20 +190,20 @@ impl Rings {
 /// What the pop path needs to know of one (queue, group) before it spends a
 /// permit or a connection, read under one lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Probe {
+pub(super) struct Probe {
     /// The ring exists (its first contact happened here).
-    pub(crate) known: bool,
+    pub(super) known: bool,
     /// Never seeded, or the reseed period passed: ask SQL for the pending
     /// partitions.
-    pub(crate) reseed_due: bool,
+    pub(super) reseed_due: bool,
     /// A pop could find work in the ring now.
-    pub(crate) ready: bool,
+    pub(super) ready: bool,
 }
 
 impl Probe {
     /// A known ring with nothing ready and no reseed due: a pop can answer
     /// empty without a permit, a connection or a queue lookup.
-    pub(crate) fn idle(&self) -> bool {
+    pub(super) fn idle(&self) -> bool {
         self.known && !self.reseed_due && !self.ready
     }
 }
@@ -217,7 +217,7 @@ impl HotList {
 
     /// [`Probe`] of (queue, group) at `now`, with reseed `period`. A probe of
     /// a known ring counts as use and promotes revisits that are due.
-    pub(crate) fn probe(&self, queue: &str, group: &str, now: Instant, period: Duration) -> Probe {
+    pub(super) fn probe(&self, queue: &str, group: &str, now: Instant, period: Duration) -> Probe {
         self.with_ring(queue, group, |ring| match ring {
             None => Probe {
                 known: false,
@@ -245,7 +245,7 @@ impl HotList {
     #[cfg(test)]
     /// True when this (queue, group) has never been seeded here, or its
     /// reseed period passed: the pop must ask SQL for the pending partitions.
-    pub(crate) fn needs_reseed(
+    pub(super) fn needs_reseed(
         &self,
         queue: &str,
         group: &str,
@@ -262,13 +262,13 @@ impl HotList {
 
     #[cfg(test)]
     /// True when this (queue, group) has a ring (its first contact happened here).
-    pub(crate) fn knows(&self, queue: &str, group: &str) -> bool {
+    pub(super) fn knows(&self, queue: &str, group: &str) -> bool {
         self.with_ring(queue, group, |ring| ring.is_some())
     }
 
     /// Replace the ring's ready set with `names` from SQL (plus anything due),
     /// keeping pending revisits.
-    pub(crate) fn reseed(&self, queue: &str, group: &str, names: Vec<String>, now: Instant) {
+    pub(super) fn reseed(&self, queue: &str, group: &str, names: Vec<String>, now: Instant) {
         let mut rings = self.rings.lock();
         let groups = rings.by_queue.entry(queue.to_owned()).or_default();
         let before = groups.len();
@@ -290,7 +290,7 @@ impl HotList {
     /// has a ring. A push also restarts the partition's windowBuffer quiet
     /// period, so a hold the wheel already ended no longer lets the next
     /// visit skip the SQL debounce.
-    pub(crate) fn mark_ready(&self, queue: &str, partition: &str) {
+    pub(super) fn mark_ready(&self, queue: &str, partition: &str) {
         let mut rings = self.rings.lock();
         if let Some(groups) = rings.by_queue.get_mut(queue) {
             for ring in groups.values_mut() {
@@ -301,7 +301,7 @@ impl HotList {
     }
 
     /// Mark one (queue, group)'s partition pending (ack-promote).
-    pub(crate) fn mark_ready_for(&self, queue: &str, group: &str, partition: &str) {
+    pub(super) fn mark_ready_for(&self, queue: &str, group: &str, partition: &str) {
         self.with_ring(queue, group, |ring| {
             if let Some(ring) = ring {
                 ring.push_back(partition);
@@ -311,14 +311,14 @@ impl HotList {
 
     /// True when a pop could find work in the ring now (the cheap check before
     /// any permit or connection).
-    pub(crate) fn has_ready(&self, queue: &str, group: &str, now: Instant) -> bool {
+    pub(super) fn has_ready(&self, queue: &str, group: &str, now: Instant) -> bool {
         self.probe(queue, group, now, Duration::MAX).ready
     }
 
     #[cfg(any(test, feature = "bench"))]
     /// Take up to `k` candidates from the front of the ring. Window-due names
     /// are handed out on their own so their pop may skip the SQL debounce.
-    pub(crate) fn take(&self, queue: &str, group: &str, k: usize, now: Instant) -> Candidates {
+    pub(super) fn take(&self, queue: &str, group: &str, k: usize, now: Instant) -> Candidates {
         self.take_share(queue, group, k, 1, 1, now)
     }
 
@@ -326,7 +326,7 @@ impl HotList {
     /// at most an even share of the ready names (but at least `floor`), so a
     /// few in-flight pops do not hold every name while the others find the
     /// ring empty and park.
-    pub(crate) fn take_share(
+    pub(super) fn take_share(
         &self,
         queue: &str,
         group: &str,
@@ -382,7 +382,7 @@ impl HotList {
     /// back into the ready set: that pop parked, and the caller should open
     /// the queue's gate rather than leave it to its backoff re-poll. Only
     /// then: a check-in nobody waited for wakes no one.
-    pub(crate) fn check_in(
+    pub(super) fn check_in(
         &self,
         queue: &str,
         group: &str,
@@ -422,13 +422,13 @@ impl HotList {
     }
 
     /// The default revisit time of a busy partition.
-    pub(crate) fn busy_revisit(now: Instant) -> Instant {
+    pub(super) fn busy_revisit(now: Instant) -> Instant {
         now + BUSY_REVISIT
     }
 
     /// Promote every revisit due at `now` and return the queues that got one
     /// (the wheel tick opens their gates).
-    pub(crate) fn promote_due(&self, now: Instant) -> Vec<String> {
+    pub(super) fn promote_due(&self, now: Instant) -> Vec<String> {
         let mut rings = self.rings.lock();
         if rings.next_due.is_none_or(|due| due > now) {
             return Vec::new();
@@ -459,7 +459,7 @@ impl HotList {
     /// take): one pass under the lock, for `/metrics`. Bytes count each
     /// ring's containers at their capacity and every name's heap copy (a
     /// ready name is held twice: the queue and its de-duplication set).
-    pub(crate) fn size(&self) -> (usize, usize, usize) {
+    pub(super) fn size(&self) -> (usize, usize, usize) {
         const STRING: usize = std::mem::size_of::<String>();
         let rings = self.rings.lock();
         let (mut entries, mut bytes) = (0, 0);
@@ -490,14 +490,14 @@ impl HotList {
     }
 
     /// Forget rings unused for [`IDLE_RING_EXPIRY`].
-    pub(crate) fn expire_idle(&self, now: Instant) {
+    pub(super) fn expire_idle(&self, now: Instant) {
         self.rings
             .lock()
             .retain(|_, _, ring| now.duration_since(ring.used_at) < IDLE_RING_EXPIRY);
     }
 
     /// Forget every ring of `queue` (it was deleted).
-    pub(crate) fn forget_queue(&self, queue: &str) {
+    pub(super) fn forget_queue(&self, queue: &str) {
         self.rings
             .lock()
             .retain(|ring_queue, _, _| ring_queue != queue);
@@ -505,7 +505,7 @@ impl HotList {
 
     /// Forget the rings of `group` (on `queue`, or on every queue): the group
     /// was deleted or its cursors moved, so its next pop reseeds.
-    pub(crate) fn forget_group(&self, group: &str, queue: Option<&str>) {
+    pub(super) fn forget_group(&self, group: &str, queue: Option<&str>) {
         self.rings.lock().retain(|ring_queue, ring_group, _| {
             ring_group != group || queue.is_some_and(|q| q != ring_queue)
         });

@@ -3,17 +3,17 @@
 //! Push fusion, transactions and acks hold a [`Ready`] handle. It can only
 //! announce: every group's hot-list ring learns the partition is pending and
 //! parked pops of the queue wake. It cannot read the rings or wait on a gate;
-//! those belong to pop serving (`pop.rs`), which owns the hot-list and the
+//! those belong to pop serving (`pop/mod.rs`), which owns the hot-list and the
 //! wake gates. Both know a queue by its `naming::queue_key`, so one tenant's
 //! push never wakes another tenant's queue of the same name. With a mesh,
 //! each announcement is also sent to the other brokers as a hint.
 
 use std::sync::Arc;
 
-use crate::hotlist::HotList;
 use crate::mesh::{Hint, MeshOut};
 use crate::naming::queue_key;
-use crate::wake::WakeGates;
+use crate::pop::hotlist::HotList;
+use crate::pop::wake::WakeGates;
 
 /// Announces committed work to pop serving.
 #[derive(Clone)]
@@ -25,7 +25,7 @@ pub(crate) struct Ready {
 }
 
 impl Ready {
-    pub(crate) fn new(hotlist: Arc<HotList>, gates: Arc<WakeGates>) -> Ready {
+    pub(super) fn new(hotlist: Arc<HotList>, gates: Arc<WakeGates>) -> Ready {
         Ready {
             hotlist,
             gates,

@@ -19,6 +19,18 @@
 //! empty attempt, so the pop answers empty after its wait (clients' consume
 //! loops die on repeated 5xx).
 
+#[cfg(feature = "bench")]
+#[doc(hidden)]
+pub mod benches;
+mod hotlist;
+mod limiter;
+mod queue_cache;
+mod ready;
+mod wake;
+
+pub use limiter::{LimiterConfig, LimiterStats};
+pub(crate) use ready::Ready;
+
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -30,13 +42,12 @@ use queen_sql::pop::{PopParams, PopRow, QueueInfo, Verdict};
 use uuid::Uuid;
 
 use crate::crypto::AtRest;
-use crate::hotlist::{HotList, Outcome};
-use crate::limiter::{Limiter, LimiterConfig, LimiterStats};
 use crate::naming::{queue_key, QueueRef};
-use crate::ready::Ready;
+use crate::pop::hotlist::{HotList, Outcome};
+use crate::pop::wake::{Gate, WaitKey, WakeGates};
 use crate::registry::AckRegistry;
-use crate::wake::{Gate, WaitKey, WakeGates};
 use crate::EngineError;
+use limiter::Limiter;
 
 /// The consumer group of queue mode: one shared cursor per partition.
 pub const QUEUE_MODE_GROUP: &str = "__QUEUE_MODE__";
@@ -184,9 +195,9 @@ fn wait_key_of(request: &PopRequest) -> WaitKey {
 /// Per-broker caches of the pop path.
 #[derive(Debug, Default)]
 pub(crate) struct PopState {
-    queues: crate::queue_cache::QueueCache,
+    queues: crate::pop::queue_cache::QueueCache,
     /// The queues each (namespace, task) discovery pop found.
-    discovery: crate::queue_cache::DiscoveryCache,
+    discovery: crate::pop::queue_cache::DiscoveryCache,
     /// (queue, group) pairs whose first contact ran (legacy path).
     contacted: Mutex<std::collections::HashSet<(Uuid, String)>>,
     /// One first contact at a time per (queue, group) on the hot-list path.
@@ -693,7 +704,7 @@ impl Serving {
 
     /// One look at the ring of (queue, group): `None` when this broker has
     /// none yet (first contact).
-    fn hot_probe(&self, queue: &QueueRef<'_>, group: &str) -> Option<crate::hotlist::Probe> {
+    fn hot_probe(&self, queue: &QueueRef<'_>, group: &str) -> Option<crate::pop::hotlist::Probe> {
         let probe = self.hotlist.probe(
             &queue.key,
             group,
@@ -710,7 +721,7 @@ impl Serving {
         request: &PopRequest,
         queue: &QueueRef<'_>,
         info: &QueueInfo,
-        probe: Option<crate::hotlist::Probe>,
+        probe: Option<crate::pop::hotlist::Probe>,
     ) -> Result<Popped, EngineError> {
         let group = request.group.as_str();
         let first_contact = probe.is_none();
@@ -724,7 +735,8 @@ impl Serving {
                 first_contact_of(&**client, info.id, &params).await?;
             }
             if reseed {
-                let limit = i64::try_from(crate::hotlist::MAX_RING_PARTITIONS).unwrap_or(i64::MAX);
+                let limit =
+                    i64::try_from(crate::pop::hotlist::MAX_RING_PARTITIONS).unwrap_or(i64::MAX);
                 let names =
                     queen_sql::pop::pending_partitions(&**client, info.id, group, limit).await?;
                 self.hotlist

@@ -95,7 +95,7 @@ struct State {
 
 /// The limiter. Share it with `Arc`.
 #[derive(Debug)]
-pub(crate) struct Limiter {
+pub(super) struct Limiter {
     config: LimiterConfig,
     state: Mutex<State>,
     released: Notify,
@@ -104,7 +104,7 @@ pub(crate) struct Limiter {
 /// A held permit; give it back with [`Permit::release`] to record the RTT.
 /// Dropping it without releasing frees the slot without a sample.
 #[derive(Debug)]
-pub(crate) struct Permit {
+pub(super) struct Permit {
     limiter: Arc<Limiter>,
     started: Instant,
     done: bool,
@@ -112,7 +112,7 @@ pub(crate) struct Permit {
 
 impl Limiter {
     /// A limiter starting at `config.initial`.
-    pub(crate) fn new(config: LimiterConfig) -> Arc<Limiter> {
+    pub(super) fn new(config: LimiterConfig) -> Arc<Limiter> {
         let min = config.min.max(1);
         let max = config.max.max(min);
         let initial = config.initial.clamp(min, max);
@@ -141,7 +141,7 @@ impl Limiter {
     /// that found no free slot takes a ticket, and a free slot goes to the
     /// oldest ticket. (Every waiter used to race for each released slot, and
     /// at 32 consumers some lost for a hundred milliseconds.)
-    pub(crate) async fn acquire(self: &Arc<Self>) -> Permit {
+    pub(super) async fn acquire(self: &Arc<Self>) -> Permit {
         let mut queued: Option<Queued<'_>> = None;
         loop {
             let notified = self.released.notified();
@@ -190,7 +190,7 @@ impl Limiter {
     }
 
     /// Current figures.
-    pub(crate) fn stats(&self) -> LimiterStats {
+    pub(super) fn stats(&self) -> LimiterStats {
         let state = self.state.lock();
         LimiterStats {
             limit: state.limit,
@@ -283,7 +283,7 @@ impl Drop for Queued<'_> {
 
 impl Permit {
     /// Give the permit back, recording how long it was held.
-    pub(crate) fn release(mut self) {
+    pub(super) fn release(mut self) {
         self.finish(true);
     }
 

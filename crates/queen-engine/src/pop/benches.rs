@@ -11,8 +11,8 @@ use std::time::Instant;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 
-use crate::hotlist::{HotList, Outcome};
-use crate::limiter::{Limiter, LimiterConfig};
+use crate::pop::hotlist::{HotList, Outcome};
+use crate::pop::limiter::{Limiter, LimiterConfig};
 
 /// The hot-list ring: a push's mark, a parked re-poll's empty check, one
 /// pop's take and check-in.

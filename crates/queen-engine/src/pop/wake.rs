@@ -44,7 +44,7 @@ use crate::naming::{queue_key, split_queue_key};
 
 /// One queue's gate.
 #[derive(Debug, Default)]
-pub(crate) struct Gate {
+pub(super) struct Gate {
     generation: AtomicU64,
     notify: Notify,
     /// Set when the queue was deleted: parked pops answer empty at once.
@@ -63,13 +63,13 @@ pub(crate) struct Gate {
 /// Who a parked pop is, for the wakes of one partition's new data: its
 /// consumer group, and its partition when it pops only that one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct WaitKey {
+pub(super) struct WaitKey {
     group: Box<str>,
     partition: Option<Box<str>>,
 }
 
 impl WaitKey {
-    pub(crate) fn new(group: &str, partition: Option<&str>) -> WaitKey {
+    pub(super) fn new(group: &str, partition: Option<&str>) -> WaitKey {
         WaitKey {
             group: group.into(),
             partition: partition.map(Into::into),
@@ -113,21 +113,21 @@ impl Drop for Parked<'_> {
 }
 
 /// The most pushed-partition hints one gate keeps.
-pub(crate) const MAX_HINTS: usize = 64;
+pub(super) const MAX_HINTS: usize = 64;
 
 impl Gate {
     /// The current generation; pass it to [`Gate::wait_past`].
-    pub(crate) fn generation(&self) -> u64 {
+    pub(super) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }
 
     /// True once the queue was deleted: waiters should stop waiting.
-    pub(crate) fn is_closed(&self) -> bool {
+    pub(super) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
     }
 
     /// Open the gate: every waiter whose generation is older wakes.
-    pub(crate) fn open(&self) {
+    pub(super) fn open(&self) {
         self.generation.fetch_add(1, Ordering::AcqRel);
         self.notify.notify_waiters();
     }
@@ -136,7 +136,7 @@ impl Gate {
     /// waiting on the whole queue wakes, and every waiter on that partition.
     /// A pop that finds nothing re-checks the generation and parks again; the
     /// others of its group stay parked.
-    pub(crate) fn open_partition(&self, partition: &str) {
+    pub(super) fn open_partition(&self, partition: &str) {
         self.generation.fetch_add(1, Ordering::AcqRel);
         let waiters = self.waiters.lock();
         for (key, (notify, _)) in waiters.iter() {
@@ -159,12 +159,12 @@ impl Gate {
 
     /// Take every hint: the woken pop that drains them tries these partitions
     /// first.
-    pub(crate) fn take_hints(&self) -> Vec<String> {
+    pub(super) fn take_hints(&self) -> Vec<String> {
         std::mem::take(&mut *self.hints.lock())
     }
 
     /// Give back hints a woken pop took but did not visit.
-    pub(crate) fn return_hints(&self, names: impl IntoIterator<Item = String>) {
+    pub(super) fn return_hints(&self, names: impl IntoIterator<Item = String>) {
         for name in names {
             self.hint(&name);
         }
@@ -173,7 +173,7 @@ impl Gate {
     /// Wait, as `key`, until the gate was opened after `seen` was read for
     /// everyone or for `key` ([`Gate::open_partition`]). Returns at once if
     /// that already happened.
-    pub(crate) async fn wait_past(&self, seen: u64, key: &WaitKey) {
+    pub(super) async fn wait_past(&self, seen: u64, key: &WaitKey) {
         let _parked = Parked::new(&self.parked);
         let own = {
             let mut waiters = self.waiters.lock();
@@ -206,7 +206,7 @@ impl Gate {
 
 /// The name of a tenant's discovery gate (under its `naming::queue_key`): no
 /// queue name can hold a NUL.
-pub(crate) const DISCOVERY: &str = "\u{0}discovery";
+pub(super) const DISCOVERY: &str = "\u{0}discovery";
 
 /// Whether gate key `name` is a tenant's discovery gate.
 fn is_discovery(name: &str) -> bool {
@@ -214,11 +214,11 @@ fn is_discovery(name: &str) -> bool {
 }
 
 /// Idle gates are swept once the map holds at least this many.
-pub(crate) const SWEEP_FLOOR: usize = 1024;
+pub(super) const SWEEP_FLOOR: usize = 1024;
 
 /// Every queue's gate, created on first use, by `naming::queue_key`.
 #[derive(Debug, Default)]
-pub(crate) struct WakeGates {
+pub(super) struct WakeGates {
     gates: Mutex<Gates>,
     /// Whether gates collect pushed-partition hints (the SQL path).
     hints: bool,
@@ -245,7 +245,7 @@ impl Gates {
 impl WakeGates {
     /// Gates that collect pushed-partition hints when `hints` (the SQL
     /// candidate path; the hot-list path has its rings instead).
-    pub(crate) fn new(hints: bool) -> WakeGates {
+    pub(super) fn new(hints: bool) -> WakeGates {
         WakeGates {
             gates: Mutex::default(),
             hints,
@@ -253,7 +253,7 @@ impl WakeGates {
     }
 
     /// The gate of `queue`.
-    pub(crate) fn gate(&self, queue: &str) -> Arc<Gate> {
+    pub(super) fn gate(&self, queue: &str) -> Arc<Gate> {
         let mut gates = self.gates.lock();
         if let Some(gate) = gates.by_queue.get(queue) {
             return Arc::clone(gate);
@@ -271,14 +271,14 @@ impl WakeGates {
     }
 
     /// Gates held now (for tests and the operator).
-    pub(crate) fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.gates.lock().by_queue.len()
     }
 
     /// The queues (by `naming::queue_key`) with pops parked on their gate
     /// now, with how many (a tenant's discovery gate under the empty queue
     /// name). One pass over the gate map.
-    pub(crate) fn parked(&self) -> Vec<(String, usize)> {
+    pub(super) fn parked(&self) -> Vec<(String, usize)> {
         let gates = self.gates.lock();
         gates
             .by_queue
@@ -293,7 +293,7 @@ impl WakeGates {
     }
 
     /// The generation of `queue`'s gate (0 when nobody asked for it yet).
-    pub(crate) fn generation(&self, queue: &str) -> u64 {
+    pub(super) fn generation(&self, queue: &str) -> u64 {
         self.gates
             .lock()
             .by_queue
@@ -304,14 +304,14 @@ impl WakeGates {
     /// Open `queue`'s gate, if anyone ever asked for it, and the discovery
     /// gate: whatever may wake a pop of the queue (a push, an ack-promote, a
     /// lease or hold ending) may wake a discovery pop that would find it.
-    pub(crate) fn open(&self, queue: &str) {
+    pub(super) fn open(&self, queue: &str) {
         self.open_with(queue, None);
     }
 
     /// [`WakeGates::open`] because `partition` of `queue` has new data (a
     /// push committed, an ack left data behind the cursor): on the SQL path
     /// the gate also remembers the partition for the pop it wakes.
-    pub(crate) fn open_partition(&self, queue: &str, partition: &str) {
+    pub(super) fn open_partition(&self, queue: &str, partition: &str) {
         self.open_with(queue, Some(partition));
     }
 
@@ -340,12 +340,12 @@ impl WakeGates {
 
     /// The gate `tenant`'s discovery pops (`/api/v1/pop?namespace=&task=`)
     /// wait on.
-    pub(crate) fn discovery(&self, tenant: &str) -> Arc<Gate> {
+    pub(super) fn discovery(&self, tenant: &str) -> Arc<Gate> {
         self.gate(&queue_key(tenant, DISCOVERY))
     }
 
     /// Open every gate (shutdown: parked pops return empty at once).
-    pub(crate) fn open_all(&self) {
+    pub(super) fn open_all(&self) {
         let gates: Vec<Arc<Gate>> = self.gates.lock().by_queue.values().cloned().collect();
         for gate in gates {
             gate.open();
@@ -354,7 +354,7 @@ impl WakeGates {
 
     /// Forget `queue`'s gate (the queue was deleted): its waiters see it
     /// closed and answer empty; later pops get a fresh gate.
-    pub(crate) fn forget(&self, queue: &str) {
+    pub(super) fn forget(&self, queue: &str) {
         let gate = self.gates.lock().by_queue.remove(queue);
         if let Some(gate) = gate {
             gate.closed.store(true, Ordering::Release);
