@@ -11,7 +11,7 @@
 //! offset and a new message id, the original transaction id, trace id,
 //! producer and payload, and an audience: the groups whose dead letters were
 //! taken, the only ones it is delivered to (a group that had completed the
-//! original steps over it, `pop/mod.rs` `render`). Its transaction id
+//! original steps over it, `pop/render.rs` `render`). Its transaction id
 //! is stored already, so the push skips the duplicate probe (a replay is not
 //! a duplicate), and an ack of it resolves to the new offset (`ack.sql`
 //! prefers the occurrence after the cursor). A message that failed in several

@@ -1,0 +1,211 @@
+//! The hot-list path: candidates from the ring in memory, one `pop_list`
+//! call, verdicts checked back into the ring (a guard gives names back when
+//! the pop is dropped first).
+
+#[allow(clippy::wildcard_imports)] // the pop module's own names
+use super::*;
+
+impl Serving {
+    /// One look at the ring of (queue, group): `None` when this broker has
+    /// none yet (first contact).
+    pub(super) fn hot_probe(
+        &self,
+        queue: &QueueRef<'_>,
+        group: &str,
+    ) -> Option<crate::pop::hotlist::Probe> {
+        let probe = self.hotlist.probe(
+            &queue.key,
+            group,
+            Instant::now(),
+            self.config.hotlist_reseed,
+        );
+        probe.known.then_some(probe)
+    }
+
+    /// The hot-list path. `probe` is the cheap check the caller made (`None`:
+    /// no ring yet, so this is the first contact).
+    pub(super) async fn pop_hot(
+        &self,
+        request: &PopRequest,
+        queue: &QueueRef<'_>,
+        info: &QueueInfo,
+        probe: Option<crate::pop::hotlist::Probe>,
+    ) -> Result<Popped, EngineError> {
+        let group = request.group.as_str();
+        let first_contact = probe.is_none();
+        let reseed = probe.is_none_or(|probe| probe.reseed_due);
+        let worker = Uuid::now_v7();
+        let params = params(request, worker, request.max_partitions);
+        let permit = self.limiter.acquire().await;
+        let (rows, candidates) = {
+            let client = self.pop_client().await?;
+            if first_contact {
+                first_contact_of(&**client, info.id, &params).await?;
+            }
+            if reseed {
+                let limit =
+                    i64::try_from(crate::pop::hotlist::MAX_RING_PARTITIONS).unwrap_or(i64::MAX);
+                let names =
+                    queen_sql::pop::pending_partitions(&**client, info.id, group, limit).await?;
+                self.hotlist
+                    .reseed(&queue.key, group, names, Instant::now());
+            }
+            let k = (request.max_partitions.saturating_mul(8)).clamp(16, 256);
+            let candidates = self.hotlist.take_share(
+                &queue.key,
+                group,
+                k,
+                request.max_partitions.saturating_mul(2),
+                self.limiter.stats().in_flight,
+                Instant::now(),
+            );
+            if candidates.names.is_empty() {
+                permit.release();
+                return Ok(Popped::default());
+            }
+            let skip_window = candidates.skip_window;
+            // Out of the ring until checked in: if this future is dropped
+            // first (the client went away mid-statement), the guard puts
+            // every name back.
+            let taken = Taken {
+                serving: self,
+                queue,
+                group,
+                names: candidates.names,
+            };
+            let names: Vec<&str> = taken.names.iter().map(String::as_str).collect();
+            let rows =
+                queen_sql::pop::pop_list(&client, info.id, &names, &params, skip_window).await;
+            (rows, taken)
+        };
+        permit.release();
+        let rows = match rows {
+            // Nothing was claimed: every candidate goes back (the guard).
+            Err(error) => return Err(error.into()),
+            Ok(rows) => rows,
+        };
+        let candidates = candidates.into_names();
+        if rows.is_empty() {
+            // Every visited name yields a verdict, and the first is always
+            // visited: no row at all means the cached queue id is gone (the
+            // queue was deleted or re-created through another broker). Its
+            // rings name the old queue's partitions: the next pop looks the
+            // queue up again and makes first contact afresh.
+            self.state.forget_queue(&queue.key);
+            self.hotlist.forget_queue(&queue.key);
+            return Ok(Popped::default());
+        }
+        self.check_in(queue, group, &rows, candidates);
+        self.render(queue, request, worker, &rows).await
+    }
+
+    /// Check verdicts back into the ring.
+    pub(super) fn check_in(
+        &self,
+        queue: &QueueRef<'_>,
+        group: &str,
+        rows: &[PopRow],
+        candidates: Vec<String>,
+    ) {
+        let now = Instant::now();
+        let wall = SystemTime::now();
+        let to_instant = |at: Option<SystemTime>| at.map(|at| instant_of(at, now, wall));
+        let mut outcomes = Vec::new();
+        for row in rows {
+            let PopRow::Verdict {
+                partition,
+                verdict,
+                revisit_at,
+                ..
+            } = row
+            else {
+                continue;
+            };
+            let outcome = match verdict {
+                // A leased batch locks the partition for the group until its
+                // ack (whose promote brings the name back) or its expiry: no
+                // other pop could claim it meanwhile, so it waits instead of
+                // drawing every parked consumer to a partition they cannot
+                // have. Auto-acked, there may be more for anyone: keep it.
+                Verdict::Delivered => match to_instant(*revisit_at) {
+                    Some(at) => Outcome::RevisitAt(at),
+                    None => Outcome::Delivered,
+                },
+                // A drained partition leaves the ring; a leased batch comes back
+                // at its lease expiry in case it is never acked, an auto-acked
+                // one when its hidden delayedProcessing tail shows.
+                Verdict::Drained => match to_instant(*revisit_at) {
+                    Some(at) => Outcome::RevisitAt(at),
+                    None => Outcome::Empty,
+                },
+                // A name with no partition leaves the ring like an empty one.
+                Verdict::Empty | Verdict::Missing => Outcome::Empty,
+                // A lease's expiry, or when a delayedProcessing tail shows;
+                // the latter goes through every gate again (no window skip).
+                Verdict::Leased | Verdict::Delayed => Outcome::RevisitAt(
+                    to_instant(*revisit_at).unwrap_or_else(|| HotList::busy_revisit(now)),
+                ),
+                Verdict::Busy => Outcome::RevisitAt(HotList::busy_revisit(now)),
+                // Only windowBuffer's hold is the wheel's to end (its
+                // revisit skips the SQL debounce).
+                Verdict::Deferred => match to_instant(*revisit_at) {
+                    Some(at) => Outcome::WindowUntil(at),
+                    None => Outcome::RevisitAt(HotList::busy_revisit(now)),
+                },
+            };
+            outcomes.push((partition.clone(), outcome));
+        }
+        let unvisited = unvisited(rows, candidates);
+        if self
+            .hotlist
+            .check_in(&queue.key, group, &outcomes, unvisited, now)
+        {
+            // A pop found the ring empty while these names were out, and
+            // parked: without this it would sleep until its backoff re-poll.
+            self.gates.open(&queue.key);
+        }
+    }
+}
+
+/// Names a pop took from a hot-list ring: checked back in, all unvisited,
+/// if dropped before [`Taken::into_names`] (the pop's future was dropped
+/// mid-statement, or its statement failed), so no partition stays out of
+/// the ring until the next reseed.
+struct Taken<'a> {
+    serving: &'a Serving,
+    queue: &'a QueueRef<'a>,
+    group: &'a str,
+    names: Vec<String>,
+}
+
+impl Taken<'_> {
+    /// The names, for the caller to check in with their verdicts.
+    fn into_names(mut self) -> Vec<String> {
+        std::mem::take(&mut self.names)
+    }
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        if !self.names.is_empty() {
+            let names = std::mem::take(&mut self.names);
+            self.serving.check_in(self.queue, self.group, &[], names);
+        }
+    }
+}
+
+/// Candidates a pop list never reached: the names with no verdict row (every
+/// visited partition yields one), in candidate order.
+pub(super) fn unvisited(rows: &[PopRow], candidates: Vec<String>) -> Vec<String> {
+    let visited: HashSet<&str> = rows
+        .iter()
+        .filter_map(|row| match row {
+            PopRow::Verdict { partition, .. } => Some(partition.as_str()),
+            PopRow::Segment { .. } => None,
+        })
+        .collect();
+    candidates
+        .into_iter()
+        .filter(|name| !visited.contains(name.as_str()))
+        .collect()
+}
