@@ -356,6 +356,24 @@ impl Serving {
     }
 
     /// A pooled connection for the pop path, counted.
+    /// One claiming round trip: a Vegas permit first (only real work takes
+    /// one), then a pooled connection, then `work`; the permit goes back
+    /// with its round-trip sample once `work` answered, success or error.
+    /// The hot-list path takes its permit itself (it checks its ring in
+    /// between and may give the permit back unused).
+    async fn claim<T>(
+        &self,
+        work: impl AsyncFnOnce(&deadpool_postgres::Object) -> Result<T, EngineError>,
+    ) -> Result<T, EngineError> {
+        let permit = self.limiter.acquire().await;
+        let result = match self.pop_client().await {
+            Ok(client) => work(&client).await,
+            Err(error) => Err(error),
+        };
+        permit.release();
+        result
+    }
+
     async fn pop_client(&self) -> Result<deadpool_postgres::Object, EngineError> {
         self.state.checkouts.fetch_add(1, Ordering::Relaxed);
         Ok(self.pool.get().await.map_err(queen_sql::SqlError::from)?)

@@ -33,17 +33,12 @@ impl Serving {
         // Given back to the gate when this future is dropped first.
         let hints = TakenHints { gate, hints };
         let names: Vec<&str> = hints.hints.iter().map(String::as_str).collect();
-        let permit = self.limiter.acquire().await;
-        let rows = async {
-            let client = self.pop_client().await?;
-            Ok::<_, EngineError>(
-                queen_sql::pop::pop_list(&client, info.id, &names, &params, false).await?,
-            )
-        }
-        .await;
-        permit.release();
         // An error claimed nothing: every hint goes back (the guard).
-        let rows = rows?;
+        let rows = self
+            .claim(async |client| {
+                Ok(queen_sql::pop::pop_list(client, info.id, &names, &params, false).await?)
+            })
+            .await?;
         gate.return_hints(unvisited(&rows, hints.into_hints()));
         self.render(queue, request, worker, &rows).await
     }
@@ -70,12 +65,9 @@ impl Serving {
                 return Ok(Popped::default());
             }
         }
-        let permit = self.limiter.acquire().await;
-        let rows = {
-            let client = self.pop_client().await?;
-            queen_sql::pop::pop_wildcard(&client, info.id, &params).await?
-        };
-        permit.release();
+        let rows = self
+            .claim(async |client| Ok(queen_sql::pop::pop_wildcard(client, info.id, &params).await?))
+            .await?;
         self.render(queue, request, worker, &rows).await
     }
 }
