@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 
 use crate::support::{
     ack_all, data, expect_status, pop, push, push_items, select_i64, serve_unreachable, stored,
+    until_drained,
 };
 
 /// Settings of a broker with a spool in `dir` that follows the flags every
@@ -40,23 +41,6 @@ async fn set_maintenance(broker: &TestBroker, path: &str, enabled: bool) -> Valu
         .await;
     expect_status(&reply, 200);
     reply.json()
-}
-
-/// Poll `GET /api/v1/system/maintenance` until `bufferedMessages` is 0, as
-/// the reference client's test does; panics after `limit`.
-async fn until_drained(broker: &TestBroker, limit: Duration) -> Value {
-    let deadline = Instant::now() + limit;
-    loop {
-        let state = broker.client.get("/api/v1/system/maintenance").await.json();
-        if state["bufferedMessages"] == 0 {
-            return state;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the spool did not drain: {state}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// Pop and ack everything of `queue` (queue mode); payloads in order.

@@ -1,5 +1,5 @@
-//! Issue 28, items 4 and 5: the spool's drain past the dedup window, and a
-//! spooled push that meets a full queue at drain.
+//! The spool's drain past the dedup window, and a spooled push that meets a
+//! full queue at drain.
 //!
 //! Item 4: a drained item whose transaction id is already stored in its
 //! partition is not stored again however long after the queue's
@@ -19,7 +19,9 @@ use queen_testkit::TestDb;
 use queen_tests::TestBroker;
 use serde_json::{json, Value};
 
-use crate::support::{ack_all, configure, data, expect_status, pop, push_items, stored};
+use crate::support::{
+    ack_all, configure, data, expect_status, pop, push_items, stored, until_drained,
+};
 
 /// A broker with a spool in `dir` that follows the flags every 100 ms.
 fn spooled(dir: &Path, max_bytes: u64) -> EngineConfig {
@@ -40,22 +42,6 @@ async fn set_maintenance(broker: &TestBroker, enabled: bool) {
         .post_json("/api/v1/system/maintenance", &json!({ "enabled": enabled }))
         .await;
     expect_status(&reply, 200);
-}
-
-/// Poll until `bufferedMessages` is 0; panics after `limit`.
-async fn until_drained(broker: &TestBroker, limit: Duration) -> Value {
-    let deadline = Instant::now() + limit;
-    loop {
-        let state = broker.client.get("/api/v1/system/maintenance").await.json();
-        if state["bufferedMessages"] == 0 {
-            return state;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the spool did not drain: {state}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// Pop and ack everything of `queue` (queue mode); payloads in order.

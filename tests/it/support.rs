@@ -1,7 +1,7 @@
 //! Helpers shared by the integration tests: push, configure, pop and ack over
 //! HTTP, and small readers of what a pop answered.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use queen_engine::EngineConfig;
 use queen_testkit::http::Reply;
@@ -219,4 +219,21 @@ pub(crate) async fn serve_unreachable(
     ));
     let client = queen_testkit::http::Client::new(format!("http://{addr}"));
     (client, Unreachable { shutdown, server })
+}
+
+/// Poll `GET /api/v1/system/maintenance` until `bufferedMessages` is 0, as
+/// the reference client's test does; panics after `limit`.
+pub(crate) async fn until_drained(broker: &TestBroker, limit: Duration) -> Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let state = broker.client.get("/api/v1/system/maintenance").await.json();
+        if state["bufferedMessages"] == 0 {
+            return state;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the spool did not drain: {state}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
