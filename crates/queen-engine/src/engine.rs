@@ -319,10 +319,6 @@ impl Engine {
             .map(|item| queue_key(&item.tenant, &item.queue))
             .collect();
         let atomic = self.bounded.any(keys.iter().map(|key| &**key));
-        let needs_key = self
-            .at_rest
-            .first_needing_key(keys.iter().map(|key| &**key))
-            .map(|key| crate::naming::split_queue_key(key).1.to_owned());
         let Some(spool) = &self.spool else {
             drop(keys);
             if self.maintenance.push() {
@@ -330,11 +326,6 @@ impl Engine {
             }
             return self.store(items, &[], atomic).await.map(Pushed::Stored);
         };
-        // The spool would hold such a push in plaintext on this broker's
-        // disk: refused here, as the store refuses it.
-        if let Some(queue) = needs_key {
-            return Err(EngineError::EncryptionKeyMissing { queue });
-        }
         let route = spool.route(keys.iter().map(|key| &**key));
         drop(keys);
         if let Route::Held(key) = route {
@@ -357,10 +348,7 @@ impl Engine {
             })
             .collect();
         if route == Route::Spool {
-            return spool
-                .append(&items, Reason::Spooling)
-                .await
-                .map(Pushed::Buffered);
+            return self.spool_append(spool, &items, Reason::Spooling).await;
         }
         let attempt = tokio::time::timeout(
             spool.push_timeout(),
@@ -372,16 +360,33 @@ impl Engine {
             Ok(Err(error)) if !error.is_unreachable() => Err(error),
             Ok(Err(error)) => {
                 tracing::debug!(error = %crate::error_chain(&error), "push failed; spooling it");
-                spool
-                    .append(&items, Reason::Outage)
-                    .await
-                    .map(Pushed::Buffered)
+                self.spool_append(spool, &items, Reason::Outage).await
             }
-            Err(_elapsed) => spool
-                .append(&items, Reason::Outage)
-                .await
-                .map(Pushed::Buffered),
+            Err(_elapsed) => self.spool_append(spool, &items, Reason::Outage).await,
         }
+    }
+
+    /// Spool `items`, unless one is for a queue known to be encrypted while
+    /// this broker has no key: the spool would hold it in plaintext on this
+    /// broker's disk, so it is refused as the store refuses it.
+    async fn spool_append(
+        &self,
+        spool: &Spool,
+        items: &[PushItem],
+        reason: Reason,
+    ) -> Result<Pushed, EngineError> {
+        let keys: Vec<_> = items
+            .iter()
+            .map(|item| queue_key(&item.tenant, &item.queue))
+            .collect();
+        if let Some(key) = self
+            .at_rest
+            .first_needing_key(keys.iter().map(|key| &**key))
+        {
+            let queue = crate::naming::split_queue_key(key).1.to_owned();
+            return Err(EngineError::EncryptionKeyMissing { queue });
+        }
+        spool.append(items, reason).await.map(Pushed::Buffered)
     }
 
     /// Store `items` through fusion, or in one transaction when `atomic` (a
