@@ -866,7 +866,8 @@ pub(crate) fn duplicate_winners(
 
 /// The message ids of a stored segment, in frame order (as far as it
 /// decodes; a duplicate whose winner cannot be read answers without one).
-fn message_ids(blob: &[u8]) -> Vec<Uuid> {
+/// The drain's duplicate check (`replay.rs`) answers its duplicates the same way.
+pub(super) fn message_ids(blob: &[u8]) -> Vec<Uuid> {
     let Ok(segment) = queen_frame::decompress(blob) else {
         return Vec::new();
     };

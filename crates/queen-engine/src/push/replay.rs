@@ -147,7 +147,7 @@ pub(crate) async fn already_stored(
         let mut ids_of: HashMap<i64, Vec<Uuid>> = HashMap::new();
         for matched in &probe.matches {
             if let Some(blob) = &matched.blob {
-                ids_of.insert(matched.base_offset, message_ids(blob));
+                ids_of.insert(matched.base_offset, super::fusion::message_ids(blob));
             }
         }
         for matched in &probe.matches {
@@ -193,17 +193,4 @@ pub(crate) async fn already_stored(
         }
     }
     Ok((found, Some(until)))
-}
-
-/// The message ids of a stored segment, in frame order (as far as it
-/// decodes).
-fn message_ids(blob: &[u8]) -> Vec<Uuid> {
-    let Ok(segment) = queen_frame::decompress(blob) else {
-        return Vec::new();
-    };
-    segment
-        .frames()
-        .map_while(Result::ok)
-        .map(|frame| Uuid::from_bytes(frame.message_id))
-        .collect()
 }
