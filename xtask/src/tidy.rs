@@ -63,6 +63,7 @@ pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
     }
     check_sql_registry(root, &mut problems);
     check_sql_only_in_queen_sql(root, &files, &mut problems);
+    check_statuses_only_in_error_rs(root, &files, &mut problems);
     if problems.is_empty() {
         Ok(())
     } else {
@@ -108,6 +109,45 @@ fn check_sql_only_in_queen_sql(root: &Path, files: &[PathBuf], problems: &mut Ve
                     "{relative}:{}: SQL text outside queen-sql",
                     idx + 1
                 ));
+            }
+        }
+    }
+}
+
+/// Failure statuses are chosen in `queen-http/src/error.rs` only: a file
+/// elsewhere in the HTTP crate naming a 4xx or 5xx `StatusCode` chooses one
+/// itself (handlers answer 200 or 204, and return an `HttpError` for the rest).
+fn check_statuses_only_in_error_rs(root: &Path, files: &[PathBuf], problems: &mut Vec<String>) {
+    const SUCCESS: &[&str] = &["OK", "NO_CONTENT", "CREATED", "ACCEPTED", "NOT_MODIFIED"];
+    let needle = format!("{}::", "StatusCode");
+    for file in files {
+        let relative = rel(root, file);
+        if !relative.starts_with("crates/queen-http/src/")
+            || relative == "crates/queen-http/src/error.rs"
+            || file.extension().is_none_or(|e| e != "rs")
+        {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(file) else {
+            continue;
+        };
+        // Unit tests assert statuses; they choose none.
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for (idx, line) in code.lines().enumerate() {
+            if line.trim_start().starts_with("//") {
+                continue;
+            }
+            for (at, _) in line.match_indices(needle.as_str()) {
+                let name: String = line[at + needle.len()..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_uppercase() || *c == '_')
+                    .collect();
+                if !name.is_empty() && !SUCCESS.contains(&name.as_str()) {
+                    problems.push(format!(
+                        "{relative}:{}: StatusCode::{name} chosen outside error.rs",
+                        idx + 1
+                    ));
+                }
             }
         }
     }

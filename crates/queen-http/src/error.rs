@@ -98,6 +98,20 @@ pub enum HttpError {
         reason: String,
     },
 
+    /// A transaction was refused and applied nothing: 400 with the
+    /// contract's body (`transactionId`, `success: false`, `error`, empty
+    /// `results`).
+    #[error("{message}")]
+    TransactionFailed {
+        transaction_id: String,
+        message: String,
+    },
+
+    /// `/health` found the database unreachable: 503 with the health body
+    /// (`status: "unhealthy"`), which orchestrators read.
+    #[error("database disconnected")]
+    Unhealthy(serde_json::Value),
+
     /// The engine failed.
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -155,6 +169,15 @@ impl HttpError {
                 &serde_json::json!({"success": false, "query_id": query_id,
                                     "partition_id": partition_id, "error": reason}),
             ),
+            HttpError::TransactionFailed {
+                transaction_id,
+                message,
+            } => response::json(
+                self.status(),
+                &serde_json::json!({"transactionId": transaction_id, "success": false,
+                                    "error": message, "results": []}),
+            ),
+            HttpError::Unhealthy(body) => response::json(self.status(), body),
             HttpError::MethodNotAllowed { allow, .. } => {
                 let mut res = response::error(self.status(), &self.to_string());
                 if let Ok(allow) = hyper::header::HeaderValue::from_str(allow) {
@@ -188,7 +211,8 @@ impl HttpError {
             HttpError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             HttpError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             HttpError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
-            HttpError::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            HttpError::Busy { .. } | HttpError::Unhealthy(_) => StatusCode::SERVICE_UNAVAILABLE,
+            HttpError::TransactionFailed { .. } => StatusCode::BAD_REQUEST,
             HttpError::JwksUnavailable => StatusCode::INTERNAL_SERVER_ERROR,
             HttpError::BodyRead
             | HttpError::EmptyBody

@@ -530,7 +530,7 @@ async fn dispatch(
     let t = &*who.tenant;
     let param = |name: &str| params.get(name);
     match endpoint {
-        E::Health => Ok(handlers::health::get(engine).await),
+        E::Health => handlers::health::get(engine).await,
         E::Configure => handlers::configure::post(engine, req, t).await,
         E::Push => handlers::push::post(engine, req, who).await,
         E::Ack => handlers::ack::single(engine, req, t).await,

@@ -1,30 +1,34 @@
-//! `GET /health`: 200 while PostgreSQL answers, 503 while it does not.
+//! `GET /health`: 200 while PostgreSQL answers, 503 (`HttpError::Unhealthy`)
+//! while it does not.
 
 use hyper::StatusCode;
 use queen_engine::Engine;
 
+use crate::error::HttpError;
 use crate::response::{self, Response};
 
 /// The version reported on the wire.
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-pub(crate) async fn get(engine: &Engine) -> Response {
+pub(crate) async fn get(engine: &Engine) -> Result<Response, HttpError> {
     let health = engine.health().await;
-    let (status, word, database) = if health.database_connected {
-        (StatusCode::OK, "healthy", "connected")
+    let (word, database) = if health.database_connected {
+        ("healthy", "connected")
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "unhealthy", "disconnected")
+        ("unhealthy", "disconnected")
     };
-    response::json(
-        status,
-        &serde_json::json!({
-            "status": word,
-            "database": database,
-            "server": engine.config().server_name,
-            "worker_id": 0,
-            "version": VERSION,
-            "storage": "segments",
-            "uptimeSeconds": health.uptime_seconds,
-        }),
-    )
+    let body = serde_json::json!({
+        "status": word,
+        "database": database,
+        "server": engine.config().server_name,
+        "worker_id": 0,
+        "version": VERSION,
+        "storage": "segments",
+        "uptimeSeconds": health.uptime_seconds,
+    });
+    if health.database_connected {
+        Ok(response::json(StatusCode::OK, &body))
+    } else {
+        Err(HttpError::Unhealthy(body))
+    }
 }

@@ -52,10 +52,10 @@ pub(crate) async fn post(
             StatusCode::OK,
             &json!({"transactionId": id, "success": true, "results": render(&results)}),
         )),
-        Err(EngineError::TransactionFailed { message, .. }) => Ok(response::json(
-            StatusCode::BAD_REQUEST,
-            &json!({"transactionId": id, "success": false, "error": message, "results": []}),
-        )),
+        Err(EngineError::TransactionFailed { message, .. }) => Err(HttpError::TransactionFailed {
+            transaction_id: id,
+            message,
+        }),
         Err(other) => Err(other.into()),
     }
 }
