@@ -64,6 +64,7 @@ pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
     check_sql_registry(root, &mut problems);
     check_sql_only_in_queen_sql(root, &files, &mut problems);
     check_statuses_only_in_error_rs(root, &files, &mut problems);
+    check_engine_boundary(root, &files, &mut problems);
     if problems.is_empty() {
         Ok(())
     } else {
@@ -145,6 +146,50 @@ fn check_statuses_only_in_error_rs(root: &Path, files: &[PathBuf], problems: &mu
                 if !name.is_empty() && !SUCCESS.contains(&name.as_str()) {
                     problems.push(format!(
                         "{relative}:{}: StatusCode::{name} chosen outside error.rs",
+                        idx + 1
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// The engine's API takes and answers the engine's own types: it re-exports
+/// from `queen-sql` only the error type and the records that are the
+/// storage model's own (a queue's settings, a cursor's lag, a subscription
+/// record), which a copy would repeat field for field.
+fn check_engine_boundary(root: &Path, files: &[PathBuf], problems: &mut Vec<String>) {
+    const ALLOWED: &[&str] = &[
+        "SqlError",
+        "error_chain",
+        "QueueSettings",
+        "CursorLag",
+        "Subscription",
+    ];
+    let needle = format!("pub use {}::", "queen_sql");
+    for file in files {
+        let relative = rel(root, file);
+        if !relative.starts_with("crates/queen-engine/src/") {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(file) else {
+            continue;
+        };
+        for (idx, line) in text.lines().enumerate() {
+            let Some(at) = line.find(needle.as_str()) else {
+                continue;
+            };
+            let names = &line[at + needle.len()..];
+            let names = names.rsplit("::").next().unwrap_or(names);
+            for name in names
+                .trim_matches(|c: char| c == '{' || c == '}' || c == ';' || c.is_whitespace())
+                .split(',')
+                .map(|name| name.split(" as ").next().unwrap_or(name).trim())
+                .filter(|name| !name.is_empty())
+            {
+                if !ALLOWED.contains(&name) {
+                    problems.push(format!(
+                        "{relative}:{}: the engine re-exports queen-sql's `{name}`; give it its own type",
                         idx + 1
                     ));
                 }

@@ -8,11 +8,60 @@
 //! engine adds nothing to them. Views that need frames decoded (message
 //! listing and detail) are built in Rust instead (`lifecycle/messages.rs`).
 
-use queen_sql::admin::{QueueSeries, Range};
+use std::time::SystemTime;
+
 use serde_json::Value;
 use uuid::Uuid;
 
 use crate::EngineError;
+
+/// The window and filters of the status and analytics views.
+#[derive(Debug, Clone, Copy)]
+pub struct AdminRange<'a> {
+    /// Window start.
+    pub from: SystemTime,
+    /// Window end.
+    pub to: SystemTime,
+    /// Only this queue.
+    pub queue: Option<&'a str>,
+    /// Only queues of this namespace.
+    pub namespace: Option<&'a str>,
+    /// Only queues of this task.
+    pub task: Option<&'a str>,
+}
+
+impl<'a> AdminRange<'a> {
+    fn sql(&self) -> queen_sql::admin::Range<'a> {
+        queen_sql::admin::Range {
+            from: self.from,
+            to: self.to,
+            queue: self.queue,
+            namespace: self.namespace,
+            task: self.task,
+        }
+    }
+}
+
+/// Which per-queue analytics series a view reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueSeries {
+    /// `GET /analytics/queue-lag`.
+    Lag,
+    /// `GET /analytics/queue-ops`.
+    Ops,
+    /// `GET /analytics/queue-parked-replicas`.
+    Parked,
+}
+
+impl QueueSeries {
+    fn sql(self) -> queen_sql::admin::QueueSeries {
+        match self {
+            QueueSeries::Lag => queen_sql::admin::QueueSeries::Lag,
+            QueueSeries::Ops => queen_sql::admin::QueueSeries::Ops,
+            QueueSeries::Parked => queen_sql::admin::QueueSeries::Parked,
+        }
+    }
+}
 
 /// One admin view and its parameters.
 #[derive(Debug, Clone, Copy)]
@@ -32,34 +81,34 @@ pub enum AdminView<'a> {
     /// `GET /status/queues`.
     StatusQueues {
         /// Window and filters.
-        range: Range<'a>,
+        range: AdminRange<'a>,
         /// Page size.
         limit: i32,
         /// Page start.
         offset: i32,
     },
     /// `GET /status`.
-    Status(Range<'a>),
+    Status(AdminRange<'a>),
     /// `GET /status/analytics`.
     Analytics {
         /// Window and filters.
-        range: Range<'a>,
+        range: AdminRange<'a>,
         /// `minute`, `hour` or `day`.
         interval: &'a str,
     },
     /// `GET /analytics/system-metrics`.
     SystemMetrics {
         /// Window.
-        range: Range<'a>,
+        range: AdminRange<'a>,
         /// Only this host.
         hostname: Option<&'a str>,
     },
     /// `GET /analytics/worker-metrics`.
-    WorkerMetrics(Range<'a>),
+    WorkerMetrics(AdminRange<'a>),
     /// `GET /analytics/queue-lag`, `queue-ops`, `queue-parked-replicas`.
-    QueueSeries(QueueSeries, Range<'a>),
+    QueueSeries(QueueSeries, AdminRange<'a>),
     /// `GET /analytics/retention`.
-    Retention(Range<'a>),
+    Retention(AdminRange<'a>),
     /// `GET /analytics/postgres-stats`.
     PostgresStats,
     /// `GET /traces/:partitionId/:transactionId`.
@@ -110,17 +159,19 @@ pub(crate) async fn read(
             range,
             limit,
             offset,
-        } => Some(sql::status_queues(c, t, &range, limit, offset).await?),
-        AdminView::Status(range) => Some(sql::status(c, t, &range).await?),
+        } => Some(sql::status_queues(c, t, &range.sql(), limit, offset).await?),
+        AdminView::Status(range) => Some(sql::status(c, t, &range.sql()).await?),
         AdminView::Analytics { range, interval } => {
-            Some(sql::analytics(c, t, &range, interval).await?)
+            Some(sql::analytics(c, t, &range.sql(), interval).await?)
         }
         AdminView::SystemMetrics { range, hostname } => {
-            Some(sql::system_metrics(c, &range, hostname).await?)
+            Some(sql::system_metrics(c, &range.sql(), hostname).await?)
         }
-        AdminView::WorkerMetrics(range) => Some(sql::worker_metrics(c, &range).await?),
-        AdminView::QueueSeries(kind, range) => Some(sql::queue_series(c, t, kind, &range).await?),
-        AdminView::Retention(range) => Some(sql::retention(c, t, &range).await?),
+        AdminView::WorkerMetrics(range) => Some(sql::worker_metrics(c, &range.sql()).await?),
+        AdminView::QueueSeries(kind, range) => {
+            Some(sql::queue_series(c, t, kind.sql(), &range.sql()).await?)
+        }
+        AdminView::Retention(range) => Some(sql::retention(c, t, &range.sql()).await?),
         AdminView::PostgresStats => Some(sql::postgres_stats(c).await?),
         AdminView::MessageTraces {
             partition_id,

@@ -27,7 +27,6 @@
 use std::sync::{Arc, Weak};
 use std::time::{Instant, SystemTime};
 
-use queen_sql::dlq::{DlqFilter, DlqTake};
 use uuid::Uuid;
 
 use crate::ack::Acks;
@@ -48,10 +47,10 @@ use crate::stats::Stats;
 use crate::stats_writer::WriterState;
 use crate::txn::Transactions;
 use crate::{
-    AckItem, AckOutcome, ConfigureQueue, Configured, CursorLag, DeadLetter, EngineConfig,
-    EngineError, GroupDeletion, GroupSummary, LeaseError, LimiterStats, PopRequest, Popped,
-    PushItem, PushOutcome, PushStats, Replayed, RetentionStats, SeekTarget, Seeked, TraceEvent,
-    TxnOp, TxnResult,
+    AckItem, AckOutcome, ConfigureQueue, Configured, CursorLag, DeadLetter, DlqFilter, DlqTake,
+    EngineConfig, EngineError, GroupDeletion, GroupSummary, LeaseError, LimiterStats, PopRequest,
+    Popped, PushItem, PushOutcome, PushStats, Replayed, RetentionStats, SeekTarget, Seeked,
+    TraceEvent, TxnOp, TxnResult,
 };
 
 /// The broker. Cheap to share: hand out `Arc<Engine>`.

@@ -41,17 +41,19 @@ mod warm;
 use std::time::Duration;
 
 pub use ack::{AckItem, AckOutcome, AckStatus, LeaseError, INVALID_LEASE};
-pub use admin::AdminView;
+pub use admin::{AdminRange, AdminView, QueueSeries};
 pub use crypto::EncryptionKey;
 pub use engine::{Engine, Health, MemoryStats, Pushed};
 pub use error::EngineError;
 pub use lifecycle::configure::{ConfigureQueue, Configured, QueueSettings, MAX_NAME_BYTES};
-pub use lifecycle::dlq::DeadLetter;
+pub use lifecycle::dlq::{DeadLetter, DlqFilter, DlqTake};
 pub use lifecycle::messages::{
-    GroupView, ListedMessage, MessageDetail, MessagePage, MessageStatus, MovedToDlq,
+    GroupView, ListedMessage, MessageDetail, MessageFilter, MessagePage, MessageStatus, MovedToDlq,
     MAX_PAGE_SEGMENTS,
 };
-pub use lifecycle::streams::{MAX_CONFIG_HASH_BYTES, MAX_STATE_KEY_BYTES};
+pub use lifecycle::streams::{
+    QueryRegistration, Registered, StateRow, MAX_CONFIG_HASH_BYTES, MAX_STATE_KEY_BYTES,
+};
 pub use lifecycle::traces::TraceEvent;
 pub use lifecycle::{CursorLag, GroupDeletion, GroupSummary, SeekTarget, Seeked, Subscription};
 pub use mesh::{test_datagram as mesh_test_datagram, Hint, MeshConfig, MeshStats, MeshTransport};
@@ -60,10 +62,6 @@ pub use pop::{
     PopRequest, PopTarget, PopWait, Popped, PoppedMessage, SubscriptionMode, QUEUE_MODE_GROUP,
 };
 pub use push::{PushItem, PushOutcome, PushStats, PushStatus, DEFAULT_DEDUP_CACHE_BYTES};
-pub use queen_sql::admin::MessageFilter;
-pub use queen_sql::admin::{QueueSeries, Range as AdminRange};
-pub use queen_sql::dlq::{DlqFilter, DlqTake};
-pub use queen_sql::streams::{QueryRegistration, Registered, StateRow};
 pub use queen_sql::{error_chain, SqlError};
 pub use retention::RetentionStats;
 pub use spool::{Buffered, SpoolConfig, SpoolStats};

@@ -1,7 +1,10 @@
 //! Browsing dead letters.
 
 use bytes::Bytes;
-use queen_sql::dlq::{DeadLetterRow, DlqFilter};
+use std::time::SystemTime;
+
+use queen_sql::dlq::DeadLetterRow;
+use uuid::Uuid;
 
 use crate::lifecycle::Lifecycle;
 use crate::EngineError;
@@ -16,13 +19,65 @@ pub struct DeadLetter {
     pub data: Option<Bytes>,
 }
 
+/// Filters of a dead-letter listing; `None` matches everything.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DlqFilter<'a> {
+    /// Queue name.
+    pub queue: Option<&'a str>,
+    /// Consumer group.
+    pub group: Option<&'a str>,
+    /// Partition name.
+    pub partition: Option<&'a str>,
+    /// Filed at or after.
+    pub from: Option<SystemTime>,
+    /// Filed at or before.
+    pub to: Option<SystemTime>,
+}
+
+impl<'a> DlqFilter<'a> {
+    pub(crate) fn sql(&self) -> queen_sql::dlq::DlqFilter<'a> {
+        queen_sql::dlq::DlqFilter {
+            queue: self.queue,
+            group: self.group,
+            partition: self.partition,
+            from: self.from,
+            to: self.to,
+        }
+    }
+}
+
+/// Which dead letters a replay takes: one message's rows (`partition_id`
+/// and `transaction_id`), or a range by `filter`; both narrow together.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DlqTake<'a> {
+    /// Queue, consumer group, partition name and filing-time filters.
+    pub filter: DlqFilter<'a>,
+    /// One partition, by id.
+    pub partition_id: Option<Uuid>,
+    /// One transaction id.
+    pub transaction_id: Option<&'a str>,
+    /// At most this many rows.
+    pub limit: i32,
+}
+
+impl<'a> DlqTake<'a> {
+    pub(crate) fn sql(&self) -> queen_sql::dlq::DlqTake<'a> {
+        queen_sql::dlq::DlqTake {
+            filter: self.filter.sql(),
+            partition_id: self.partition_id,
+            transaction_id: self.transaction_id,
+            limit: self.limit,
+        }
+    }
+}
+
 impl Lifecycle {
     /// Remove every consumer group's dead letter of one message; answers
     /// how many went.
     pub(crate) async fn delete_dead_letters(
         &self,
         tenant: &str,
-        partition_id: uuid::Uuid,
+        partition_id: Uuid,
         transaction_id: &str,
     ) -> Result<u64, EngineError> {
         let client = self.client().await?;
@@ -38,8 +93,8 @@ impl Lifecycle {
         offset: i64,
     ) -> Result<(Vec<DeadLetter>, i64), EngineError> {
         let client = self.client().await?;
-        let rows = queen_sql::dlq::list(&**client, tenant, filter, limit, offset).await?;
-        let total = queen_sql::dlq::count(&**client, tenant, filter).await?;
+        let rows = queen_sql::dlq::list(&**client, tenant, &filter.sql(), limit, offset).await?;
+        let total = queen_sql::dlq::count(&**client, tenant, &filter.sql()).await?;
         let letters = rows
             .into_iter()
             .map(|row| {

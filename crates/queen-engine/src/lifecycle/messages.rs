@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::time::SystemTime;
 
 use bytes::Bytes;
-use queen_sql::admin::{Located, MessageFilter, MessageState, PageSegment};
+use queen_sql::admin::{Located, MessageState, PageSegment};
 use uuid::Uuid;
 
 use crate::lifecycle::Lifecycle;
@@ -267,6 +267,36 @@ impl States {
     }
 }
 
+/// The filters of the message listing.
+#[derive(Debug, Clone, Copy)]
+pub struct MessageFilter<'a> {
+    /// Only this queue.
+    pub queue: Option<&'a str>,
+    /// Only partitions of this name.
+    pub partition: Option<&'a str>,
+    /// Only queues of this namespace.
+    pub namespace: Option<&'a str>,
+    /// Only queues of this task.
+    pub task: Option<&'a str>,
+    /// Committed at or after.
+    pub from: std::time::SystemTime,
+    /// Committed at or before.
+    pub to: std::time::SystemTime,
+}
+
+impl<'a> MessageFilter<'a> {
+    fn sql(&self) -> queen_sql::admin::MessageFilter<'a> {
+        queen_sql::admin::MessageFilter {
+            queue: self.queue,
+            partition: self.partition,
+            namespace: self.namespace,
+            task: self.task,
+            from: self.from,
+            to: self.to,
+        }
+    }
+}
+
 impl Lifecycle {
     /// One page of the message listing, newest first.
     pub(crate) async fn list_messages(
@@ -279,9 +309,14 @@ impl Lifecycle {
     ) -> Result<MessagePage, EngineError> {
         let client = self.client().await?;
         let need = i32::try_from(limit.saturating_add(offset)).unwrap_or(i32::MAX);
-        let (segments, truncated) =
-            queen_sql::admin::message_segments(&**client, tenant, filter, need, MAX_PAGE_SEGMENTS)
-                .await?;
+        let (segments, truncated) = queen_sql::admin::message_segments(
+            &**client,
+            tenant,
+            &filter.sql(),
+            need,
+            MAX_PAGE_SEGMENTS,
+        )
+        .await?;
         let ids: Vec<Uuid> = segments.iter().map(|s| s.partition_id).collect();
         let min: Vec<i64> = segments.iter().map(|s| s.base_offset).collect();
         let max: Vec<i64> = segments.iter().map(|s| s.end_offset).collect();

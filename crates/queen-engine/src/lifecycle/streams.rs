@@ -3,7 +3,8 @@
 //! writes state, sink pushes and the source ack in one transaction, is the
 //! transactions component's (`txn/stream.rs`).
 
-use queen_sql::streams::{QueryRegistration, Registered, StateRow};
+use std::time::SystemTime;
+
 use uuid::Uuid;
 
 use crate::lifecycle::Lifecycle;
@@ -14,6 +15,72 @@ pub const MAX_STATE_KEY_BYTES: usize = 1024;
 
 /// Longest configuration hash, in bytes.
 pub const MAX_CONFIG_HASH_BYTES: usize = 1024;
+
+/// A streaming query to register.
+#[derive(Debug, Clone, Copy)]
+pub struct QueryRegistration<'a> {
+    /// Its name (unique per tenant).
+    pub name: &'a str,
+    /// The queue it reads.
+    pub source_queue: &'a str,
+    /// The queue it writes, if any.
+    pub sink_queue: Option<&'a str>,
+    /// The hash of its operator configuration.
+    pub config_hash: &'a str,
+    /// Wipe its state and take this hash when the stored one differs.
+    pub reset: bool,
+}
+
+/// What registering did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Registered {
+    /// A new query.
+    Created(Uuid),
+    /// It existed with this hash.
+    Same(Uuid),
+    /// It existed; its state was wiped and the new hash stored.
+    Reset(Uuid),
+    /// It exists with another hash (`stored`), and no reset was asked.
+    Mismatch {
+        /// The query's id.
+        query_id: Uuid,
+        /// Its stored hash.
+        stored: String,
+    },
+}
+
+impl From<queen_sql::streams::Registered> for Registered {
+    fn from(registered: queen_sql::streams::Registered) -> Registered {
+        use queen_sql::streams::Registered as Sql;
+        match registered {
+            Sql::Created(id) => Registered::Created(id),
+            Sql::Same(id) => Registered::Same(id),
+            Sql::Reset(id) => Registered::Reset(id),
+            Sql::Mismatch { query_id, stored } => Registered::Mismatch { query_id, stored },
+        }
+    }
+}
+
+/// One state row of a streaming query.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StateRow {
+    /// Its key.
+    pub key: String,
+    /// Its value.
+    pub value: serde_json::Value,
+    /// When it was last written.
+    pub updated_at: SystemTime,
+}
+
+impl From<queen_sql::streams::StateRow> for StateRow {
+    fn from(row: queen_sql::streams::StateRow) -> StateRow {
+        StateRow {
+            key: row.key,
+            value: row.value,
+            updated_at: row.updated_at,
+        }
+    }
+}
 
 impl Lifecycle {
     /// Register `query`, or find it again (see [`Registered`]).
@@ -37,7 +104,18 @@ impl Lifecycle {
             });
         }
         let client = self.client().await?;
-        Ok(queen_sql::streams::register_query(&**client, tenant, query).await?)
+        let query = queen_sql::streams::QueryRegistration {
+            name: query.name,
+            source_queue: query.source_queue,
+            sink_queue: query.sink_queue,
+            config_hash: query.config_hash,
+            reset: query.reset,
+        };
+        Ok(
+            queen_sql::streams::register_query(&**client, tenant, &query)
+                .await?
+                .into(),
+        )
     }
 
     /// The state rows of (`query`, `partition`): those of `keys`, else those
@@ -51,9 +129,8 @@ impl Lifecycle {
         prefix: Option<&str>,
     ) -> Result<Vec<StateRow>, EngineError> {
         let client = self.client().await?;
-        Ok(
-            queen_sql::streams::state_get(&**client, tenant, query, partition, keys, prefix)
-                .await?,
-        )
+        let rows = queen_sql::streams::state_get(&**client, tenant, query, partition, keys, prefix)
+            .await?;
+        Ok(rows.into_iter().map(StateRow::from).collect())
     }
 }

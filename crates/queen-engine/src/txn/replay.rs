@@ -23,7 +23,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use queen_sql::dlq::{DlqTake, TakenLetter};
+use queen_sql::dlq::TakenLetter;
+
+use crate::lifecycle::dlq::DlqTake;
 use uuid::Uuid;
 
 use super::Transactions;
@@ -57,8 +59,9 @@ impl Transactions {
     ) -> Result<Replayed, EngineError> {
         let take = DlqTake {
             limit: take.limit.clamp(1, MAX_REPLAY),
-            ..take.clone()
-        };
+            ..*take
+        }
+        .sql();
         let mut client = self.pool.get().await.map_err(queen_sql::SqlError::from)?;
         let tx = client
             .transaction()
