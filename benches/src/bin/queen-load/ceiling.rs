@@ -54,16 +54,16 @@ use queen_frame::{build_sidecar, txn_hash, Frame, SegmentBuilder};
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::cpu::{self, Usage};
+use crate::client::payload::{self, Bodies};
 use crate::env::{CommonArgs, Env};
 use crate::error::{Context, Error, Result};
 use crate::matrix::{Axes, Shape};
-use crate::payload::{self, Bodies};
+use crate::measure::cpu::{self, Usage};
+use crate::measure::stats;
 use crate::report::{fixed, ratio, Latency, Report, Table};
 use crate::scenario::{
     self, micros, to_f64, to_f64_i, Case as _, DbWrites, Merge, Timeline, Window,
 };
-use crate::stats;
 
 /// The flush: allocate, insert the segment, insert the sidecar, one statement.
 /// `$1` partition id, `$2` messages, `$3` blob, `$4` sidecar.

@@ -47,16 +47,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use hyper::StatusCode;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use crate::cpu::{self, Usage};
+use crate::client::payload::{self, Bodies, TxnIds};
+use crate::client::{self, Conn};
 use crate::env::{self, CommonArgs, Env};
 use crate::error::{Context, Error, Result};
-use crate::http::Conn;
-use crate::payload::{self, Bodies, TxnIds};
-use crate::push::{check_reply, create_partitions};
+use crate::measure::cpu::{self, Usage};
 use crate::report::{fixed, Latency, Report, Table};
 use crate::scenario::{self, micros, to_f64, Case as _, Window};
 
@@ -370,15 +368,15 @@ async fn run_case(
     // whose consumers park on a queue that does not exist yet).
     let mut producers = Conn::connect_many(addr, PRODUCER_CONNS).await?;
     if !early {
-        create_partitions(
-            &mut producers[0],
-            &shared.bodies,
-            &shared.queue,
-            &shared.partitions,
-            TxnIds::Fresh,
-            |ids| ids.for_each(|id| mark_sent(&shared, id)),
-        )
-        .await?;
+        producers[0]
+            .create_partitions(
+                &shared.bodies,
+                &shared.queue,
+                &shared.partitions,
+                TxnIds::Fresh,
+                |ids| ids.for_each(|id| mark_sent(&shared, id)),
+            )
+            .await?;
     }
 
     let mut consumer_tasks = Vec::with_capacity(opts.consumers);
@@ -552,9 +550,9 @@ impl Producer {
             self.tasks.push(tokio::spawn(async move {
                 let sent_at = Instant::now();
                 mark_sent(&shared, id);
-                let reply = conn.post_json("/api/v1/push", Bytes::from(body)).await?;
+                let reply = conn.push_request(Bytes::from(body)).await?;
                 let round_trip = micros(sent_at.elapsed());
-                check_reply(&reply, 1)?;
+                client::check_push(&reply, 1)?;
                 // The pool outlives every task; a closed pool only means the run is over.
                 let _ = pool_tx.send(conn).await;
                 Ok(round_trip)
@@ -582,23 +580,7 @@ struct ConsumerStats {
     unknown: u64,
 }
 
-/// The pop response; the payload ids, and what an ack names.
-#[derive(Deserialize)]
-struct PopBody {
-    #[serde(default)]
-    messages: Vec<PopMessage>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct PopMessage {
-    data: PayloadId,
-    transaction_id: String,
-    partition_id: String,
-    #[serde(default)]
-    lease_id: Option<String>,
-}
-
+/// The payload's `id`; the rest of it is skipped.
 #[derive(Deserialize)]
 struct PayloadId {
     id: u64,
@@ -608,26 +590,16 @@ struct PayloadId {
 async fn consume(mut conn: Conn, shared: Arc<Shared>) -> Result<ConsumerStats> {
     let mut stats = ConsumerStats::default();
     while !shared.stop.load(Ordering::Relaxed) {
-        let reply = conn.get(&shared.pop_path).await?;
+        let popped = conn.pop(&shared.pop_path).await?;
         let received = shared.epoch.elapsed();
         stats.pops += 1;
         shared.pops.fetch_add(1, Ordering::Relaxed);
-        if reply.status == StatusCode::NO_CONTENT {
+        let messages = popped.messages::<PayloadId>()?;
+        if messages.is_empty() {
             stats.empty += 1;
             continue;
         }
-        if reply.status != StatusCode::OK {
-            return Err(Error::msg(format!(
-                "pop answered {}: {}",
-                reply.status,
-                reply.snippet()
-            )));
-        }
-        let body: PopBody = serde_json::from_slice(&reply.body).context("pop response")?;
-        if body.messages.is_empty() {
-            stats.empty += 1;
-        }
-        for message in &body.messages {
+        for message in &messages {
             let Some(i) = usize::try_from(message.data.id)
                 .ok()
                 .filter(|&i| i < shared.sent_ns.len())
@@ -647,40 +619,11 @@ async fn consume(mut conn: Conn, shared: Arc<Shared>) -> Result<ConsumerStats> {
                     .store(u32::try_from(micros).unwrap_or(u32::MAX), Ordering::Relaxed);
             }
         }
-        if shared.leased && !body.messages.is_empty() {
-            ack(&mut conn, &body.messages).await?;
+        if shared.leased {
+            conn.ack_all(&client::completed(&messages), None).await?;
         }
     }
     Ok(stats)
-}
-
-/// `POST /api/v1/ack/batch` for every message of a leased pop; each must succeed.
-async fn ack(conn: &mut Conn, messages: &[PopMessage]) -> Result<()> {
-    let acknowledgments: Vec<serde_json::Value> = messages
-        .iter()
-        .map(|m| {
-            serde_json::json!({"transactionId": m.transaction_id, "partitionId": m.partition_id,
-                               "leaseId": m.lease_id, "status": "completed"})
-        })
-        .collect();
-    let body = serde_json::to_vec(&serde_json::json!({ "acknowledgments": acknowledgments }))
-        .context("ack body")?;
-    let reply = conn
-        .post_json("/api/v1/ack/batch", Bytes::from(body))
-        .await?;
-    if reply.status != StatusCode::OK {
-        return Err(Error::msg(format!(
-            "ack answered {}: {}",
-            reply.status,
-            reply.snippet()
-        )));
-    }
-    let results: Vec<serde_json::Value> =
-        serde_json::from_slice(&reply.body).context("ack response")?;
-    if results.iter().any(|r| r["success"] != true) {
-        return Err(Error::msg(format!("an ack failed: {}", reply.snippet())));
-    }
-    Ok(())
 }
 
 /// The figures of one latency case.

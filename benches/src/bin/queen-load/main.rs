@@ -36,14 +36,16 @@
 //! in release mode first.
 
 mod ceiling;
-mod cpu;
+mod client;
+
 mod env;
 mod error;
-mod http;
+
 mod latency;
 mod matrix;
+mod measure;
 mod observe;
-mod payload;
+
 mod pop;
 mod push;
 mod report;
@@ -55,7 +57,7 @@ mod scale_soak;
 mod scale_spread;
 mod scenario;
 mod soak;
-mod stats;
+
 mod streams;
 
 use std::process::ExitCode;
@@ -63,9 +65,9 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 
+use crate::client::payload::Bodies;
 use crate::env::{CommonArgs, Env};
 use crate::error::{Context, Error, Result};
-use crate::payload::Bodies;
 use crate::report::Report;
 use crate::scenario::ScenarioArgs;
 
@@ -289,7 +291,7 @@ async fn execute(scenario: &'static str, common: &CommonArgs, parts: &[Part]) ->
         .insert("mesh".to_owned(), serde_json::json!(common.mesh));
     report.settings.insert(
         "postgresql".to_owned(),
-        stats::server_settings(&env.admin, &common.pg_settings).await?,
+        measure::stats::server_settings(&env.admin, &common.pg_settings).await?,
     );
     let mut failed = Vec::new();
     for part in parts {

@@ -22,9 +22,9 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::json;
 
+use crate::client::Conn;
 use crate::env::{CommonArgs, Env};
 use crate::error::{Context, Error, Result};
-use crate::http::Conn;
 use crate::report::{fixed, Report, Table};
 
 /// The observe scenario's settings.
@@ -198,13 +198,10 @@ async fn run_case(
             })
             .collect();
         let body = Bytes::from(json!({"items": items}).to_string());
-        let batch = opts.batch as u64;
+        let (items, batch) = (opts.batch, opts.batch as u64);
         tasks.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
-                let reply = conn.post_json("/api/v1/push", body.clone()).await?;
-                if reply.status != 201 {
-                    return Err(Error::msg(format!("push: {}", reply.snippet())));
-                }
+                conn.push(body.clone(), items).await?;
                 messages.fetch_add(batch, Ordering::Relaxed);
             }
             Ok::<(), Error>(())
@@ -236,11 +233,12 @@ async fn run_case(
     let pids = crate::env::pids(&brokers);
     let postmaster = env.postmaster_pid()?;
     let before = messages.load(Ordering::Relaxed);
-    let cpu_before = crate::cpu::sample(&pids, postmaster);
+    let cpu_before = crate::measure::cpu::sample(&pids, postmaster);
     let started = Instant::now();
     tokio::time::sleep(Duration::from_secs_f64(opts.duration())).await;
     let measured = messages.load(Ordering::Relaxed) - before;
-    let cpu = crate::cpu::usage(&cpu_before, &crate::cpu::sample(&pids, postmaster));
+    let cpu =
+        crate::measure::cpu::usage(&cpu_before, &crate::measure::cpu::sample(&pids, postmaster));
     let seconds = started.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     for task in tasks {

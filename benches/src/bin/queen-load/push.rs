@@ -33,27 +33,24 @@
 //! `(k + j * producers) % partitions`, so every partition gets traffic. Every
 //! response must be 201 with every item `queued`; any failure fails the run.
 
-use std::borrow::Cow;
-use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use hyper::StatusCode;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use crate::cpu::{self, Usage};
+use crate::client::payload::{self, Bodies, TxnIds};
+use crate::client::Conn;
 use crate::env::{self, CommonArgs, Env};
-use crate::error::{Context, Error, Result};
-use crate::http::{Conn, Reply};
+use crate::error::{Error, Result};
 use crate::matrix::{Axes, Shape};
-use crate::payload::{self, Bodies, TxnIds};
+use crate::measure::cpu::{self, Usage};
+use crate::measure::stats;
 use crate::report::{fixed, ratio, Latency, Report, Table};
 use crate::scenario::{
     self, micros, to_f64, to_f64_i, Case as _, DbWrites, Failures, Merge, Timeline, Window,
 };
-use crate::stats;
 
 /// Shapes pushed through several brokers by default: (shape, brokers).
 const MULTI_BROKER: &[(Shape, usize)] = &[
@@ -63,9 +60,6 @@ const MULTI_BROKER: &[(Shape, usize)] = &[
 
 /// The same, with `--quick`.
 const QUICK_MULTI_BROKER: &[(Shape, usize)] = &[(Shape::new(1000, 100, 16), 2)];
-
-/// Items per partition-creating request.
-const CREATE_CHUNK: usize = 1000;
 
 /// The push scenario's settings.
 #[derive(Debug, Clone, clap::Args)]
@@ -265,15 +259,16 @@ async fn run_case(
     }
 
     // The queue and every partition.
-    let created = create_partitions(
-        &mut producers[0].conn,
-        &shared.bodies,
-        &shared.queue,
-        &shared.partitions,
-        shared.txn,
-        |_| {},
-    )
-    .await?;
+    let created = producers[0]
+        .conn
+        .create_partitions(
+            &shared.bodies,
+            &shared.queue,
+            &shared.partitions,
+            shared.txn,
+            |_| {},
+        )
+        .await?;
     shared.next_id.store(created, Ordering::Relaxed);
 
     // Warm-up, drained.
@@ -344,31 +339,6 @@ async fn run_case(
         attempts: 1,
         messages_per_second_timeline: window.timeline.into_vec(),
     })
-}
-
-/// Create the queue and every partition with one message each (payload ids
-/// `0..partitions.len()`), in requests of up to [`CREATE_CHUNK`] items, one
-/// per partition; `sending(ids)` is told each request's ids before it is
-/// built. Returns the messages pushed.
-pub(crate) async fn create_partitions(
-    conn: &mut Conn,
-    bodies: &Bodies,
-    queue: &str,
-    partitions: &[String],
-    txn: TxnIds,
-    mut sending: impl FnMut(Range<u64>),
-) -> Result<u64> {
-    let mut created = 0;
-    for chunk in partitions.chunks(CREATE_CHUNK) {
-        let n = u64::try_from(chunk.len()).context("chunk size")?;
-        sending(created..created + n);
-        let mut body = Vec::with_capacity(chunk.len() * 1200 + 64);
-        payload::push_request_spread(&mut body, bodies, queue, chunk, created, txn);
-        let reply = conn.post_json("/api/v1/push", Bytes::from(body)).await?;
-        check_reply(&reply, chunk.len()).map_err(|error| error.wrap("create the partitions"))?;
-        created += n;
-    }
-    Ok(created)
 }
 
 /// The figures of one push case.
@@ -557,11 +527,7 @@ async fn produce(
             shared.txn,
         );
         let sent_at = Instant::now();
-        let outcome = producer
-            .conn
-            .post_json("/api/v1/push", Bytes::from(body))
-            .await
-            .and_then(|reply| check_reply(&reply, shape.batch));
+        let outcome = producer.conn.push(Bytes::from(body), shape.batch).await;
         producer.sent += 1;
         match outcome {
             Ok(()) => {
@@ -582,47 +548,10 @@ async fn produce(
     (producer, stats)
 }
 
-/// One entry of the push response; only the status is checked.
-#[derive(Deserialize)]
-struct ItemResult<'a> {
-    #[serde(borrow)]
-    status: Cow<'a, str>,
-}
-
-/// 201, one result per item, every one `queued`.
-pub(crate) fn check_reply(reply: &Reply, batch: usize) -> Result<()> {
-    if reply.status != StatusCode::CREATED {
-        return Err(Error::msg(format!(
-            "push answered {}: {}",
-            reply.status,
-            reply.snippet()
-        )));
-    }
-    let items: Vec<ItemResult<'_>> = serde_json::from_slice(&reply.body)
-        .with_context(|| format!("push response is not a result array: {}", reply.snippet()))?;
-    if items.len() != batch {
-        return Err(Error::msg(format!(
-            "push answered {} results for {batch} items",
-            items.len()
-        )));
-    }
-    if let Some((index, item)) = items
-        .iter()
-        .enumerate()
-        .find(|(_, item)| item.status != "queued")
-    {
-        return Err(Error::msg(format!(
-            "push item {index} is `{}`, not `queued`",
-            item.status
-        )));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::{ClusterPoint, DbCounters, Segments};
+    use crate::measure::stats::{ClusterPoint, DbCounters, Segments};
 
     #[test]
     fn a_result_has_the_report_fields_in_order() {

@@ -14,9 +14,9 @@ use crate::ceiling::CeilingResult;
 use crate::env::Env;
 use crate::error::{Context, Result};
 use crate::latency::LatencyResult;
+use crate::measure::stats;
 use crate::pop::PopResult;
 use crate::push::PushResult;
-use crate::stats;
 
 /// The machine and build a run measured.
 #[derive(Debug, Serialize)]

@@ -25,7 +25,6 @@
 //! about a second of that activity; reads that must include a burst just
 //! before them wait `SETTLE` first, as the cases' docs say.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -35,9 +34,9 @@ use hyper::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::client::Conn;
 use crate::env::{CommonArgs, Env};
 use crate::error::{Context, Error, Result};
-use crate::http::Conn;
 use crate::report::{fixed, Report, Table};
 
 /// One case of the scale scenario.
@@ -346,21 +345,7 @@ pub(crate) async fn vacuum(env: &Env, dbname: &str) -> Result<()> {
         .with_context(|| format!("vacuum {dbname}"))
 }
 
-/// One delivered message: what the ack needs, and the payload's figures
-/// this scenario's pushes carry (`{"n": .., "sent_us": ..}`).
-#[derive(Deserialize)]
-pub(crate) struct Message<'a> {
-    #[serde(rename = "transactionId", borrow)]
-    transaction_id: Cow<'a, str>,
-    #[serde(rename = "partitionId", borrow)]
-    partition_id: Cow<'a, str>,
-    #[serde(rename = "leaseId", borrow, default)]
-    lease_id: Option<Cow<'a, str>>,
-    #[serde(default)]
-    pub(crate) data: Data,
-}
-
-/// The payload of a message this scenario pushed.
+/// The payload of a message this scenario pushed (`{"n": .., "sent_us": ..}`).
 #[derive(Deserialize, Default)]
 pub(crate) struct Data {
     /// The message's number.
@@ -369,86 +354,6 @@ pub(crate) struct Data {
     /// When it was pushed, microseconds since the Unix epoch.
     #[serde(default)]
     pub(crate) sent_us: u64,
-}
-
-#[derive(Deserialize)]
-struct PopBody<'a> {
-    #[serde(borrow, default)]
-    messages: Vec<Message<'a>>,
-}
-
-/// `GET path` (a pop): the body when it delivered, empty for a 204.
-pub(crate) async fn pop(conn: &mut Conn, path: &str) -> Result<Bytes> {
-    let reply = conn.get(path).await?;
-    match reply.status {
-        StatusCode::OK => Ok(reply.body),
-        StatusCode::NO_CONTENT => Ok(Bytes::new()),
-        status => Err(Error::msg(format!(
-            "pop answered {status}: {}",
-            reply.snippet()
-        ))),
-    }
-}
-
-/// The messages of a pop's body (none for an empty one).
-pub(crate) fn messages(body: &Bytes) -> Result<Vec<Message<'_>>> {
-    if body.is_empty() {
-        return Ok(Vec::new());
-    }
-    let body: PopBody<'_> = serde_json::from_slice(body).with_context(|| {
-        format!(
-            "pop response: {}",
-            String::from_utf8_lossy(&body[..body.len().min(300)])
-        )
-    })?;
-    Ok(body.messages)
-}
-
-#[derive(Deserialize)]
-struct AckResult {
-    #[serde(default)]
-    success: bool,
-}
-
-/// Acknowledge every message `completed` with one batch ack, for `group`
-/// (`None`: queue mode); fail unless every one succeeded.
-pub(crate) async fn ack(
-    conn: &mut Conn,
-    messages: &[Message<'_>],
-    group: Option<&str>,
-) -> Result<()> {
-    if messages.is_empty() {
-        return Ok(());
-    }
-    let acks: Vec<_> = messages
-        .iter()
-        .map(|m| {
-            json!({"transactionId": m.transaction_id, "partitionId": m.partition_id,
-                   "leaseId": m.lease_id.as_deref().filter(|l| !l.is_empty()),
-                   "status": "completed"})
-        })
-        .collect();
-    let body = json!({"acknowledgments": acks, "consumerGroup": group});
-    let reply = conn
-        .post_json("/api/v1/ack/batch", Bytes::from(body.to_string()))
-        .await?;
-    if !reply.status.is_success() {
-        return Err(Error::msg(format!(
-            "ack answered {}: {}",
-            reply.status,
-            reply.snippet()
-        )));
-    }
-    let results: Vec<AckResult> = serde_json::from_slice(&reply.body)
-        .with_context(|| format!("ack response: {}", reply.snippet()))?;
-    if results.len() != messages.len() || results.iter().any(|r| !r.success) {
-        return Err(Error::msg(format!(
-            "ack of {} messages did not succeed for every one: {}",
-            messages.len(),
-            reply.snippet()
-        )));
-    }
-    Ok(())
 }
 
 /// A push item of this scenario: `{"queue", "partition"?, "payload": {"n",
@@ -465,8 +370,7 @@ pub(crate) fn item(queue: &str, partition: Option<&str>, n: u64) -> String {
 /// unless every one is `queued`.
 pub(crate) async fn push(conn: &mut Conn, items: &[String]) -> Result<()> {
     let body = format!("{{\"items\":[{}]}}", items.join(","));
-    let reply = conn.post_json("/api/v1/push", Bytes::from(body)).await?;
-    crate::push::check_reply(&reply, items.len())
+    conn.push(Bytes::from(body), items.len()).await
 }
 
 /// Microseconds since the Unix epoch.

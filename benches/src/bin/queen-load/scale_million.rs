@@ -42,14 +42,14 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::json;
 
-use crate::cpu::{self, Usage};
+use crate::client::{self, Conn};
 use crate::env::{CommonArgs, Env};
 use crate::error::{Context, Error, Result};
-use crate::http::Conn;
+use crate::measure::cpu::{self, Usage};
+use crate::measure::stats::SETTLE;
 use crate::report::Latency;
 use crate::scale::{self, compare, DbStat, Metrics, Rng, ScaleOpts};
 use crate::scenario::{micros, to_f64, to_f64_i};
-use crate::stats::SETTLE;
 
 const QUEUE: &str = "scale-million";
 const GROUP: &str = "g";
@@ -215,14 +215,15 @@ async fn size(
     eprintln!("queen-load:   created {n} partitions in {create_seconds:.1} s");
     let mut conn = Conn::connect(addr).await?;
     let started = Instant::now();
-    let body = scale::pop(
-        &mut conn,
-        &format!("/api/v1/pop/queue/{QUEUE}?consumerGroup={GROUP}&subscriptionMode=new&batch=10&wait=false"),
-    )
-    .await?;
+    let popped = conn
+        .pop(&format!(
+            "/api/v1/pop/queue/{QUEUE}?consumerGroup={GROUP}&subscriptionMode=new&batch=10&wait=false"
+        ))
+        .await?;
     let first_contact_seconds = started.elapsed().as_secs_f64();
-    let first = scale::messages(&body)?;
-    scale::ack(&mut conn, &first, Some(GROUP)).await?;
+    let first = popped.messages::<scale::Data>()?;
+    conn.ack_all(&client::completed(&first), Some(GROUP))
+        .await?;
     let first_contact_messages = first.len();
     let tables = table_costs(env, &dbname, n).await?;
     brokers[0].check_alive()?;
@@ -386,9 +387,9 @@ async fn traffic(
             let mut stats = TaskStats::default();
             loop {
                 let sent = Instant::now();
-                let body = scale::pop(&mut conn, &path).await?;
+                let popped = conn.pop(&path).await?;
                 let took = micros(sent.elapsed());
-                let messages = scale::messages(&body)?;
+                let messages = popped.messages::<scale::Data>()?;
                 if messages.is_empty() {
                     stats.pops_empty += 1;
                     if sent >= deadline {
@@ -401,7 +402,8 @@ async fn traffic(
                 if sent < deadline {
                     stats.pop_us.push(took);
                 }
-                scale::ack(&mut conn, &messages, Some(GROUP)).await?;
+                conn.ack_all(&client::completed(&messages), Some(GROUP))
+                    .await?;
                 let done = Instant::now();
                 if done <= deadline {
                     stats.consumed += messages.len() as u64;
@@ -464,12 +466,13 @@ async fn traffic(
 async fn caught_up(conn: &mut Conn) -> Result<bool> {
     let path = format!("/api/v1/pop/queue/{QUEUE}?consumerGroup={GROUP}&batch=100&wait=false");
     for _ in 0..100 {
-        let body = scale::pop(conn, &path).await?;
-        let messages = scale::messages(&body)?;
+        let popped = conn.pop(&path).await?;
+        let messages = popped.messages::<scale::Data>()?;
         if messages.is_empty() {
             return Ok(true);
         }
-        scale::ack(conn, &messages, Some(GROUP)).await?;
+        conn.ack_all(&client::completed(&messages), Some(GROUP))
+            .await?;
     }
     Ok(false)
 }
@@ -530,12 +533,13 @@ async fn pops(conn: &mut Conn, wait: &str, count: usize) -> Result<(usize, Vec<u
     let mut latencies = Vec::with_capacity(count);
     for _ in 0..count {
         let sent = Instant::now();
-        let body = scale::pop(conn, &path).await?;
+        let popped = conn.pop(&path).await?;
         latencies.push(micros(sent.elapsed()));
-        let messages = scale::messages(&body)?;
+        let messages = popped.messages::<scale::Data>()?;
         if !messages.is_empty() {
             delivered += 1;
-            scale::ack(conn, &messages, Some(GROUP)).await?;
+            conn.ack_all(&client::completed(&messages), Some(GROUP))
+                .await?;
         }
     }
     Ok((delivered, latencies))

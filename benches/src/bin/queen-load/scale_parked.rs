@@ -32,14 +32,14 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::cpu;
+use crate::client::{self, Conn};
 use crate::env::{CommonArgs, Env};
 use crate::error::{Context, Error, Result};
-use crate::http::Conn;
+use crate::measure::cpu;
+use crate::measure::stats::SETTLE;
 use crate::report::{fixed, Latency};
 use crate::scale::{self, DbStat, Metrics, ScaleOpts};
 use crate::scenario::{micros, to_f64, to_f64_i};
-use crate::stats::SETTLE;
 
 const QUEUES: usize = 100;
 /// Connections opened at once.
@@ -109,7 +109,7 @@ pub(crate) async fn run(
             "/api/v1/pop/queue/{}?batch=1&wait=false&autoAck=true",
             queue_name(q)
         );
-        scale::pop(&mut admin, &path).await?;
+        admin.pop(&path).await?;
     }
 
     // The consumers, in waves.
@@ -370,9 +370,9 @@ async fn consume(k: usize, mut conn: Conn, seen: Arc<Seen>) {
     );
     let result: Result<()> = async {
         loop {
-            let body = scale::pop(&mut conn, &path).await?;
+            let popped = conn.pop(&path).await?;
             let now = scale::unix_micros();
-            let messages = scale::messages(&body)?;
+            let messages = popped.messages::<scale::Data>()?;
             if messages.is_empty() {
                 seen.timeouts.fetch_add(1, Ordering::Relaxed);
                 continue;
@@ -386,7 +386,7 @@ async fn consume(k: usize, mut conn: Conn, seen: Arc<Seen>) {
                     *received.entry(m.data.n).or_default() += 1;
                 }
             }
-            scale::ack(&mut conn, &messages, None).await?;
+            conn.ack_all(&client::completed(&messages), None).await?;
         }
     }
     .await;

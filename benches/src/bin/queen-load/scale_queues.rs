@@ -31,13 +31,13 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::json;
 
-use crate::cpu::{self, Usage};
+use crate::client::{self, Conn};
 use crate::env::{CommonArgs, Env};
 use crate::error::{Context, Error, Result};
-use crate::http::Conn;
+use crate::measure::cpu::{self, Usage};
+use crate::measure::stats::SETTLE;
 use crate::scale::{self, compare, DbStat, Metrics, Rng, ScaleOpts};
 use crate::scenario::{to_f64, to_f64_i};
-use crate::stats::SETTLE;
 
 const GROUP: &str = "g";
 /// Items (queues) per creating request; connections creating and subscribing.
@@ -173,7 +173,7 @@ async fn size(
                 "/api/v1/pop/queue/{}?consumerGroup={GROUP}&batch=1&wait=false&autoAck=true",
                 queue_name(q)
             );
-            if scale::messages(&scale::pop(&mut conn, &path).await?)?.len() != 1 {
+            if conn.pop(&path).await?.messages::<scale::Data>()?.len() != 1 {
                 return Err(Error::msg(format!(
                     "the first pop of {} did not deliver its message",
                     queue_name(q)
@@ -305,14 +305,15 @@ async fn traffic(addr: std::net::SocketAddr, queues: usize, duration: Duration) 
                     queue_name(q % queues)
                 );
                 q += CONSUMERS;
-                let body = scale::pop(&mut conn, &path).await?;
-                let messages = scale::messages(&body)?;
+                let popped = conn.pop(&path).await?;
+                let messages = popped.messages::<scale::Data>()?;
                 traffic.pops += 1;
                 if messages.is_empty() {
                     traffic.pops_empty += 1;
                     continue;
                 }
-                scale::ack(&mut conn, &messages, Some(GROUP)).await?;
+                conn.ack_all(&client::completed(&messages), Some(GROUP))
+                    .await?;
                 traffic.consumed += messages.len() as u64;
             }
             Ok(traffic)

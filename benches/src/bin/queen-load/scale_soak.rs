@@ -81,10 +81,10 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::json;
 
-use crate::cpu::Usage;
+use crate::client::{self, Ack, Conn, Popped};
 use crate::env::{CommonArgs, Env};
 use crate::error::{Context, Error, Result};
-use crate::http::Conn;
+use crate::measure::cpu::Usage;
 use crate::report::{fixed, Latency, Report, Table};
 
 const QUEUE: &str = "scale_soak";
@@ -503,7 +503,7 @@ pub(crate) async fn run(
     let mut previous = (
         soak_started,
         base,
-        crate::cpu::sample(&[broker_pid], postmaster_pid),
+        crate::measure::cpu::sample(&[broker_pid], postmaster_pid),
     );
     let mut metrics_conn = Conn::connect(addr).await?;
     for k in 1u32.. {
@@ -512,7 +512,7 @@ pub(crate) async fn run(
         crate::env::check_alive(&mut brokers)?;
         let now = Instant::now();
         let counts = shared.counts();
-        let cpu = crate::cpu::sample(&[broker_pid], postmaster_pid);
+        let cpu = crate::measure::cpu::sample(&[broker_pid], postmaster_pid);
         let interval_latencies = shared.take_latencies();
         let row = sql.query_one(SIZES, &[]).await.context("sample sizes")?;
         let lag = read_lag(&sql).await?;
@@ -538,7 +538,7 @@ pub(crate) async fn run(
             push_per_second: rate(previous.1.pushed, counts.pushed),
             consumed_per_second: rate(previous.1.consumed(), counts.consumed()),
             counts: since(&base, &counts),
-            cpu_cores: crate::cpu::usage(&previous.2, &cpu),
+            cpu_cores: crate::measure::cpu::usage(&previous.2, &cpu),
             broker,
         };
         totals.push.extend(interval_latencies.push);
@@ -658,21 +658,18 @@ pub(crate) async fn run(
 /// Configure the queue and make its partitions (an empty push creates none,
 /// so the first pushes do; configure makes `Default` only).
 async fn configure(addr: SocketAddr) -> Result<()> {
-    let mut admin = Conn::connect(addr).await?;
-    let body = json!({"queue": QUEUE, "options": {
-        "retentionEnabled": true,
-        "completedRetentionSeconds": COMPLETED_RETENTION_SECONDS,
-        "retryLimit": RETRY_LIMIT,
-        "dlqEnabled": true,
-    }});
-    let reply = admin
-        .post_json("/api/v1/configure", Bytes::from(body.to_string()))
-        .await?;
-    let answer: serde_json::Value = serde_json::from_slice(&reply.body).unwrap_or_default();
-    if !reply.status.is_success() || answer["configured"] != json!(true) {
-        return Err(Error::msg(format!("configure: {}", reply.snippet())));
-    }
-    Ok(())
+    Conn::connect(addr)
+        .await?
+        .configure(
+            QUEUE,
+            json!({
+                "retentionEnabled": true,
+                "completedRetentionSeconds": COMPLETED_RETENTION_SECONDS,
+                "retryLimit": RETRY_LIMIT,
+                "dlqEnabled": true,
+            }),
+        )
+        .await
 }
 
 async fn start_producers(
@@ -759,7 +756,7 @@ async fn producer(
         let body = push_body((index * 13 + n) % PARTITIONS);
         n += 1;
         let sent = Instant::now();
-        let reply = match conn.post_json("/api/v1/push", body).await {
+        let reply = match conn.push_request(body).await {
             Ok(reply) => reply,
             Err(error) => {
                 shared.error(format!("push: {error}"));
@@ -774,12 +771,7 @@ async fn producer(
         }
         shared.record(Kind::Push, elapsed);
         shared.push_requests.fetch_add(1, Ordering::Relaxed);
-        let answer: serde_json::Value = serde_json::from_slice(&reply.body).unwrap_or_default();
-        let items = answer.as_array().map(Vec::as_slice).unwrap_or_default();
-        let queued = items
-            .iter()
-            .filter(|item| item["status"] == "queued")
-            .count();
+        let queued = client::queued(&reply);
         shared.pushed.fetch_add(queued as u64, Ordering::Relaxed);
         if queued != BATCH {
             shared.error(format!(
@@ -814,22 +806,21 @@ async fn consumer(
         if reply.status.as_u16() == 204 {
             continue;
         }
-        if !reply.status.is_success() {
-            shared.error(format!("pop: {} {}", reply.status, reply.snippet()));
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            continue;
-        }
-        let popped: serde_json::Value = match serde_json::from_slice(&reply.body) {
+        let popped = match Popped::from_reply(reply) {
             Ok(popped) => popped,
             Err(error) => {
-                shared.error(format!("pop answer: {error}: {}", reply.snippet()));
+                shared.error(format!("pop: {error}"));
+                tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
         };
-        let messages = popped["messages"]
-            .as_array()
-            .map(Vec::as_slice)
-            .unwrap_or_default();
+        let messages = match popped.messages::<serde::de::IgnoredAny>() {
+            Ok(messages) => messages,
+            Err(error) => {
+                shared.error(format!("pop answer: {error}"));
+                continue;
+            }
+        };
         if messages.is_empty() {
             continue;
         }
@@ -841,31 +832,26 @@ async fn consumer(
 
         let statuses: Vec<&str> = messages
             .iter()
-            .map(
-                |m| match m["transactionId"].as_str().and_then(|t| t.chars().next()) {
-                    Some('f') => "failed",
-                    Some('d') => "dlq",
-                    _ => "completed",
-                },
-            )
-            .collect();
-        let acks: Vec<_> = messages
-            .iter()
-            .zip(&statuses)
-            .map(|(m, status)| {
-                let mut ack = json!({"transactionId": m["transactionId"],
-                                     "partitionId": m["partitionId"],
-                                     "leaseId": m["leaseId"], "status": status});
-                if *status != "completed" {
-                    ack["error"] = json!(format!("scale soak: simulated {status}"));
-                }
-                ack
+            .map(|m| match m.transaction_id.chars().next() {
+                Some('f') => "failed",
+                Some('d') => "dlq",
+                _ => "completed",
             })
             .collect();
-        let body =
-            Bytes::from(json!({ "acknowledgments": acks, "consumerGroup": GROUP }).to_string());
+        let acks: Vec<Ack<'_>> = messages
+            .iter()
+            .zip(&statuses)
+            .map(|(m, &status)| Ack {
+                error: match status {
+                    "failed" => Some("scale soak: simulated failed"),
+                    "dlq" => Some("scale soak: simulated dlq"),
+                    _ => None,
+                },
+                ..m.ack(status)
+            })
+            .collect();
         let sent = Instant::now();
-        let reply = match conn.post_json("/api/v1/ack/batch", body).await {
+        let reply = match conn.ack_request(&acks, Some(GROUP)).await {
             Ok(reply) => reply,
             Err(error) => {
                 shared.error(format!("ack: {error}"));
@@ -874,39 +860,39 @@ async fn consumer(
             }
         };
         let elapsed = sent.elapsed();
-        if !reply.status.is_success() {
-            shared.error(format!("ack: {} {}", reply.status, reply.snippet()));
-            continue;
-        }
+        let results = match client::ack_results(&reply, acks.len()) {
+            Ok(results) => results,
+            Err(error) => {
+                shared.error(format!("ack: {error}"));
+                continue;
+            }
+        };
         shared.record(Kind::Ack, elapsed);
         shared.ack_requests.fetch_add(1, Ordering::Relaxed);
-        let answer: serde_json::Value = serde_json::from_slice(&reply.body).unwrap_or_default();
-        let Some(results) = answer.as_array() else {
-            shared.error(format!("ack answer: not an array: {}", reply.snippet()));
-            continue;
-        };
         // The first `failed` item applied without a dead letter stopped the
         // cursor: it and everything after it come back.
-        if let Some(stop) = results.iter().zip(&statuses).position(|(result, status)| {
-            *status == "failed" && result["success"] == json!(true) && result["dlq"] != json!(true)
-        }) {
+        if let Some(stop) = results
+            .iter()
+            .zip(&statuses)
+            .position(|(result, &status)| status == "failed" && result.success && !result.dlq)
+        {
             shared
                 .forced
                 .fetch_add((results.len() - stop) as u64, Ordering::Relaxed);
         }
-        for (result, status) in results.iter().zip(&statuses) {
-            if result["success"] != json!(true) {
+        for (result, &status) in results.iter().zip(&statuses) {
+            if !result.success {
                 shared.refused.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            match *status {
+            match status {
                 "completed" => shared.completed.fetch_add(1, Ordering::Relaxed),
                 "failed" => shared.failed.fetch_add(1, Ordering::Relaxed),
                 _ => 0,
             };
-            if result["dlq"] == json!(true) {
+            if result.dlq {
                 shared.dead_lettered.fetch_add(1, Ordering::Relaxed);
-                if *status == "dlq" {
+                if status == "dlq" {
                     shared.dlq_direct.fetch_add(1, Ordering::Relaxed);
                 }
             }

@@ -25,15 +25,15 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::json;
 
-use crate::cpu::Usage;
+use crate::client::payload::{self, Bodies, TxnIds};
+use crate::client::Conn;
 use crate::env::{self, CommonArgs, Env};
 use crate::error::{Context, Error, Result};
-use crate::http::Conn;
-use crate::payload::{self, Bodies, TxnIds};
+use crate::measure::cpu::Usage;
+use crate::measure::stats::{self, SETTLE};
 use crate::report::{ratio, Latency};
 use crate::scale::{self, compare, DbStat, Rng, ScaleOpts};
 use crate::scenario::{self, micros, to_f64, to_f64_i};
-use crate::stats::{self, SETTLE};
 
 const QUEUE: &str = "scale-spread";
 const CONNECTIONS: usize = 50;
@@ -218,8 +218,7 @@ async fn produce(
                         TxnIds::Fresh,
                     );
                     let sent = Instant::now();
-                    let reply = conn.post_json("/api/v1/push", Bytes::from(body)).await?;
-                    crate::push::check_reply(&reply, 1)?;
+                    conn.push(Bytes::from(body), 1).await?;
                     pushed.latencies_us.push(micros(sent.elapsed()));
                     pushed.messages += 1;
                 }

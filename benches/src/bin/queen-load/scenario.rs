@@ -7,12 +7,12 @@ use std::future::Future;
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
-use crate::cpu::{self, Usage};
+use crate::client::payload::{self, Bodies};
 use crate::env::CommonArgs;
 use crate::error::{Context, Error, Result};
-use crate::payload::{self, Bodies};
+use crate::measure::cpu::{self, Usage};
+use crate::measure::stats::{self, ClusterPoint, DbCounters, Segments};
 use crate::report::ratio;
-use crate::stats::{self, ClusterPoint, DbCounters, Segments};
 
 /// Measured seconds per case: default, and with `--quick`.
 const DURATION: f64 = 5.0;

@@ -28,9 +28,9 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::json;
 
+use crate::client::{self, Conn};
 use crate::env::{CommonArgs, Env};
 use crate::error::{Context, Error, Result};
-use crate::http::Conn;
 use crate::report::{fixed, Report, Table};
 
 /// The soak scenario's settings.
@@ -169,18 +169,17 @@ pub(crate) async fn run(
         .await
         .context("connect to the soak database")?;
 
-    let mut admin = Conn::connect(addr).await?;
-    let configure = json!({"queue": "soak", "options": {
-        "retentionEnabled": true,
-        "completedRetentionSeconds": opts.completed_seconds,
-        "dedupWindowSeconds": opts.completed_seconds,
-    }});
-    let reply = admin
-        .post_json("/api/v1/configure", Bytes::from(configure.to_string()))
+    Conn::connect(addr)
+        .await?
+        .configure(
+            "soak",
+            json!({
+                "retentionEnabled": true,
+                "completedRetentionSeconds": opts.completed_seconds,
+                "dedupWindowSeconds": opts.completed_seconds,
+            }),
+        )
         .await?;
-    if !reply.status.is_success() {
-        return Err(Error::msg(format!("configure: {}", reply.snippet())));
-    }
 
     let stop = Arc::new(AtomicBool::new(false));
     let pushed = Arc::new(AtomicU64::new(0));
@@ -208,10 +207,7 @@ pub(crate) async fn run(
                     .collect();
                 n += batch;
                 let body = Bytes::from(json!({ "items": items }).to_string());
-                let reply = conn.post_json("/api/v1/push", body).await?;
-                if reply.status.as_u16() != 201 {
-                    return Err(Error::msg(format!("push: {}", reply.snippet())));
-                }
+                conn.push(body, batch).await?;
                 pushed.fetch_add(batch as u64, Ordering::Relaxed);
             }
             Ok::<(), Error>(())
@@ -222,30 +218,15 @@ pub(crate) async fn run(
         let mut conn = Conn::connect(addr).await?;
         tasks.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
-                let reply = conn
-                    .get("/api/v1/pop/queue/soak?batch=100&wait=true&timeout=1000")
+                let popped = conn
+                    .pop("/api/v1/pop/queue/soak?batch=100&wait=true&timeout=1000")
                     .await?;
-                if reply.status.as_u16() == 204 {
+                let messages = popped.messages::<serde::de::IgnoredAny>()?;
+                if messages.is_empty() {
                     continue;
                 }
-                let popped: serde_json::Value =
-                    serde_json::from_slice(&reply.body).context("pop answer")?;
-                let acks: Vec<_> = popped["messages"]
-                    .as_array()
-                    .map(Vec::as_slice)
-                    .unwrap_or_default()
-                    .iter()
-                    .map(|m| {
-                        json!({"transactionId": m["transactionId"], "partitionId": m["partitionId"],
-                               "leaseId": m["leaseId"], "status": "completed"})
-                    })
-                    .collect();
-                let n = acks.len() as u64;
-                let body = Bytes::from(json!({ "acknowledgments": acks }).to_string());
-                let reply = conn.post_json("/api/v1/ack/batch", body).await?;
-                if !reply.status.is_success() {
-                    return Err(Error::msg(format!("ack: {}", reply.snippet())));
-                }
+                let n = messages.len() as u64;
+                conn.ack(&client::completed(&messages), None).await?;
                 consumed.fetch_add(n, Ordering::Relaxed);
             }
             Ok::<(), Error>(())

@@ -17,9 +17,9 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::json;
 
+use crate::client::Conn;
 use crate::env::{CommonArgs, Env};
 use crate::error::{Context, Error, Result};
-use crate::http::Conn;
 use crate::report::{fixed, Latency, Report, Table};
 
 /// The streams scenario's settings.

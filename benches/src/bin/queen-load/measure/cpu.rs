@@ -109,7 +109,7 @@ pub(crate) trait Measured {
 /// `attempts: u32` field.
 macro_rules! measured {
     ($($result:ty),+ $(,)?) => {$(
-        impl $crate::cpu::Measured for $result {
+        impl $crate::measure::cpu::Measured for $result {
             fn other_cpu(&self) -> f64 {
                 self.cpu_cores.other
             }
