@@ -25,15 +25,17 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::json;
 
+use super::common::{Rng, ScaleOpts};
 use crate::client::payload::{self, Bodies, TxnIds};
 use crate::client::Conn;
 use crate::env::{self, CommonArgs, Env};
 use crate::error::{Context, Error, Result};
 use crate::measure::cpu::Usage;
+use crate::measure::stats::DbStat;
 use crate::measure::stats::{self, SETTLE};
-use crate::report::{ratio, Latency};
-use crate::scale::{self, compare, DbStat, Rng, ScaleOpts};
-use crate::scenario::{self, micros, to_f64, to_f64_i};
+use crate::measure::{self, micros, ratio, to_f64, to_f64_i, Latency};
+use crate::output::table;
+use crate::output::table::compare;
 
 const QUEUE: &str = "scale-spread";
 const CONNECTIONS: usize = 50;
@@ -70,7 +72,7 @@ pub(crate) async fn run(
     let one = case(env, common, &bodies, 1, duration).await?;
     let hundred = case(env, common, &bodies, 100, duration).await?;
     let speedup = ratio(hundred.messages_per_second, one.messages_per_second);
-    let mut t = scale::figures(&["p100", "p1", "ratio"]);
+    let mut t = table::figures(&["p100", "p1", "ratio"]);
     let mut row = |name: &str, f: fn(&Spread) -> f64, decimals| {
         compare(&mut t, name, Some(f(&hundred)), Some(f(&one)), decimals);
     };
@@ -128,7 +130,7 @@ async fn case(
     env::check_alive(&mut brokers)?;
     tokio::time::sleep(SETTLE).await;
     let before = DbStat::read(&env.admin, &dbname).await?;
-    let ((conns, window), measured) = scenario::measure(
+    let ((conns, window), measured) = measure::measure(
         &env.admin,
         &pids,
         postmaster,

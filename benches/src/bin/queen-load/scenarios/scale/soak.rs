@@ -81,11 +81,16 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::json;
 
+use super::common::ScaleCase;
 use crate::client::{self, Ack, Conn, Popped};
-use crate::env::{CommonArgs, Env};
+use crate::env::{self, CommonArgs, Env};
 use crate::error::{Context, Error, Result};
-use crate::measure::cpu::Usage;
-use crate::report::{fixed, Latency, Report, Table};
+use crate::measure::cpu::{self, Usage};
+use crate::measure::latency::p99;
+use crate::measure::memory::{broker_memory, rss, BrokerMemory};
+use crate::measure::{micros, Latency};
+use crate::output::report::Report;
+use crate::output::table::{fixed, Table};
 
 const QUEUE: &str = "scale_soak";
 const GROUP: &str = "g";
@@ -171,10 +176,6 @@ enum Kind {
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn micros(elapsed: Duration) -> u32 {
-    u32::try_from(elapsed.as_micros()).unwrap_or(u32::MAX)
 }
 
 impl Shared {
@@ -305,46 +306,6 @@ struct Sample {
     broker: BrokerMemory,
 }
 
-/// The `memory` section of the broker's `GET /metrics`: its bounded maps.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
-struct BrokerMemory {
-    /// False when the scrape failed (the other fields are then 0).
-    scraped: bool,
-    rss_bytes: u64,
-    ack_registry_bytes: u64,
-    dedup_cache_bytes: u64,
-    wake_gates: u64,
-    hotlist_entries: u64,
-}
-
-/// Scrape `GET /metrics` on `conn` (reconnecting once when it fails).
-async fn broker_memory(addr: SocketAddr, conn: &mut Conn) -> BrokerMemory {
-    let mut reply = conn.get("/metrics").await;
-    if reply.is_err() {
-        if let Ok(fresh) = Conn::connect(addr).await {
-            *conn = fresh;
-            reply = conn.get("/metrics").await;
-        }
-    }
-    let Some(answer) = reply
-        .ok()
-        .filter(|reply| reply.status.is_success())
-        .and_then(|reply| serde_json::from_slice::<serde_json::Value>(&reply.body).ok())
-    else {
-        return BrokerMemory::default();
-    };
-    let memory = &answer["memory"];
-    let field = |name: &str| memory[name].as_u64().unwrap_or(0);
-    BrokerMemory {
-        scraped: memory.is_object(),
-        rss_bytes: field("rss"),
-        ack_registry_bytes: field("ackRegistryBytes"),
-        dedup_cache_bytes: field("dedupCacheBytes"),
-        wake_gates: field("wakeGates"),
-        hotlist_entries: field("hotlistEntries"),
-    }
-}
-
 /// The table sizes of a sample, by table name, for the trends.
 const TABLES: [&str; 5] = [
     "log_segments",
@@ -445,7 +406,7 @@ pub(crate) async fn run(
     let (after, window) = (shared.counts(), before_at.elapsed().as_secs_f64());
     drop(guard);
     join(producers).await?;
-    crate::env::check_alive(&mut brokers)?;
+    env::check_alive(&mut brokers)?;
     let calibration_latencies = shared.take_latencies();
     let push_max = (after.pushed - before.pushed) as f64 / window;
     let consume_max = (after.consumed() - before.consumed()) as f64 / window;
@@ -503,16 +464,16 @@ pub(crate) async fn run(
     let mut previous = (
         soak_started,
         base,
-        crate::measure::cpu::sample(&[broker_pid], postmaster_pid),
+        cpu::sample(&[broker_pid], postmaster_pid),
     );
     let mut metrics_conn = Conn::connect(addr).await?;
     for k in 1u32.. {
         let due = (soak_started + period * k).min(soak_started + soak_length);
         tokio::time::sleep_until(due.into()).await;
-        crate::env::check_alive(&mut brokers)?;
+        env::check_alive(&mut brokers)?;
         let now = Instant::now();
         let counts = shared.counts();
-        let cpu = crate::measure::cpu::sample(&[broker_pid], postmaster_pid);
+        let cpu = cpu::sample(&[broker_pid], postmaster_pid);
         let interval_latencies = shared.take_latencies();
         let row = sql.query_one(SIZES, &[]).await.context("sample sizes")?;
         let lag = read_lag(&sql).await?;
@@ -538,7 +499,7 @@ pub(crate) async fn run(
             push_per_second: rate(previous.1.pushed, counts.pushed),
             consumed_per_second: rate(previous.1.consumed(), counts.consumed()),
             counts: since(&base, &counts),
-            cpu_cores: crate::measure::cpu::usage(&previous.2, &cpu),
+            cpu_cores: cpu::usage(&previous.2, &cpu),
             broker,
         };
         totals.push.extend(interval_latencies.push);
@@ -557,7 +518,7 @@ pub(crate) async fn run(
     consumers_stop.store(true, Ordering::Relaxed);
     join(consumers).await?;
     let end = since(&base, &shared.counts());
-    crate::env::stop_all(brokers).await?;
+    env::stop_all(brokers).await?;
     env.drop_database(&dbname, common.keep).await?;
 
     let analysis = Analysis::of(&samples, soak_seconds);
@@ -594,7 +555,7 @@ pub(crate) async fn run(
     );
 
     let error_texts = lock(&shared.error_texts).clone();
-    report.scale.push(json!({
+    report.push(ScaleCase(json!({
         "case": "soak",
         "settings": {
             "minutes": minutes,
@@ -643,7 +604,7 @@ pub(crate) async fn run(
         "csv": csv_path.display().to_string(),
         "error_samples": error_texts,
         "samples": samples,
-    }));
+    })));
     // After the figures are in the report: an unwritable path loses only the files.
     write_file(svg, &svg_text)?;
     write_file(&csv_path, &csv_text)?;
@@ -731,7 +692,7 @@ fn push_body(partition: usize) -> Bytes {
             json!({"queue": QUEUE,
                    "partition": format!("p{partition}"),
                    "transactionId": format!("{}{}", fate(), uuid::Uuid::new_v4().simple()),
-                   "payload": {"data": crate::soak::hex_payload(PAYLOAD_BYTES)}})
+                   "payload": {"data": crate::scenarios::soak::hex_payload(PAYLOAD_BYTES)}})
         })
         .collect();
     Bytes::from(json!({ "items": items }).to_string())
@@ -919,10 +880,6 @@ fn since(before: &Counts, after: &Counts) -> Counts {
     }
 }
 
-fn p99(micros: &[u32]) -> f64 {
-    Latency::from_micros(micros.to_vec()).p99
-}
-
 /// The mean of the samples' CPU figures.
 fn mean_usage(samples: &[Sample]) -> Usage {
     let n = samples.len().max(1) as f64;
@@ -935,20 +892,6 @@ fn mean_usage(samples: &[Sample]) -> Usage {
         other: mean(|u| u.other),
         machine_busy_fraction: mean(|u| u.machine_busy_fraction),
     }
-}
-
-/// VmRSS and RssAnon of process `pid`, KiB.
-fn rss(pid: u32) -> Result<(u64, u64)> {
-    let path = format!("/proc/{pid}/status");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("read {path}"))?;
-    let field = |name: &str| {
-        text.lines()
-            .find_map(|line| line.strip_prefix(name))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|kib| kib.parse::<u64>().ok())
-    };
-    let vm_rss = field("VmRSS:").ok_or_else(|| Error::msg(format!("{path}: no VmRSS")))?;
-    Ok((vm_rss, field("RssAnon:").unwrap_or(0)))
 }
 
 fn mib(bytes: i64) -> f64 {

@@ -42,14 +42,18 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::json;
 
+use super::common::{self as scale, Rng, ScaleOpts};
 use crate::client::{self, Conn};
-use crate::env::{CommonArgs, Env};
+use crate::env::{self, CommonArgs, Env};
 use crate::error::{Context, Error, Result};
 use crate::measure::cpu::{self, Usage};
-use crate::measure::stats::SETTLE;
-use crate::report::Latency;
-use crate::scale::{self, compare, DbStat, Metrics, Rng, ScaleOpts};
-use crate::scenario::{micros, to_f64, to_f64_i};
+use crate::measure::memory;
+use crate::measure::memory::Metrics;
+use crate::measure::stats::DbStat;
+use crate::measure::stats::{self, SETTLE};
+use crate::measure::{self, micros, to_f64, to_f64_i, Latency};
+use crate::output::table;
+use crate::output::table::compare;
 
 const QUEUE: &str = "scale-million";
 const GROUP: &str = "g";
@@ -178,11 +182,11 @@ pub(crate) async fn run(
 
     let p99 = |s: &Size| s.traffic.pop_latency_ms.p99;
     let ratios = json!({
-        "push_messages_per_second": scale::per(Some(big.traffic.push_messages_per_second),
+        "push_messages_per_second": measure::per(Some(big.traffic.push_messages_per_second),
                                                Some(small.traffic.push_messages_per_second)),
-        "consume_messages_per_second": scale::per(Some(big.traffic.consume_messages_per_second),
+        "consume_messages_per_second": measure::per(Some(big.traffic.consume_messages_per_second),
                                                   Some(small.traffic.consume_messages_per_second)),
-        "pop_p99": scale::per(Some(p99(&big)), Some(p99(&small))),
+        "pop_p99": measure::per(Some(p99(&big)), Some(p99(&small))),
     });
     eprintln!("{}", table(&big, &small));
     for s in [&small, &big] {
@@ -238,10 +242,10 @@ async fn size(
         None
     };
     let metrics = Metrics::scrape(addr).await?;
-    let broker_rss_bytes = scale::rss_bytes(pid)?;
+    let broker_rss_bytes = memory::rss_bytes(pid)?;
     brokers[0].check_alive()?;
     drop(conn);
-    crate::env::stop_all(brokers).await?;
+    env::stop_all(brokers).await?;
     env.drop_database(&dbname, common.keep).await?;
     Ok(Size {
         partitions: n,
@@ -252,7 +256,7 @@ async fn size(
         tables,
         traffic,
         empty_pops,
-        hotlist_bytes_per_entry: scale::per(
+        hotlist_bytes_per_entry: measure::per(
             metrics.get("queen_hotlist_bytes"),
             metrics.get("queen_hotlist_entries"),
         ),
@@ -480,7 +484,7 @@ async fn caught_up(conn: &mut Conn) -> Result<bool> {
 /// Statements and rows read per empty pop, the idle background subtracted.
 async fn empty_pops(env: &Env, dbname: &str, conn: &mut Conn) -> Result<EmptyPops> {
     let read = || DbStat::read(&env.admin, dbname);
-    let reads_before = scale::table_reads(env, dbname).await?;
+    let reads_before = stats::table_reads(&env.connect_config(dbname)).await?;
     tokio::time::sleep(SETTLE).await;
     let (r0, t0) = (read().await?, Instant::now());
     let no_wait = pops(conn, "wait=false", EMPTY_POPS).await?;
@@ -491,7 +495,10 @@ async fn empty_pops(env: &Env, dbname: &str, conn: &mut Conn) -> Result<EmptyPop
     let (r2, t2) = (read().await?, Instant::now());
     tokio::time::sleep(SETTLE).await;
     let (r3, t3) = (read().await?, Instant::now());
-    let top_tables_read = scale::top_reads(&reads_before, &scale::table_reads(env, dbname).await?);
+    let top_tables_read = stats::top_reads(
+        &reads_before,
+        &stats::table_reads(&env.connect_config(dbname)).await?,
+    );
     let idle = r3.since(r2);
     let idle_seconds = t3.duration_since(t2).as_secs_f64();
     let commits_rate = to_f64_i(idle.commits) / idle_seconds;
@@ -672,7 +679,7 @@ fn table(big: &Size, small: &Size) -> String {
             0,
         ),
     ];
-    let mut t = scale::figures(&["million", "small", "ratio"]);
+    let mut t = table::figures(&["million", "small", "ratio"]);
     for (name, figure, decimals) in figures {
         compare(&mut t, name, figure(big), figure(small), decimals);
     }

@@ -47,16 +47,15 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use super::case::{self, Case as _, Failures, Merge, Run, Running, Scenario, Window};
 use crate::client::payload::{self, Bodies, TxnIds};
 use crate::client::{self, Conn, Message};
 use crate::env::{self, CommonArgs, Env};
 use crate::error::{Context, Error, Result};
 use crate::measure::cpu::{self, Usage};
-use crate::measure::stats;
-use crate::report::{fixed, ratio, Latency, Report, Skipped, Table};
-use crate::scenario::{
-    self, micros, to_f64, to_f64_i, Case as _, Failures, Merge, Timeline, Window,
-};
+use crate::measure::{self, micros, ratio, stats, to_f64, to_f64_i, Latency, Timeline};
+use crate::output::report::{Report, Row, Skipped};
+use crate::output::table::{fixed, Table};
 
 /// The queue-mode consumer group.
 const QUEUE_MODE: &str = "__QUEUE_MODE__";
@@ -124,7 +123,7 @@ pub(crate) struct PopOpts {
 }
 
 /// How the pop words `--warmup` and `--quick`.
-impl scenario::WindowHelp for PopOpts {
+impl case::WindowHelp for PopOpts {
     const WARMUP: &'static str = "Seconds of consuming before each window, not counted";
     const QUICK: &'static str = "32 consumers only, 2-second windows, a smaller pre-fill";
 }
@@ -224,7 +223,7 @@ struct Case {
     brokers: usize,
 }
 
-impl scenario::Case for Case {
+impl case::Case for Case {
     fn name(self) -> String {
         if self.brokers == 1 {
             format!("{} c{}", self.mode.name(), self.consumers)
@@ -240,15 +239,33 @@ enum Outcome {
     Skipped(String),
 }
 
+impl Scenario for PopOpts {
+    fn name(&self) -> &'static str {
+        "pop"
+    }
+
+    fn validate(&self) -> Result<()> {
+        Self::validate(self)
+    }
+
+    fn settings(&self, bodies: &Bodies) -> serde_json::Value {
+        Self::settings(self, bodies)
+    }
+
+    fn run<'a>(&'a self, ctx: Run<'a>, report: &'a mut Report) -> Running<'a> {
+        Box::pin(run(ctx.env, ctx.common, self, ctx.bodies, report))
+    }
+}
+
 /// Run every case, adding each result to `report`; stop at the first failure.
-pub(crate) async fn run(
+async fn run(
     env: &Env,
     common: &CommonArgs,
     opts: &PopOpts,
     bodies: &Arc<Bodies>,
     report: &mut Report,
 ) -> Result<()> {
-    scenario::run_cases(
+    case::run_cases(
         "pop",
         common,
         &opts.cases(),
@@ -273,11 +290,11 @@ pub(crate) async fn run(
                     cpu::columns(&result.cpu_cores),
                     result.messages_per_second_timeline
                 );
-                report.pop.push(*result);
+                report.push(*result);
             }
             Outcome::Skipped(reason) => {
                 eprintln!("queen-load:   skipped: {reason}");
-                report.skipped.push(Skipped {
+                report.skip(Skipped {
                     scenario: "pop",
                     case: case.name(),
                     reason,
@@ -388,7 +405,7 @@ async fn run_case(
     let consumers = connect_spread(&consumer_addrs).await?;
 
     // The window.
-    let ((consumers, window), measured) = scenario::measure(
+    let ((consumers, window), measured) = measure::measure(
         &env.admin,
         &pids,
         postmaster,
@@ -604,7 +621,7 @@ async fn phase(
     shared: &Arc<Shared>,
     until: Until,
 ) -> Result<(Vec<Conn>, PhaseStats)> {
-    scenario::phase(consumers, "consumer task", |conn, started| {
+    case::phase(consumers, "consumer task", |conn, started| {
         consume(conn, Arc::clone(shared), started, until)
     })
     .await
@@ -830,8 +847,24 @@ pub(crate) struct PopResult {
     pub(crate) messages_per_second_timeline: Vec<u64>,
 }
 
+impl Row for PopResult {
+    const KEY: &'static str = "pop";
+
+    fn title() -> Option<String> {
+        Some(format!("pop ({})", cpu::NOTE))
+    }
+
+    fn table(cases: &[PopResult]) -> String {
+        table(cases)
+    }
+
+    fn disturbance(&self) -> Option<(&str, f64, u32)> {
+        Some((&self.name, self.cpu_cores.other, self.attempts))
+    }
+}
+
 /// The pop table.
-pub(crate) fn table(cases: &[PopResult]) -> String {
+fn table(cases: &[PopResult]) -> String {
     let mut table = Table::new(&[
         ("case", 12),
         ("msg/s", 9),

@@ -22,10 +22,15 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::json;
 
+use super::case::{Run, Running, Scenario};
+use crate::client::payload::Bodies;
 use crate::client::Conn;
+use crate::env;
 use crate::env::{CommonArgs, Env};
 use crate::error::{Context, Error, Result};
-use crate::report::{fixed, Report, Table};
+use crate::measure::cpu;
+use crate::output::report::{Report, Row};
+use crate::output::table::{fixed, Table};
 
 /// The observe scenario's settings.
 #[derive(Debug, Clone, clap::Args)]
@@ -91,7 +96,25 @@ pub(crate) struct ObserveResult {
     pub(crate) postgres_us_per_message: f64,
 }
 
-pub(crate) async fn run(
+impl Scenario for ObserveOpts {
+    fn name(&self) -> &'static str {
+        "observe"
+    }
+
+    fn validate(&self) -> Result<()> {
+        Self::validate(self)
+    }
+
+    fn settings(&self, _: &Bodies) -> serde_json::Value {
+        Self::settings(self)
+    }
+
+    fn run<'a>(&'a self, ctx: Run<'a>, report: &'a mut Report) -> Running<'a> {
+        Box::pin(run(ctx.env, ctx.common, self, report))
+    }
+}
+
+async fn run(
     env: &Env,
     common: &CommonArgs,
     opts: &ObserveOpts,
@@ -117,19 +140,19 @@ pub(crate) async fn run(
                 result.scrapes,
                 result.scrape_ms_max
             );
-            report.observe.push(result);
+            report.push(result);
         }
     }
     let rate = |r: &ObserveResult| r.messages_per_second;
     let (quiet, observed) = (
-        mean(&report.observe, "quiet", rate),
-        mean(&report.observe, "observed", rate),
+        mean(report.rows(), "quiet", rate),
+        mean(report.rows(), "observed", rate),
     );
     eprintln!(
         "queen-load: observe: quiet {quiet:.0} msg/s, observed {observed:.0} msg/s, cost {:.1}%, \
          median of the rounds' costs {:.1}%",
         (1.0 - observed / quiet) * 100.0,
-        median_cost(&report.observe)
+        median_cost(report.rows())
     );
     Ok(())
 }
@@ -230,15 +253,14 @@ async fn run_case(
     };
     // Let connections and the first flushes settle before measuring.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let pids = crate::env::pids(&brokers);
+    let pids = env::pids(&brokers);
     let postmaster = env.postmaster_pid()?;
     let before = messages.load(Ordering::Relaxed);
-    let cpu_before = crate::measure::cpu::sample(&pids, postmaster);
+    let cpu_before = cpu::sample(&pids, postmaster);
     let started = Instant::now();
     tokio::time::sleep(Duration::from_secs_f64(opts.duration())).await;
     let measured = messages.load(Ordering::Relaxed) - before;
-    let cpu =
-        crate::measure::cpu::usage(&cpu_before, &crate::measure::cpu::sample(&pids, postmaster));
+    let cpu = cpu::usage(&cpu_before, &cpu::sample(&pids, postmaster));
     let seconds = started.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     for task in tasks {
@@ -248,7 +270,7 @@ async fn run_case(
         Some(task) => task.await.context("the scraper panicked")??,
         None => (0, Duration::ZERO),
     };
-    crate::env::stop_all(brokers).await?;
+    env::stop_all(brokers).await?;
     env.drop_database(&dbname, common.keep).await?;
     Ok(ObserveResult {
         kind: if observed { "observed" } else { "quiet" },
@@ -263,8 +285,23 @@ async fn run_case(
     })
 }
 
+impl Row for ObserveResult {
+    const KEY: &'static str = "observe";
+
+    fn title() -> Option<String> {
+        Some(
+            "observe: push throughput, quiet vs statistics rows and a scrape every second"
+                .to_owned(),
+        )
+    }
+
+    fn table(results: &[ObserveResult]) -> String {
+        table(results)
+    }
+}
+
 /// The observe table, with the two kinds' means and the cost.
-pub(crate) fn table(results: &[ObserveResult]) -> String {
+fn table(results: &[ObserveResult]) -> String {
     let mut table = Table::new(&[
         ("round", 6),
         ("case", 9),

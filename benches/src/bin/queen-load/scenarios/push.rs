@@ -40,17 +40,16 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use serde::Serialize;
 
+use super::case::{self, Case as _, Failures, Merge, Run, Running, Scenario, Window};
+use super::matrix::{Axes, Shape};
 use crate::client::payload::{self, Bodies, TxnIds};
 use crate::client::Conn;
 use crate::env::{self, CommonArgs, Env};
 use crate::error::{Error, Result};
-use crate::matrix::{Axes, Shape};
 use crate::measure::cpu::{self, Usage};
-use crate::measure::stats;
-use crate::report::{fixed, ratio, Latency, Report, Table};
-use crate::scenario::{
-    self, micros, to_f64, to_f64_i, Case as _, DbWrites, Failures, Merge, Timeline, Window,
-};
+use crate::measure::{self, micros, ratio, stats, to_f64, to_f64_i, DbWrites, Latency, Timeline};
+use crate::output::report::{Report, Row};
+use crate::output::table::{fixed, Table};
 
 /// Shapes pushed through several brokers by default: (shape, brokers).
 const MULTI_BROKER: &[(Shape, usize)] = &[
@@ -86,7 +85,7 @@ pub(crate) struct PushOpts {
 }
 
 /// How the push words `--warmup` and `--quick`.
-impl scenario::WindowHelp for PushOpts {
+impl case::WindowHelp for PushOpts {
     const WARMUP: &'static str = "Seconds of load before each window, not counted";
     const QUICK: &'static str = "A reduced matrix with 2-second windows, for smoke tests";
 }
@@ -114,7 +113,7 @@ struct Case {
     brokers: usize,
 }
 
-impl scenario::Case for Case {
+impl case::Case for Case {
     fn name(self) -> String {
         if self.brokers == 1 {
             self.shape.name()
@@ -202,23 +201,41 @@ impl PushOpts {
     }
 }
 
+impl Scenario for PushOpts {
+    fn name(&self) -> &'static str {
+        "push"
+    }
+
+    fn validate(&self) -> Result<()> {
+        Self::validate(self)
+    }
+
+    fn settings(&self, bodies: &Bodies) -> serde_json::Value {
+        Self::settings(self, bodies)
+    }
+
+    fn run<'a>(&'a self, ctx: Run<'a>, report: &'a mut Report) -> Running<'a> {
+        Box::pin(run(ctx.env, ctx.common, self, ctx.bodies, report))
+    }
+}
+
 /// Run every case, adding each result to `report` as it finishes; stop at
 /// the first failing case.
-pub(crate) async fn run(
+async fn run(
     env: &Env,
     common: &CommonArgs,
     opts: &PushOpts,
     bodies: &Arc<Bodies>,
     report: &mut Report,
 ) -> Result<()> {
-    scenario::run_cases(
+    case::run_cases(
         "push",
         common,
         &opts.matrix(),
         |case| run_case(env, common, opts, bodies, case),
         |_, result| {
             eprintln!("queen-load:   {}", summary_line(&result));
-            report.push.push(result);
+            report.push(result);
         },
     )
     .await
@@ -282,7 +299,7 @@ async fn run_case(
     let commits_before = stats::db_counters(&env.admin, &dbname).await?;
 
     // The window, drained.
-    let ((producers, window), measured) = scenario::measure(
+    let ((producers, window), measured) = measure::measure(
         &env.admin,
         &pids,
         postmaster,
@@ -383,8 +400,24 @@ pub(crate) struct PushResult {
 
 cpu::measured!(PushResult);
 
+impl Row for PushResult {
+    const KEY: &'static str = "push";
+
+    fn title() -> Option<String> {
+        Some(format!("push ({})", cpu::NOTE))
+    }
+
+    fn table(cases: &[PushResult]) -> String {
+        table(cases)
+    }
+
+    fn disturbance(&self) -> Option<(&str, f64, u32)> {
+        Some((&self.name, self.cpu_cores.other, self.attempts))
+    }
+}
+
 /// The push table.
-pub(crate) fn table(cases: &[PushResult]) -> String {
+fn table(cases: &[PushResult]) -> String {
     let mut table = Table::new(&[
         ("case", 20),
         ("msg/s", 9),
@@ -495,7 +528,7 @@ async fn phase(
     shared: &Arc<Shared>,
     deadline: Instant,
 ) -> Result<(Vec<Producer>, PhaseStats)> {
-    scenario::phase(producers, "producer task", |producer, started| {
+    case::phase(producers, "producer task", |producer, started| {
         produce(producer, Arc::clone(shared), started, deadline)
     })
     .await
@@ -561,7 +594,7 @@ mod tests {
             checkpoints: 0,
             now: std::time::SystemTime::UNIX_EPOCH,
         };
-        let measured = scenario::Measurement {
+        let measured = measure::window::Measurement {
             started: Instant::now(),
             seconds: 1.0,
             before: point,
@@ -603,7 +636,7 @@ mod tests {
             attempts: 1,
             messages_per_second_timeline: Vec::new(),
         };
-        scenario::assert_fields(
+        case::assert_fields(
             &result,
             &[
                 "name",

@@ -50,13 +50,15 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
+use super::case::{self, Case as _, Run, Running, Scenario, Window};
 use crate::client::payload::{self, Bodies, TxnIds};
 use crate::client::{self, Conn};
 use crate::env::{self, CommonArgs, Env};
 use crate::error::{Context, Error, Result};
 use crate::measure::cpu::{self, Usage};
-use crate::report::{fixed, Latency, Report, Table};
-use crate::scenario::{self, micros, to_f64, Case as _, Window};
+use crate::measure::{micros, to_f64, Latency};
+use crate::output::report::{Report, Row};
+use crate::output::table::{fixed, Table};
 
 /// Connections the producer may have in flight at once.
 const PRODUCER_CONNS: usize = 16;
@@ -114,7 +116,7 @@ impl Mode {
 }
 
 /// How the latency scenario words `--warmup` and `--quick`.
-impl scenario::WindowHelp for LatencyOpts {
+impl case::WindowHelp for LatencyOpts {
     const WARMUP: &'static str = "Seconds of schedule before each window, not counted";
     const QUICK: &'static str = "500 msg/s over 100 partitions only, 2-second window";
 }
@@ -233,7 +235,7 @@ struct Case {
     brokers: usize,
 }
 
-impl scenario::Case for Case {
+impl case::Case for Case {
     fn name(self) -> String {
         let name = format!(
             "r{} p{} {} b{}",
@@ -250,15 +252,33 @@ impl scenario::Case for Case {
     }
 }
 
+impl Scenario for LatencyOpts {
+    fn name(&self) -> &'static str {
+        "latency"
+    }
+
+    fn validate(&self) -> Result<()> {
+        Self::validate(self)
+    }
+
+    fn settings(&self, bodies: &Bodies) -> serde_json::Value {
+        Self::settings(self, bodies)
+    }
+
+    fn run<'a>(&'a self, ctx: Run<'a>, report: &'a mut Report) -> Running<'a> {
+        Box::pin(run(ctx.env, ctx.common, self, ctx.bodies, report))
+    }
+}
+
 /// Run every case, adding each result to `report`; stop at the first failure.
-pub(crate) async fn run(
+async fn run(
     env: &Env,
     common: &CommonArgs,
     opts: &LatencyOpts,
     bodies: &Arc<Bodies>,
     report: &mut Report,
 ) -> Result<()> {
-    scenario::run_cases(
+    case::run_cases(
         "latency",
         common,
         &opts.cases(),
@@ -278,7 +298,7 @@ pub(crate) async fn run(
                 result.latency_ms.max,
                 cpu::columns(&result.cpu_cores)
             );
-            report.latency.push(result);
+            report.push(result);
         },
     )
     .await
@@ -669,8 +689,27 @@ pub(crate) struct LatencyResult {
 
 cpu::measured!(LatencyResult);
 
+impl Row for LatencyResult {
+    const KEY: &'static str = "latency";
+
+    fn title() -> Option<String> {
+        Some(format!(
+            "latency: push send to pop receive, one message at a time ({})",
+            cpu::NOTE
+        ))
+    }
+
+    fn table(cases: &[LatencyResult]) -> String {
+        table(cases)
+    }
+
+    fn disturbance(&self) -> Option<(&str, f64, u32)> {
+        Some((&self.name, self.cpu_cores.other, self.attempts))
+    }
+}
+
 /// The latency table.
-pub(crate) fn table(cases: &[LatencyResult]) -> String {
+fn table(cases: &[LatencyResult]) -> String {
     let mut table = Table::new(&[
         ("case", 22),
         ("sent", 7),
@@ -719,7 +758,7 @@ mod tests {
         let names: Vec<String> = LatencyOpts::for_all(true, None)
             .cases()
             .into_iter()
-            .map(scenario::Case::name)
+            .map(case::Case::name)
             .collect();
         assert_eq!(
             names,

@@ -28,10 +28,14 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::json;
 
+use super::case::{Run, Running, Scenario};
+use crate::client::payload::Bodies;
 use crate::client::{self, Conn};
+use crate::env;
 use crate::env::{CommonArgs, Env};
 use crate::error::{Context, Error, Result};
-use crate::report::{fixed, Report, Table};
+use crate::output::report::{Report, Row};
+use crate::output::table::{fixed, Table};
 
 /// The soak scenario's settings.
 #[derive(Debug, Clone, clap::Args)]
@@ -152,12 +156,25 @@ const SIZES: &str = "SELECT pg_relation_size('queen.log_segments'), \
        pg_total_relation_size('queen.log_txns'), \
        (SELECT count(*) FROM queen.log_segments)";
 
-pub(crate) async fn run(
-    env: &Env,
-    common: &CommonArgs,
-    opts: &SoakOpts,
-    report: &mut Report,
-) -> Result<()> {
+impl Scenario for SoakOpts {
+    fn name(&self) -> &'static str {
+        "soak"
+    }
+
+    fn validate(&self) -> Result<()> {
+        Self::validate(self)
+    }
+
+    fn settings(&self, _: &Bodies) -> serde_json::Value {
+        Self::settings(self)
+    }
+
+    fn run<'a>(&'a self, ctx: Run<'a>, report: &'a mut Report) -> Running<'a> {
+        Box::pin(run(ctx.env, ctx.common, self, report))
+    }
+}
+
+async fn run(env: &Env, common: &CommonArgs, opts: &SoakOpts, report: &mut Report) -> Result<()> {
     let dbname = env.create_database("soak").await?;
     let mut broker_common = common.clone();
     broker_common
@@ -269,7 +286,7 @@ pub(crate) async fn run(
     for task in tasks {
         task.await.context("a soak task panicked")??;
     }
-    crate::env::stop_all(brokers).await?;
+    env::stop_all(brokers).await?;
     env.drop_database(&dbname, common.keep).await?;
 
     let third = samples.len() / 3;
@@ -277,7 +294,7 @@ pub(crate) async fn run(
     let middle_max_bytes = max_of(samples.get(third..2 * third).unwrap_or_default());
     let last_max_bytes = max_of(samples.get(2 * third..).unwrap_or_default());
     let total_pushed = pushed.load(Ordering::Relaxed);
-    report.soak.push(SoakResult {
+    report.push(SoakResult {
         pushed: total_pushed,
         pushed_payload_bytes: total_pushed * opts.payload_bytes as u64,
         consumed: consumed.load(Ordering::Relaxed),
@@ -299,8 +316,20 @@ pub(crate) fn hex_payload(len: usize) -> String {
     out
 }
 
+impl Row for SoakResult {
+    const KEY: &'static str = "soak";
+
+    fn title() -> Option<String> {
+        Some("soak: storage over time while retention sweeps".to_owned())
+    }
+
+    fn table(results: &[SoakResult]) -> String {
+        table(results)
+    }
+}
+
 /// The soak table: one row per sample, then the verdict.
-pub(crate) fn table(results: &[SoakResult]) -> String {
+fn table(results: &[SoakResult]) -> String {
     let mut out = String::new();
     for result in results {
         let mut table = Table::new(&[
