@@ -254,16 +254,6 @@ impl Conn {
         self.post_json(ACK_BATCH, ack_body(acks, group)?).await
     }
 
-    /// A batch ack of `acks` for `group`: one result each.
-    pub(crate) async fn ack(
-        &mut self,
-        acks: &[Ack<'_>],
-        group: Option<&str>,
-    ) -> Result<Vec<AckResult>> {
-        let reply = self.ack_request(acks, group).await?;
-        ack_results(&reply, acks.len())
-    }
-
     /// A batch ack of `acks` for `group`; fails unless every one succeeded
     /// (nothing is sent for none).
     pub(crate) async fn ack_all(&mut self, acks: &[Ack<'_>], group: Option<&str>) -> Result<()> {

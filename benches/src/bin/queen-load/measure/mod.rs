@@ -2,11 +2,12 @@
 //! group (`cpu.rs`), PostgreSQL's counters (`stats.rs`), the cluster and the
 //! clocks around a window (`window.rs`), request latencies (`latency.rs`),
 //! messages per second (`timeline.rs`), the broker's memory (`memory.rs`),
-//! and the machine (`machine.rs`).
+//! the machine (`machine.rs`), and trends (`fit.rs`).
 //!
 //! It reads the broker through the client layer and nothing above it.
 
 pub(crate) mod cpu;
+pub(crate) mod fit;
 pub(crate) mod latency;
 pub(crate) mod machine;
 pub(crate) mod memory;

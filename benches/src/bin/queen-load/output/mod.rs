@@ -5,4 +5,5 @@
 //! It renders what it is given: it imports no scenario.
 
 pub(crate) mod report;
+pub(crate) mod svg;
 pub(crate) mod table;

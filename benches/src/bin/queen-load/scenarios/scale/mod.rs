@@ -8,7 +8,8 @@
 //!   (`parked.rs`);
 //! - `spread`: single-message pushes from 50 connections over 1 and 100
 //!   partitions (`spread.rs`);
-//! - `soak`: the long soak with flat memory (`soak.rs`).
+//! - `soak`: the long soak with flat memory (`../soak/scale.rs`, on the
+//!   `soak` scenario's workload).
 //!
 //! Every case reports its figures as ratios to a small case measured in the
 //! same run, and pushes one JSON object (with a `case` field) to
@@ -29,13 +30,13 @@ mod common;
 mod million;
 mod parked;
 mod queues;
-mod soak;
 mod spread;
 
 pub(crate) use common::ScaleOpts;
 use common::{Case, ScaleCase};
 
 use super::case::{Run, Running, Scenario};
+use super::soak;
 use crate::client::payload::Bodies;
 use crate::env::{CommonArgs, Env};
 use crate::error::Result;
@@ -64,7 +65,10 @@ async fn run(env: &Env, common: &CommonArgs, opts: &ScaleOpts, report: &mut Repo
         eprintln!("queen-load: scale case {case:?}");
         let result = match case {
             Case::Soak => {
-                soak::run(env, common, opts.soak_minutes, &opts.soak_svg, report).await?;
+                let (value, files) =
+                    soak::scale::run(env, common, opts.soak_minutes, &opts.soak_svg).await?;
+                report.push(ScaleCase(value));
+                files?;
                 continue;
             }
             Case::Million => million::run(env, common, opts).await,

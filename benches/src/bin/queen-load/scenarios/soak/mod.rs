@@ -1,41 +1,46 @@
-//! The `soak` scenario (issue 15): pushes and consumes for minutes with the
-//! retention loop sweeping every few seconds, sampling the on-disk size of
-//! `queen.log_segments` (heap and TOAST) and `queen.log_txns`, to show that
-//! storage plateaus instead of growing with everything ever pushed.
+//! The soak: minutes of pushes and consumes with the retention loop sweeping
+//! every few seconds, to show that storage plateaus instead of growing with
+//! everything ever pushed. One workload (`traffic.rs`), two entries:
 //!
-//! One broker (started with `RETENTION_INTERVAL` = `--sweep-ms`) on a fresh
-//! database; one queue with `retentionEnabled` and
-//! `completedRetentionSeconds` = `--completed-seconds`, and a dedup window of
-//! the same length (the sidecar is purged after the larger of the window,
-//! the completed retention and 900 s, so `log_txns` levels off only after 15
-//! minutes: its figures are reported, the plateau verdict is on the
-//! segments). `--producers` producers push `--batch`-message requests,
-//! spread over `--partitions` partitions, paced to `--rate` messages per
-//! second in total; `--consumers` consumers pop (`batch=100`, long poll) and
-//! ack each batch, so consumption keeps up and what is consumed becomes
-//! deletable `--completed-seconds` later. Every `--sample` seconds the sizes,
-//! the live segment count and the pushed and consumed totals are recorded.
-//!
-//! Verdict: the largest heap+TOAST size of the last third of the samples is
-//! at most 1.25 times the largest of the middle third (`plateau`); a size
-//! that kept growing with the pushed volume fails it.
+//! - `soak` (this file): the storage over time. One broker (started with
+//!   `RETENTION_INTERVAL` = `--sweep-ms`) on a fresh database; one queue
+//!   with `retentionEnabled` and `completedRetentionSeconds` =
+//!   `--completed-seconds`, and a dedup window of the same length (the
+//!   sidecar is purged after the larger of the window, the completed
+//!   retention and 900 s, so `log_txns` levels off only after 15 minutes:
+//!   its figures are reported, the plateau verdict is on the segments).
+//!   `--producers` producers push `--batch`-message requests, their items
+//!   spread over `--partitions` partitions, paced to `--rate` messages per
+//!   second in total (no transaction ids: every message is acked
+//!   `completed`); `--consumers` consumers pop in queue mode (`batch=100`,
+//!   long poll) and ack each batch, so consumption keeps up and what is
+//!   consumed becomes deletable `--completed-seconds` later. At the start
+//!   and every `--sample` seconds the sizes of `log_segments` (heap and
+//!   TOAST) and `log_txns`, the live segment count and the pushed and
+//!   consumed totals are recorded. Verdict: the largest heap+TOAST size of
+//!   the last third of the samples is at most 1.25 times the largest of the
+//!   middle third (`plateau`); a size that kept growing with the pushed
+//!   volume fails it. A failed request fails the run, at its end.
+//! - `scale --cases soak` (`scale.rs`): mixed traffic with failures and dead
+//!   letters at half the calibrated maximum, deliveries per message against
+//!   the floor ordering imposes, the broker's memory over time, an SVG plot
+//!   and the samples as CSV.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+pub(crate) mod scale;
+mod traffic;
+
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use serde::Serialize;
 use serde_json::json;
 
 use super::case::{Run, Running, Scenario};
 use crate::client::payload::Bodies;
-use crate::client::{self, Conn};
-use crate::env;
 use crate::env::{CommonArgs, Env};
 use crate::error::{Context, Error, Result};
 use crate::output::report::{Report, Row};
 use crate::output::table::{fixed, Table};
+use traffic::{lock, Counts, Plan, Sample, Soak};
 
 /// The soak scenario's settings.
 #[derive(Debug, Clone, clap::Args)]
@@ -117,9 +122,9 @@ impl SoakOpts {
     }
 }
 
-/// One sample of the run.
+/// What the report keeps of a sample: storage, and the totals so far.
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct Sample {
+pub(crate) struct StorageSample {
     pub(crate) seconds: f64,
     pub(crate) pushed: u64,
     pub(crate) consumed: u64,
@@ -129,7 +134,19 @@ pub(crate) struct Sample {
     pub(crate) txns_bytes: i64,
 }
 
-impl Sample {
+impl StorageSample {
+    fn of(sample: &Sample) -> StorageSample {
+        StorageSample {
+            seconds: sample.seconds,
+            pushed: sample.counts.pushed,
+            consumed: sample.counts.consumed(),
+            live_segments: sample.live_segments,
+            segments_heap_bytes: sample.segments_heap_bytes,
+            segments_toast_bytes: sample.segments_toast_bytes,
+            txns_bytes: sample.txns_bytes,
+        }
+    }
+
     fn segments_bytes(&self) -> i64 {
         self.segments_heap_bytes + self.segments_toast_bytes
     }
@@ -138,7 +155,7 @@ impl Sample {
 /// The soak's figures.
 #[derive(Debug, Serialize)]
 pub(crate) struct SoakResult {
-    pub(crate) samples: Vec<Sample>,
+    pub(crate) samples: Vec<StorageSample>,
     /// Messages pushed over the run, and their payload bytes.
     pub(crate) pushed: u64,
     pub(crate) pushed_payload_bytes: u64,
@@ -149,12 +166,6 @@ pub(crate) struct SoakResult {
     /// `last_max_bytes / middle_max_bytes` at most 1.25.
     pub(crate) plateau: bool,
 }
-
-const SIZES: &str = "SELECT pg_relation_size('queen.log_segments'), \
-       coalesce(pg_relation_size((SELECT reltoastrelid FROM pg_class \
-                                   WHERE oid = 'queen.log_segments'::regclass)), 0), \
-       pg_total_relation_size('queen.log_txns'), \
-       (SELECT count(*) FROM queen.log_segments)";
 
 impl Scenario for SoakOpts {
     fn name(&self) -> &'static str {
@@ -175,94 +186,39 @@ impl Scenario for SoakOpts {
 }
 
 async fn run(env: &Env, common: &CommonArgs, opts: &SoakOpts, report: &mut Report) -> Result<()> {
-    let dbname = env.create_database("soak").await?;
-    let mut broker_common = common.clone();
-    broker_common
-        .broker_env
-        .push(("RETENTION_INTERVAL".to_owned(), opts.sweep_ms.to_string()));
-    let mut brokers = env.start_brokers(&broker_common, &dbname, 1).await?;
-    let addr = brokers[0].addr();
-    let sql = queen_sql::connect::connect_one(&env.connect_config(&dbname))
-        .await
-        .context("connect to the soak database")?;
-
-    Conn::connect(addr)
-        .await?
-        .configure(
-            "soak",
-            json!({
-                "retentionEnabled": true,
-                "completedRetentionSeconds": opts.completed_seconds,
-                "dedupWindowSeconds": opts.completed_seconds,
-            }),
-        )
-        .await?;
-
-    let stop = Arc::new(AtomicBool::new(false));
-    let pushed = Arc::new(AtomicU64::new(0));
-    let consumed = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
-    let mut tasks = Vec::new();
+    let plan = Plan {
+        database: "soak",
+        queue: "soak",
+        group: None,
+        options: json!({
+            "retentionEnabled": true,
+            "completedRetentionSeconds": opts.completed_seconds,
+            "dedupWindowSeconds": opts.completed_seconds,
+        }),
+        retention_interval_ms: opts.sweep_ms,
+        producers: opts.producers,
+        consumers: opts.consumers,
+        batch: opts.batch,
+        pop_batch: 100,
+        payload_bytes: opts.payload_bytes,
+        partitions: opts.partitions,
+        spread: true,
+        failed_percent: 0,
+        dlq_percent: 0,
+    };
+    let mut soak = Soak::start(env, common, plan).await?;
     let per_producer = f64::from(opts.rate) / opts.producers as f64;
-    let interval = Duration::from_secs_f64(opts.batch as f64 / per_producer);
-    for producer in 0..opts.producers {
-        let (stop, pushed) = (Arc::clone(&stop), Arc::clone(&pushed));
-        let (batch, partitions, payload_bytes) = (opts.batch, opts.partitions, opts.payload_bytes);
-        let mut conn = Conn::connect(addr).await?;
-        tasks.push(tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(interval);
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut n = 0usize;
-            while !stop.load(Ordering::Relaxed) {
-                ticker.tick().await;
-                let items: Vec<_> = (0..batch)
-                    .map(|i| {
-                        json!({"queue": "soak",
-                               "partition": format!("p{}", (producer + n + i) % partitions),
-                               "payload": {"data": hex_payload(payload_bytes)}})
-                    })
-                    .collect();
-                n += batch;
-                let body = Bytes::from(json!({ "items": items }).to_string());
-                conn.push(body, batch).await?;
-                pushed.fetch_add(batch as u64, Ordering::Relaxed);
-            }
-            Ok::<(), Error>(())
-        }));
-    }
-    for _ in 0..opts.consumers {
-        let (stop, consumed) = (Arc::clone(&stop), Arc::clone(&consumed));
-        let mut conn = Conn::connect(addr).await?;
-        tasks.push(tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                let popped = conn
-                    .pop("/api/v1/pop/queue/soak?batch=100&wait=true&timeout=1000")
-                    .await?;
-                let messages = popped.messages::<serde::de::IgnoredAny>()?;
-                if messages.is_empty() {
-                    continue;
-                }
-                let n = messages.len() as u64;
-                conn.ack(&client::completed(&messages), None).await?;
-                consumed.fetch_add(n, Ordering::Relaxed);
-            }
-            Ok::<(), Error>(())
-        }));
-    }
-
+    let interval = Duration::try_from_secs_f64(opts.batch as f64 / per_producer)
+        .context("soak: the producers' pacing interval")?;
+    let producers = soak.producers(Some(interval)).await?;
+    let started = Instant::now();
+    let base = Counts::default();
+    let mut previous = (started, base, soak.mark().2);
     let mut samples = Vec::new();
     let end = started + Duration::from_secs_f64(opts.duration());
     loop {
-        let row = sql.query_one(SIZES, &[]).await.context("sample sizes")?;
-        let sample = Sample {
-            seconds: started.elapsed().as_secs_f64(),
-            pushed: pushed.load(Ordering::Relaxed),
-            consumed: consumed.load(Ordering::Relaxed),
-            segments_heap_bytes: row.get(0),
-            segments_toast_bytes: row.get(1),
-            txns_bytes: row.get(2),
-            live_segments: row.get(3),
-        };
+        let (sample, _) = soak.sample(started, &base, &mut previous).await?;
+        let sample = StorageSample::of(&sample);
         eprintln!(
             "queen-load:   {:>5.0} s: pushed {}, consumed {}, {} live segments, \
              log_segments heap {} KiB + TOAST {} KiB, log_txns {} KiB",
@@ -280,40 +236,37 @@ async fn run(env: &Env, common: &CommonArgs, opts: &SoakOpts, report: &mut Repor
         }
         let next = Instant::now() + Duration::from_secs_f64(opts.sample);
         tokio::time::sleep_until(next.min(end).into()).await;
-        brokers[0].check_alive()?;
+        soak.check_alive()?;
     }
-    stop.store(true, Ordering::Relaxed);
-    for task in tasks {
-        task.await.context("a soak task panicked")??;
+    producers.stop().await?;
+    let first_error = lock(&soak.shared.error_texts).first().cloned();
+    let totals = soak.finish().await?;
+    if let Some(first) = first_error {
+        return Err(Error::msg(format!(
+            "{} soak requests failed; the first: {first}",
+            totals.errors
+        )));
     }
-    env::stop_all(brokers).await?;
-    env.drop_database(&dbname, common.keep).await?;
 
     let third = samples.len() / 3;
-    let max_of = |part: &[Sample]| part.iter().map(Sample::segments_bytes).max().unwrap_or(0);
+    let max_of = |part: &[StorageSample]| {
+        part.iter()
+            .map(StorageSample::segments_bytes)
+            .max()
+            .unwrap_or(0)
+    };
     let middle_max_bytes = max_of(samples.get(third..2 * third).unwrap_or_default());
     let last_max_bytes = max_of(samples.get(2 * third..).unwrap_or_default());
-    let total_pushed = pushed.load(Ordering::Relaxed);
     report.push(SoakResult {
-        pushed: total_pushed,
-        pushed_payload_bytes: total_pushed * opts.payload_bytes as u64,
-        consumed: consumed.load(Ordering::Relaxed),
+        pushed: totals.pushed,
+        pushed_payload_bytes: totals.pushed * opts.payload_bytes as u64,
+        consumed: totals.consumed(),
         plateau: middle_max_bytes > 0 && (last_max_bytes as f64) <= 1.25 * middle_max_bytes as f64,
         middle_max_bytes,
         last_max_bytes,
         samples,
     });
     Ok(())
-}
-
-/// `len` hex digits from fresh random UUIDs.
-pub(crate) fn hex_payload(len: usize) -> String {
-    let mut out = String::with_capacity(len + 32);
-    while out.len() < len {
-        out.push_str(&uuid::Uuid::new_v4().simple().to_string());
-    }
-    out.truncate(len);
-    out
 }
 
 impl Row for SoakResult {
