@@ -105,7 +105,7 @@ impl Row for Target {
     const KEY: &'static str = "targets";
 
     fn title() -> Option<String> {
-        Some("issue 6 targets".to_owned())
+        Some("targets".to_owned())
     }
 
     fn table(targets: &[Target]) -> String {
@@ -229,7 +229,7 @@ fn targets(
     // delivery to a consumer parked before its queue existed under 10 ms.
     for l in latency {
         targets.push(Target {
-            target: "push-to-pop latency p99, every mode (issue 12)".to_owned(),
+            target: "push-to-pop latency p99, every mode".to_owned(),
             measured_as: format!("latency {}", l.name),
             value: l.latency_ms.p99,
             goal: "< 10 ms".to_owned(),

@@ -14,7 +14,8 @@
 //!   SDKs' consume loops do (by default at batch 1 and 10);
 //! - `early`: `autoAck=true`, but the consumers start before the queue exists
 //!   and the window's first push creates it (no warm-up): consumers commonly
-//!   start before producers, and issue 12's stall lived only there.
+//!   start before producers, and a wake-up lost there stalls the first
+//!   deliveries.
 //!
 //! `--batches` sets `batch=` for every mode (default 1, and 1 and 10 for
 //! `leased`). Messages go to the partitions round-robin. Each case also

@@ -1,4 +1,4 @@
-//! The `observe` scenario (issue 17): what observability costs push
+//! The `observe` scenario: what observability costs push
 //! throughput. Two kinds of case, alternated round by round so drift on the
 //! machine hits both alike:
 //!

@@ -1,4 +1,4 @@
-//! The `streams` scenario (issue 16): `POST /streams/v1/cycle` throughput
+//! The `streams` scenario: `POST /streams/v1/cycle` throughput
 //! with 1, 10 and 100 state ops per cycle.
 //!
 //! Per case, on its own database and broker: one registered query; each of

@@ -1,4 +1,4 @@
-//! The `million` case of the `scale` scenario (issue 20): one queue with a
+//! The `million` case of the `scale` scenario: one queue with a
 //! million partitions (`--million-partitions`), measured against the same
 //! steps on a queue of `--hot-partitions` (10,000) partitions, each on a
 //! fresh database and broker.

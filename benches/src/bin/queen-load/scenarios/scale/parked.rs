@@ -1,4 +1,4 @@
-//! The `parked` case of the `scale` scenario (issue 20): `--parked` (10,000)
+//! The `parked` case of the `scale` scenario: `--parked` (10,000)
 //! long-poll consumers parked on 100 queues, on a fresh database and broker.
 //!
 //! The load generator raises its `RLIMIT_NOFILE` soft limit to the hard

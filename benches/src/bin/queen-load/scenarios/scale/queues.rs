@@ -1,4 +1,4 @@
-//! The `queues` case of the `scale` scenario (issue 20): `--queues` (10,000)
+//! The `queues` case of the `scale` scenario: `--queues` (10,000)
 //! queues with one consumer group each, against `--small-queues` (100), each
 //! on a fresh database and a broker started with `RETENTION_INTERVAL=1000`
 //! and `QUEEN_STATS_INTERVAL_MS=100` (the statistics writer's floor), so the

@@ -1,4 +1,4 @@
-//! The `spread` case of the `scale` scenario (issue 20): single-message
+//! The `spread` case of the `scale` scenario: single-message
 //! pushes from 50 keep-alive connections, closed loop (send, await the
 //! reply, send), to 1 partition and to 100 partitions (each request to a
 //! uniformly random one), each on a fresh database and broker.
