@@ -53,6 +53,41 @@ pub(crate) trait Scenario {
 const DURATION: f64 = 5.0;
 const QUICK_DURATION: f64 = 2.0;
 
+/// Implement [`Scenario`] for a scenario's options `$opts`: `$name`, its own
+/// `validate` and `settings`, `needs_broker` when given, and `run` as
+/// `$run`, an expression of the run context, the options and the report.
+macro_rules! scenario {
+    ($opts:ty, $name:literal, $(needs_broker: $broker:expr,)? |$ctx:ident, $this:ident, $report:ident| $run:expr) => {
+        impl $crate::scenarios::case::Scenario for $opts {
+            fn name(&self) -> &'static str {
+                $name
+            }
+
+            fn validate(&self) -> $crate::error::Result<()> {
+                Self::validate(self)
+            }
+
+            fn settings(&self, bodies: &$crate::client::payload::Bodies) -> serde_json::Value {
+                Self::settings(self, bodies)
+            }
+            $(
+            fn needs_broker(&self) -> bool {
+                $broker
+            }
+            )?
+            fn run<'a>(
+                &'a self,
+                $ctx: $crate::scenarios::case::Run<'a>,
+                $report: &'a mut $crate::output::report::Report,
+            ) -> $crate::scenarios::case::Running<'a> {
+                let $this = self;
+                Box::pin($run)
+            }
+        }
+    };
+}
+pub(crate) use scenario;
+
 /// Arguments of a scenario's subcommand: the settings every scenario shares,
 /// then the scenario's own.
 #[derive(Debug, clap::Args)]

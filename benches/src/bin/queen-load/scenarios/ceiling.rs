@@ -54,7 +54,7 @@ use queen_frame::{build_sidecar, txn_hash, Frame, SegmentBuilder};
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::case::{self, Case as _, Merge, Run, Running, Scenario, Window};
+use super::case::{self, Case as _, Merge, Window};
 use super::matrix::{Axes, Shape};
 use crate::client::payload::{self, Bodies};
 use crate::env::{CommonArgs, Env};
@@ -234,27 +234,12 @@ impl CeilingOpts {
     }
 }
 
-impl Scenario for CeilingOpts {
-    fn name(&self) -> &'static str {
-        "ceiling"
-    }
-
-    fn validate(&self) -> Result<()> {
-        Self::validate(self)
-    }
-
-    fn settings(&self, bodies: &Bodies) -> serde_json::Value {
-        Self::settings(self, bodies)
-    }
-
-    fn needs_broker(&self) -> bool {
-        false
-    }
-
-    fn run<'a>(&'a self, ctx: Run<'a>, report: &'a mut Report) -> Running<'a> {
-        Box::pin(run(ctx.env, ctx.common, self, ctx.bodies, report))
-    }
-}
+case::scenario!(
+    CeilingOpts,
+    "ceiling",
+    needs_broker: false,
+    |ctx, opts, report| run(ctx.env, ctx.common, opts, ctx.bodies, report)
+);
 
 /// Run every case, adding each result to `report`; stop at the first failure.
 async fn run(

@@ -51,7 +51,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use super::case::{self, Case as _, Run, Running, Scenario, Window};
+use super::case::{self, Case as _, Window};
 use crate::client::payload::{self, Bodies, TxnIds};
 use crate::client::{self, Conn};
 use crate::env::{self, CommonArgs, Env};
@@ -253,23 +253,9 @@ impl case::Case for Case {
     }
 }
 
-impl Scenario for LatencyOpts {
-    fn name(&self) -> &'static str {
-        "latency"
-    }
-
-    fn validate(&self) -> Result<()> {
-        Self::validate(self)
-    }
-
-    fn settings(&self, bodies: &Bodies) -> serde_json::Value {
-        Self::settings(self, bodies)
-    }
-
-    fn run<'a>(&'a self, ctx: Run<'a>, report: &'a mut Report) -> Running<'a> {
-        Box::pin(run(ctx.env, ctx.common, self, ctx.bodies, report))
-    }
-}
+case::scenario!(LatencyOpts, "latency", |ctx, opts, report| run(
+    ctx.env, ctx.common, opts, ctx.bodies, report
+));
 
 /// Run every case, adding each result to `report`; stop at the first failure.
 async fn run(

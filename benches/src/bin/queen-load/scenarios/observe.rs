@@ -22,7 +22,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::json;
 
-use super::case::{Run, Running, Scenario};
+use super::case;
 use crate::client::payload::Bodies;
 use crate::client::Conn;
 use crate::env;
@@ -74,7 +74,7 @@ impl ObserveOpts {
         Ok(())
     }
 
-    pub(crate) fn settings(&self) -> serde_json::Value {
+    pub(crate) fn settings(&self, _: &Bodies) -> serde_json::Value {
         json!({"duration_seconds": self.duration(), "rounds": self.rounds(),
                "producers": self.producers, "batch": self.batch})
     }
@@ -96,23 +96,9 @@ pub(crate) struct ObserveResult {
     pub(crate) postgres_us_per_message: f64,
 }
 
-impl Scenario for ObserveOpts {
-    fn name(&self) -> &'static str {
-        "observe"
-    }
-
-    fn validate(&self) -> Result<()> {
-        Self::validate(self)
-    }
-
-    fn settings(&self, _: &Bodies) -> serde_json::Value {
-        Self::settings(self)
-    }
-
-    fn run<'a>(&'a self, ctx: Run<'a>, report: &'a mut Report) -> Running<'a> {
-        Box::pin(run(ctx.env, ctx.common, self, report))
-    }
-}
+case::scenario!(ObserveOpts, "observe", |ctx, opts, report| run(
+    ctx.env, ctx.common, opts, report
+));
 
 async fn run(
     env: &Env,

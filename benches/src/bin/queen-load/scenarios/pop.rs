@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::case::{self, Case as _, Failures, Merge, Run, Running, Scenario, Window};
+use super::case::{self, Case as _, Failures, Merge, Window};
 use crate::client::payload::{self, Bodies, TxnIds};
 use crate::client::{self, Conn, Message};
 use crate::env::{self, CommonArgs, Env};
@@ -239,23 +239,9 @@ enum Outcome {
     Skipped(String),
 }
 
-impl Scenario for PopOpts {
-    fn name(&self) -> &'static str {
-        "pop"
-    }
-
-    fn validate(&self) -> Result<()> {
-        Self::validate(self)
-    }
-
-    fn settings(&self, bodies: &Bodies) -> serde_json::Value {
-        Self::settings(self, bodies)
-    }
-
-    fn run<'a>(&'a self, ctx: Run<'a>, report: &'a mut Report) -> Running<'a> {
-        Box::pin(run(ctx.env, ctx.common, self, ctx.bodies, report))
-    }
-}
+case::scenario!(PopOpts, "pop", |ctx, opts, report| run(
+    ctx.env, ctx.common, opts, ctx.bodies, report
+));
 
 /// Run every case, adding each result to `report`; stop at the first failure.
 async fn run(

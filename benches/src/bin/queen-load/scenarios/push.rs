@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use serde::Serialize;
 
-use super::case::{self, Case as _, Failures, Merge, Run, Running, Scenario, Window};
+use super::case::{self, Case as _, Failures, Merge, Window};
 use super::matrix::{Axes, Shape};
 use crate::client::payload::{self, Bodies, TxnIds};
 use crate::client::Conn;
@@ -201,23 +201,9 @@ impl PushOpts {
     }
 }
 
-impl Scenario for PushOpts {
-    fn name(&self) -> &'static str {
-        "push"
-    }
-
-    fn validate(&self) -> Result<()> {
-        Self::validate(self)
-    }
-
-    fn settings(&self, bodies: &Bodies) -> serde_json::Value {
-        Self::settings(self, bodies)
-    }
-
-    fn run<'a>(&'a self, ctx: Run<'a>, report: &'a mut Report) -> Running<'a> {
-        Box::pin(run(ctx.env, ctx.common, self, ctx.bodies, report))
-    }
-}
+case::scenario!(PushOpts, "push", |ctx, opts, report| run(
+    ctx.env, ctx.common, opts, ctx.bodies, report
+));
 
 /// Run every case, adding each result to `report` as it finishes; stop at
 /// the first failing case.

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::json;
 
-use super::case::{Run, Running, Scenario};
+use super::case;
 use crate::client::payload::Bodies;
 use crate::client::Conn;
 use crate::env;
@@ -67,7 +67,7 @@ impl StreamsOpts {
         Ok(())
     }
 
-    pub(crate) fn settings(&self) -> serde_json::Value {
+    pub(crate) fn settings(&self, _: &Bodies) -> serde_json::Value {
         json!({"duration_seconds": self.duration(), "ops": self.ops(), "clients": self.clients})
     }
 }
@@ -84,23 +84,9 @@ pub(crate) struct StreamsResult {
     pub(crate) cycle_latency_ms: Latency,
 }
 
-impl Scenario for StreamsOpts {
-    fn name(&self) -> &'static str {
-        "streams"
-    }
-
-    fn validate(&self) -> Result<()> {
-        Self::validate(self)
-    }
-
-    fn settings(&self, _: &Bodies) -> serde_json::Value {
-        Self::settings(self)
-    }
-
-    fn run<'a>(&'a self, ctx: Run<'a>, report: &'a mut Report) -> Running<'a> {
-        Box::pin(run(ctx.env, ctx.common, self, report))
-    }
-}
+case::scenario!(StreamsOpts, "streams", |ctx, opts, report| run(
+    ctx.env, ctx.common, opts, report
+));
 
 async fn run(
     env: &Env,

@@ -7,6 +7,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::client::payload::Bodies;
 use crate::client::Conn;
 use crate::env::Env;
 use crate::error::{Context, Error, Result};
@@ -103,7 +104,7 @@ impl ScaleOpts {
         Ok(())
     }
 
-    pub(crate) fn settings(&self) -> serde_json::Value {
+    pub(crate) fn settings(&self, _: &Bodies) -> serde_json::Value {
         json!({
             "cases": self.cases(),
             "duration_seconds": self.duration,

@@ -35,30 +35,15 @@ mod spread;
 pub(crate) use common::ScaleOpts;
 use common::{Case, ScaleCase};
 
-use super::case::{Run, Running, Scenario};
+use super::case;
 use super::soak;
-use crate::client::payload::Bodies;
 use crate::env::{CommonArgs, Env};
 use crate::error::Result;
 use crate::output::report::Report;
 
-impl Scenario for ScaleOpts {
-    fn name(&self) -> &'static str {
-        "scale"
-    }
-
-    fn validate(&self) -> Result<()> {
-        Self::validate(self)
-    }
-
-    fn settings(&self, _: &Bodies) -> serde_json::Value {
-        Self::settings(self)
-    }
-
-    fn run<'a>(&'a self, ctx: Run<'a>, report: &'a mut Report) -> Running<'a> {
-        Box::pin(run(ctx.env, ctx.common, self, report))
-    }
-}
+case::scenario!(ScaleOpts, "scale", |ctx, opts, report| run(
+    ctx.env, ctx.common, opts, report
+));
 
 async fn run(env: &Env, common: &CommonArgs, opts: &ScaleOpts, report: &mut Report) -> Result<()> {
     for case in opts.cases() {

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::json;
 
-use super::case::{Run, Running, Scenario};
+use super::case;
 use crate::client::payload::Bodies;
 use crate::env::{CommonArgs, Env};
 use crate::error::{Context, Error, Result};
@@ -106,7 +106,7 @@ impl SoakOpts {
         Ok(())
     }
 
-    pub(crate) fn settings(&self) -> serde_json::Value {
+    pub(crate) fn settings(&self, _: &Bodies) -> serde_json::Value {
         json!({
             "duration_seconds": self.duration(),
             "sweep_ms": self.sweep_ms,
@@ -167,23 +167,9 @@ pub(crate) struct SoakResult {
     pub(crate) plateau: bool,
 }
 
-impl Scenario for SoakOpts {
-    fn name(&self) -> &'static str {
-        "soak"
-    }
-
-    fn validate(&self) -> Result<()> {
-        Self::validate(self)
-    }
-
-    fn settings(&self, _: &Bodies) -> serde_json::Value {
-        Self::settings(self)
-    }
-
-    fn run<'a>(&'a self, ctx: Run<'a>, report: &'a mut Report) -> Running<'a> {
-        Box::pin(run(ctx.env, ctx.common, self, report))
-    }
-}
+case::scenario!(SoakOpts, "soak", |ctx, opts, report| run(
+    ctx.env, ctx.common, opts, report
+));
 
 async fn run(env: &Env, common: &CommonArgs, opts: &SoakOpts, report: &mut Report) -> Result<()> {
     let plan = Plan {
