@@ -3,7 +3,7 @@
 //!
 //! Every case runs on its own database and its own broker process, so no case
 //! inherits another's dead tuples, autovacuum debt or caches, and so the
-//! database's commit counter can be read exactly (see `stats.rs`):
+//! database's commit counter can be read exactly (see `measure/stats.rs`):
 //!
 //! 1. create database `push_<n>`, start `queen-server` on it (`--brokers N`:
 //!    N of them, producer `k` talking to broker `k % N`), open one keep-alive

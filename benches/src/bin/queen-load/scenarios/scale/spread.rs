@@ -6,7 +6,7 @@
 //! As in `push.rs`: the payloads are `payload.rs`'s ~1 KiB bodies with a
 //! fresh UUIDv7 transaction id each; 2 s of warm-up (which creates the
 //! partitions), `SETTLE` so its commits are counted, then `--duration`
-//! (10) seconds measured with [`scenario::measure`] (WAL position, xids and
+//! (10) seconds measured with [`crate::measure::measure`] (WAL position, xids and
 //! CPU clocks around the window); the broker is stopped before the final
 //! `pg_stat_database` read, so its sessions have flushed their counts. The
 //! window's segments (created after its start) must hold exactly the
