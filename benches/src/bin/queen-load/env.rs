@@ -11,8 +11,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use queen_pg::cluster::{Cluster, ClusterOptions};
 
+use crate::client::Conn;
 use crate::error::{Context, Error, Result};
-use crate::http::Conn;
 
 /// Environment variables that would make the broker pick another database.
 use queen_pg::DATABASE_VARS;
@@ -437,7 +437,7 @@ impl Drop for Broker {
     }
 }
 
-/// Process ids of `brokers`, for [`crate::cpu::sample`].
+/// Process ids of `brokers`, for [`crate::measure::cpu::sample`].
 pub(crate) fn pids(brokers: &[Broker]) -> Vec<u32> {
     brokers.iter().map(Broker::pid).collect()
 }

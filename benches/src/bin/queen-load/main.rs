@@ -5,69 +5,71 @@
 //! `synchronous_commit` on), driven over HTTP/1.1 keep-alive connections, one
 //! connection per producer or consumer task.
 //!
-//! Each scenario is a subcommand; `all` runs every one on one cluster and
-//! adds what only a whole run can say (push as a fraction of the ceiling,
-//! issue 6's targets):
+//! Each scenario is a subcommand; `all` runs ceiling, push, pop and latency
+//! on one cluster and adds what only a whole run can say (push as a fraction
+//! of the ceiling, and the targets the figures are held to). Usually run as
+//! `cargo xtask bench [scenario]`, which builds both binaries in release mode
+//! first.
 //!
-//! - `push` (`push.rs`): push throughput over batch x partitions x producers,
-//!   and the same pushes through several brokers;
-//! - `ceiling` (`ceiling.rs`): the push's segments written straight into
-//!   PostgreSQL, no broker: what the database alone absorbs;
-//! - `pop` (`pop.rs`): consume throughput with `autoAck` and with batch acks,
-//!   and an exactly-once check of every message;
-//! - `latency` (`latency.rs`): single-message push-to-pop latency at a fixed
-//!   low rate;
-//! - `soak` (`soak.rs`, not part of `all`): minutes of pushes and consumes
-//!   with retention sweeping every few seconds, sampling the storage sizes;
-//! - `streams` (`streams.rs`, not part of `all`): stream cycles per second
-//!   with 1, 10 and 100 state ops per cycle;
-//! - `observe` (`observe.rs`, not part of `all`): push throughput with and
-//!   without statistics rows and a scrape every second;
-//! - `scale` (`scale.rs`, `scale_soak.rs`, not part of `all`): issue 20's
-//!   cases at the scale the design claims.
+//! The layers, each importing only those below it:
 //!
-//! Shared pieces: `env.rs` (cluster and broker lifecycle), `http.rs` (one
-//! keep-alive connection), `payload.rs` (request bodies), `matrix.rs` (the
-//! push and ceiling shapes), `stats.rs` (PostgreSQL counters), `cpu.rs` (CPU
-//! time per process group), `report.rs` (tables and JSON), `scenario.rs`
-//! (each scenario's arguments, window, case loop and measurement).
-//!
-//! Usually run as `cargo xtask bench [scenario]`, which builds both binaries
-//! in release mode first.
+//! - `error.rs`: the one error type;
+//! - `client/`: one keep-alive connection and the broker's calls on it, typed
+//!   (push, pop, ack, configure), and the request bodies;
+//! - `env.rs`: the cluster and the broker processes (it asks a broker's
+//!   `/health` through the client);
+//! - `measure/`: latencies, the per-second timeline, PostgreSQL's counters,
+//!   CPU per process group, the broker's memory, the machine; it reads the
+//!   broker through the client;
+//! - `output/`: tables, SVG plots, and the report, whose sections are rows
+//!   that render and serialise themselves; it imports no scenario;
+//! - `scenarios/`: one file (or directory) per workload, each a [`Scenario`]
+//!   whose result rows are report sections (`case.rs`: what they share);
+//! - `derived.rs`: push against the ceiling and the targets, read from the
+//!   report's sections; nothing imports it;
+//! - this file: the command line, and the run of its scenarios on one
+//!   cluster.
 
-mod ceiling;
-mod cpu;
+mod client;
+mod derived;
 mod env;
 mod error;
-mod http;
-mod latency;
-mod matrix;
-mod observe;
-mod payload;
-mod pop;
-mod push;
-mod report;
-mod scale;
-mod scale_million;
-mod scale_parked;
-mod scale_queues;
-mod scale_soak;
-mod scale_spread;
-mod scenario;
-mod soak;
-mod stats;
-mod streams;
+mod measure;
+mod output;
+mod scenarios;
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 
+use crate::client::payload::Bodies;
 use crate::env::{CommonArgs, Env};
 use crate::error::{Context, Error, Result};
-use crate::payload::Bodies;
-use crate::report::Report;
-use crate::scenario::ScenarioArgs;
+use crate::output::report::Report;
+use crate::scenarios::case::{Run, Scenario, ScenarioArgs};
+use crate::scenarios::ceiling::CeilingOpts;
+use crate::scenarios::latency::LatencyOpts;
+use crate::scenarios::observe::ObserveOpts;
+use crate::scenarios::pop::PopOpts;
+use crate::scenarios::push::PushOpts;
+use crate::scenarios::scale::ScaleOpts;
+use crate::scenarios::soak::SoakOpts;
+use crate::scenarios::streams::StreamsOpts;
+
+/// The report's sections, in the order it shows them (tables and JSON).
+const SECTIONS: &[&str] = &[
+    "push",
+    "ceiling",
+    "push_vs_ceiling",
+    "pop",
+    "latency",
+    "soak",
+    "streams",
+    "scale",
+    "observe",
+    "targets",
+];
 
 /// Queen's end-to-end load generator.
 #[derive(Debug, Parser)]
@@ -81,34 +83,35 @@ struct Cli {
 enum Command {
     /// Push throughput: batch size x partitions x producers (x brokers), one
     /// fresh database and broker(s) per case.
-    Push(ScenarioArgs<push::PushOpts>),
+    Push(ScenarioArgs<PushOpts>),
     /// PostgreSQL alone: the push's segments inserted with one statement per
     /// flush, no broker, same shapes as `push`.
-    Ceiling(ScenarioArgs<ceiling::CeilingOpts>),
+    Ceiling(ScenarioArgs<CeilingOpts>),
     /// Consume throughput (autoAck, and pop + batch ack) with an exactly-once
     /// check.
-    Pop(ScenarioArgs<pop::PopOpts>),
+    Pop(ScenarioArgs<PopOpts>),
     /// Single-message push-to-pop latency at a fixed low rate.
-    Latency(ScenarioArgs<latency::LatencyOpts>),
+    Latency(ScenarioArgs<LatencyOpts>),
     /// Minutes of pushes and consumes with retention sweeping every few
     /// seconds: log_segments' heap and TOAST sizes over time (not in `all`).
-    Soak(ScenarioArgs<soak::SoakOpts>),
+    Soak(ScenarioArgs<SoakOpts>),
     /// Stream cycles per second with 1, 10 and 100 state ops per cycle (not
     /// in `all`).
-    Streams(ScenarioArgs<streams::StreamsOpts>),
+    Streams(ScenarioArgs<StreamsOpts>),
     /// Push throughput with and without statistics rows every second and a
     /// scrape every second (not in `all`).
-    Observe(ScenarioArgs<observe::ObserveOpts>),
+    Observe(ScenarioArgs<ObserveOpts>),
     /// Every scenario on one cluster: ceiling, push, pop, latency; then push
-    /// as a ratio to the ceiling and issue 6's targets.
+    /// as a ratio to the ceiling and the targets (push / ceiling, consume /
+    /// push, push-to-pop latency, 10,000 / 100 partitions).
     All(AllArgs),
     /// Push, consume and cross-broker latency with 1, 2 and 3 brokers on one
     /// database (not in `all`).
     Mesh(AllArgs),
-    /// Issue 20's scale cases: a million partitions, ten thousand queues, ten
-    /// thousand parked consumers, single-message pushes over many
+    /// The design at the scale it claims: a million partitions, ten thousand
+    /// queues, ten thousand parked consumers, single-message pushes over many
     /// partitions, and the long soak (not in `all`).
-    Scale(ScenarioArgs<scale::ScaleOpts>),
+    Scale(ScenarioArgs<ScaleOpts>),
 }
 
 /// Arguments of `queen-load all`: each scenario runs with its defaults.
@@ -124,78 +127,6 @@ struct AllArgs {
     duration: Option<f64>,
 }
 
-/// One scenario of a run, with its settings.
-enum Part {
-    Ceiling(ceiling::CeilingOpts),
-    Push(push::PushOpts),
-    Pop(pop::PopOpts),
-    Latency(latency::LatencyOpts),
-    Soak(soak::SoakOpts),
-    Streams(streams::StreamsOpts),
-    Observe(observe::ObserveOpts),
-    Scale(scale::ScaleOpts),
-}
-
-impl Part {
-    fn name(&self) -> &'static str {
-        match self {
-            Part::Ceiling(_) => "ceiling",
-            Part::Push(_) => "push",
-            Part::Pop(_) => "pop",
-            Part::Latency(_) => "latency",
-            Part::Soak(_) => "soak",
-            Part::Streams(_) => "streams",
-            Part::Observe(_) => "observe",
-            Part::Scale(_) => "scale",
-        }
-    }
-
-    fn validate(&self) -> Result<()> {
-        match self {
-            Part::Ceiling(opts) => opts.validate(),
-            Part::Push(opts) => opts.validate(),
-            Part::Pop(opts) => opts.validate(),
-            Part::Latency(opts) => opts.validate(),
-            Part::Soak(opts) => opts.validate(),
-            Part::Streams(opts) => opts.validate(),
-            Part::Observe(opts) => opts.validate(),
-            Part::Scale(opts) => opts.validate(),
-        }
-    }
-
-    fn settings(&self, bodies: &Bodies) -> serde_json::Value {
-        match self {
-            Part::Ceiling(opts) => opts.settings(bodies),
-            Part::Push(opts) => opts.settings(bodies),
-            Part::Pop(opts) => opts.settings(bodies),
-            Part::Latency(opts) => opts.settings(bodies),
-            Part::Soak(opts) => opts.settings(),
-            Part::Streams(opts) => opts.settings(),
-            Part::Observe(opts) => opts.settings(),
-            Part::Scale(opts) => opts.settings(),
-        }
-    }
-
-    async fn run(
-        &self,
-        env: &Env,
-        common: &CommonArgs,
-        bodies: &Arc<Bodies>,
-        report: &mut Report,
-    ) -> Result<()> {
-        match self {
-            Part::Ceiling(opts) => ceiling::run(env, common, opts, bodies, report).await,
-            Part::Push(opts) => push::run(env, common, opts, bodies, report).await,
-            Part::Pop(opts) => pop::run(env, common, opts, bodies, report).await,
-            Part::Latency(opts) => latency::run(env, common, opts, bodies, report).await,
-            Part::Soak(opts) => soak::run(env, common, opts, report).await,
-            Part::Streams(opts) => streams::run(env, common, opts, report).await,
-            Part::Observe(opts) => observe::run(env, common, opts, report).await,
-            Part::Scale(opts) => scale::run(env, common, opts, report).await,
-        }
-    }
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -208,50 +139,24 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let (scenario, common, parts) = match cli.command {
-        Command::Push(args) => ("push", args.common, vec![Part::Push(args.opts)]),
-        Command::Ceiling(args) => ("ceiling", args.common, vec![Part::Ceiling(args.opts)]),
-        Command::Pop(args) => ("pop", args.common, vec![Part::Pop(args.opts)]),
-        Command::Latency(args) => ("latency", args.common, vec![Part::Latency(args.opts)]),
-        Command::Soak(args) => ("soak", args.common, vec![Part::Soak(args.opts)]),
-        Command::Streams(args) => ("streams", args.common, vec![Part::Streams(args.opts)]),
-        Command::Observe(args) => ("observe", args.common, vec![Part::Observe(args.opts)]),
-        Command::Scale(args) => ("scale", args.common, vec![Part::Scale(args.opts)]),
-        Command::Mesh(args) => {
-            let brokers = vec![1, 2, 3];
-            let mut push = push::PushOpts::for_all(args.quick, args.duration);
-            push.brokers.clone_from(&brokers);
-            // Single messages and batches of 100 over 100 partitions, 16
-            // producers spread over the brokers.
-            push.axes = matrix::Axes {
-                batches: vec![1, 100],
-                partitions: vec![100],
-                producers: vec![16],
-            };
-            let mut pop = pop::PopOpts::for_all(args.quick, args.duration);
-            pop.brokers.clone_from(&brokers);
-            pop.consumers = vec![32];
-            pop.modes = vec![pop::Mode::Ack];
-            let mut latency = latency::LatencyOpts::for_all(args.quick, args.duration);
-            latency.brokers = brokers;
-            latency.rates = vec![100];
-            latency.partitions = vec![1];
-            latency.modes = vec![latency::Mode::Auto];
-            (
-                "mesh",
-                args.common,
-                vec![Part::Push(push), Part::Pop(pop), Part::Latency(latency)],
-            )
-        }
+    let (scenario, common, parts): (_, _, Vec<Box<dyn Scenario>>) = match cli.command {
+        Command::Push(args) => ("push", args.common, vec![Box::new(args.opts)]),
+        Command::Ceiling(args) => ("ceiling", args.common, vec![Box::new(args.opts)]),
+        Command::Pop(args) => ("pop", args.common, vec![Box::new(args.opts)]),
+        Command::Latency(args) => ("latency", args.common, vec![Box::new(args.opts)]),
+        Command::Soak(args) => ("soak", args.common, vec![Box::new(args.opts)]),
+        Command::Streams(args) => ("streams", args.common, vec![Box::new(args.opts)]),
+        Command::Observe(args) => ("observe", args.common, vec![Box::new(args.opts)]),
+        Command::Scale(args) => ("scale", args.common, vec![Box::new(args.opts)]),
+        Command::Mesh(args) => (
+            "mesh",
+            args.common,
+            scenarios::mesh(args.quick, args.duration),
+        ),
         Command::All(args) => (
             "all",
             args.common,
-            vec![
-                Part::Ceiling(ceiling::CeilingOpts::for_all(args.quick, args.duration)),
-                Part::Push(push::PushOpts::for_all(args.quick, args.duration)),
-                Part::Pop(pop::PopOpts::for_all(args.quick, args.duration)),
-                Part::Latency(latency::LatencyOpts::for_all(args.quick, args.duration)),
-            ],
+            scenarios::all(args.quick, args.duration),
         ),
     };
     match runtime.block_on(execute(scenario, &common, &parts)) {
@@ -266,14 +171,18 @@ fn main() -> ExitCode {
 /// Run `parts` in order on one cluster, then print the tables and the JSON
 /// report. A failing scenario does not stop the next one; the run fails at
 /// the end if any did.
-async fn execute(scenario: &'static str, common: &CommonArgs, parts: &[Part]) -> Result<()> {
+async fn execute(
+    scenario: &'static str,
+    common: &CommonArgs,
+    parts: &[Box<dyn Scenario>],
+) -> Result<()> {
     for part in parts {
         part.validate()?;
     }
     if !(common.max_other_cpu.is_finite() && common.max_other_cpu >= 0.0) {
         return Err(Error::msg("--max-other-cpu must be a number of cores >= 0"));
     }
-    if parts.iter().any(|part| !matches!(part, Part::Ceiling(_))) && !common.broker.is_file() {
+    if parts.iter().any(|part| part.needs_broker()) && !common.broker.is_file() {
         return Err(Error::msg(format!(
             "--broker {}: no such file",
             common.broker.display()
@@ -281,28 +190,40 @@ async fn execute(scenario: &'static str, common: &CommonArgs, parts: &[Part]) ->
     }
     let started_at = std::time::SystemTime::now();
     let mut env = Env::start(&common.work_dir, &common.pg_settings).await?;
-    let machine = report::machine(&env, &common.broker).await?;
+    let machine = measure::machine::machine(&env.admin, &common.broker).await?;
     let bodies = Arc::new(Bodies::generate());
-    let mut report = Report::new(scenario, started_at, machine, common.max_other_cpu);
+    let mut report = Report::new(
+        scenario,
+        started_at,
+        machine,
+        common.max_other_cpu,
+        SECTIONS,
+    );
     report
         .settings
         .insert("mesh".to_owned(), serde_json::json!(common.mesh));
     report.settings.insert(
         "postgresql".to_owned(),
-        stats::server_settings(&env.admin, &common.pg_settings).await?,
+        measure::stats::server_settings(&env.admin, &common.pg_settings).await?,
     );
     let mut failed = Vec::new();
     for part in parts {
         report
             .settings
             .insert(part.name().to_owned(), part.settings(&bodies));
-        if let Err(error) = part.run(&env, common, &bodies, &mut report).await {
+        let run = Run {
+            env: &env,
+            common,
+            bodies: &bodies,
+        };
+        if let Err(error) = part.run(run, &mut report).await {
             eprintln!("queen-load: {} failed: {error}", part.name());
             report.failures.push(format!("{}: {error}", part.name()));
             failed.push(part.name());
         }
     }
-    report.derive();
+    derived::derive(&mut report);
+    report.note_disturbed();
     if !failed.is_empty() || common.keep {
         env.keep_dir();
     }

@@ -32,14 +32,14 @@ pub(crate) const BATCHES: &[usize] = &[1, 100, 1000];
 pub(crate) const PARTITIONS: &[usize] = &[1, 100];
 pub(crate) const CONCURRENCY: &[usize] = &[1, 16];
 
-/// Beyond the product: 10,000 partitions (issue 6 compares them with 100).
+/// Beyond the product: 10,000 partitions (a target compares them with 100).
 pub(crate) const WIDE: &[Shape] = &[
     Shape::new(1000, 10_000, 1),
     Shape::new(1000, 10_000, 16),
     Shape::new(100, 10_000, 16),
 ];
 
-/// The `--quick` shapes: a smoke test that still feeds every issue-6 target.
+/// The `--quick` shapes: a smoke test that still feeds every push target.
 pub(crate) const QUICK: &[Shape] = &[
     Shape::new(1, 1, 1),
     Shape::new(100, 100, 16),

@@ -3,7 +3,7 @@
 //!
 //! Every case runs on its own database and its own broker process, so no case
 //! inherits another's dead tuples, autovacuum debt or caches, and so the
-//! database's commit counter can be read exactly (see `stats.rs`):
+//! database's commit counter can be read exactly (see `measure/stats.rs`):
 //!
 //! 1. create database `push_<n>`, start `queen-server` on it (`--brokers N`:
 //!    N of them, producer `k` talking to broker `k % N`), open one keep-alive
@@ -33,27 +33,23 @@
 //! `(k + j * producers) % partitions`, so every partition gets traffic. Every
 //! response must be 201 with every item `queued`; any failure fails the run.
 
-use std::borrow::Cow;
-use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use hyper::StatusCode;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use crate::cpu::{self, Usage};
+use super::case::{self, Case as _, Failures, Merge, Window};
+use super::matrix::{Axes, Shape};
+use crate::client::payload::{self, Bodies, TxnIds};
+use crate::client::Conn;
 use crate::env::{self, CommonArgs, Env};
-use crate::error::{Context, Error, Result};
-use crate::http::{Conn, Reply};
-use crate::matrix::{Axes, Shape};
-use crate::payload::{self, Bodies, TxnIds};
-use crate::report::{fixed, ratio, Latency, Report, Table};
-use crate::scenario::{
-    self, micros, to_f64, to_f64_i, Case as _, DbWrites, Failures, Merge, Timeline, Window,
-};
-use crate::stats;
+use crate::error::{Error, Result};
+use crate::measure::cpu::{self, Usage};
+use crate::measure::{self, micros, ratio, stats, to_f64, to_f64_i, DbWrites, Latency, Timeline};
+use crate::output::report::{Report, Row};
+use crate::output::table::{fixed, Table};
 
 /// Shapes pushed through several brokers by default: (shape, brokers).
 const MULTI_BROKER: &[(Shape, usize)] = &[
@@ -63,9 +59,6 @@ const MULTI_BROKER: &[(Shape, usize)] = &[
 
 /// The same, with `--quick`.
 const QUICK_MULTI_BROKER: &[(Shape, usize)] = &[(Shape::new(1000, 100, 16), 2)];
-
-/// Items per partition-creating request.
-const CREATE_CHUNK: usize = 1000;
 
 /// The push scenario's settings.
 #[derive(Debug, Clone, clap::Args)]
@@ -92,7 +85,7 @@ pub(crate) struct PushOpts {
 }
 
 /// How the push words `--warmup` and `--quick`.
-impl scenario::WindowHelp for PushOpts {
+impl case::WindowHelp for PushOpts {
     const WARMUP: &'static str = "Seconds of load before each window, not counted";
     const QUICK: &'static str = "A reduced matrix with 2-second windows, for smoke tests";
 }
@@ -120,7 +113,7 @@ struct Case {
     brokers: usize,
 }
 
-impl scenario::Case for Case {
+impl case::Case for Case {
     fn name(self) -> String {
         if self.brokers == 1 {
             self.shape.name()
@@ -208,23 +201,27 @@ impl PushOpts {
     }
 }
 
+case::scenario!(PushOpts, "push", |ctx, opts, report| run(
+    ctx.env, ctx.common, opts, ctx.bodies, report
+));
+
 /// Run every case, adding each result to `report` as it finishes; stop at
 /// the first failing case.
-pub(crate) async fn run(
+async fn run(
     env: &Env,
     common: &CommonArgs,
     opts: &PushOpts,
     bodies: &Arc<Bodies>,
     report: &mut Report,
 ) -> Result<()> {
-    scenario::run_cases(
+    case::run_cases(
         "push",
         common,
         &opts.matrix(),
         |case| run_case(env, common, opts, bodies, case),
         |_, result| {
             eprintln!("queen-load:   {}", summary_line(&result));
-            report.push.push(result);
+            report.push(result);
         },
     )
     .await
@@ -265,15 +262,16 @@ async fn run_case(
     }
 
     // The queue and every partition.
-    let created = create_partitions(
-        &mut producers[0].conn,
-        &shared.bodies,
-        &shared.queue,
-        &shared.partitions,
-        shared.txn,
-        |_| {},
-    )
-    .await?;
+    let created = producers[0]
+        .conn
+        .create_partitions(
+            &shared.bodies,
+            &shared.queue,
+            &shared.partitions,
+            shared.txn,
+            |_| {},
+        )
+        .await?;
     shared.next_id.store(created, Ordering::Relaxed);
 
     // Warm-up, drained.
@@ -287,7 +285,7 @@ async fn run_case(
     let commits_before = stats::db_counters(&env.admin, &dbname).await?;
 
     // The window, drained.
-    let ((producers, window), measured) = scenario::measure(
+    let ((producers, window), measured) = measure::measure(
         &env.admin,
         &pids,
         postmaster,
@@ -346,31 +344,6 @@ async fn run_case(
     })
 }
 
-/// Create the queue and every partition with one message each (payload ids
-/// `0..partitions.len()`), in requests of up to [`CREATE_CHUNK`] items, one
-/// per partition; `sending(ids)` is told each request's ids before it is
-/// built. Returns the messages pushed.
-pub(crate) async fn create_partitions(
-    conn: &mut Conn,
-    bodies: &Bodies,
-    queue: &str,
-    partitions: &[String],
-    txn: TxnIds,
-    mut sending: impl FnMut(Range<u64>),
-) -> Result<u64> {
-    let mut created = 0;
-    for chunk in partitions.chunks(CREATE_CHUNK) {
-        let n = u64::try_from(chunk.len()).context("chunk size")?;
-        sending(created..created + n);
-        let mut body = Vec::with_capacity(chunk.len() * 1200 + 64);
-        payload::push_request_spread(&mut body, bodies, queue, chunk, created, txn);
-        let reply = conn.post_json("/api/v1/push", Bytes::from(body)).await?;
-        check_reply(&reply, chunk.len()).map_err(|error| error.wrap("create the partitions"))?;
-        created += n;
-    }
-    Ok(created)
-}
-
 /// The figures of one push case.
 #[derive(Debug, Serialize)]
 pub(crate) struct PushResult {
@@ -413,8 +386,24 @@ pub(crate) struct PushResult {
 
 cpu::measured!(PushResult);
 
+impl Row for PushResult {
+    const KEY: &'static str = "push";
+
+    fn title() -> Option<String> {
+        Some(format!("push ({})", cpu::NOTE))
+    }
+
+    fn table(cases: &[PushResult]) -> String {
+        table(cases)
+    }
+
+    fn disturbance(&self) -> Option<(&str, f64, u32)> {
+        Some((&self.name, self.cpu_cores.other, self.attempts))
+    }
+}
+
 /// The push table.
-pub(crate) fn table(cases: &[PushResult]) -> String {
+fn table(cases: &[PushResult]) -> String {
     let mut table = Table::new(&[
         ("case", 20),
         ("msg/s", 9),
@@ -525,7 +514,7 @@ async fn phase(
     shared: &Arc<Shared>,
     deadline: Instant,
 ) -> Result<(Vec<Producer>, PhaseStats)> {
-    scenario::phase(producers, "producer task", |producer, started| {
+    case::phase(producers, "producer task", |producer, started| {
         produce(producer, Arc::clone(shared), started, deadline)
     })
     .await
@@ -557,11 +546,7 @@ async fn produce(
             shared.txn,
         );
         let sent_at = Instant::now();
-        let outcome = producer
-            .conn
-            .post_json("/api/v1/push", Bytes::from(body))
-            .await
-            .and_then(|reply| check_reply(&reply, shape.batch));
+        let outcome = producer.conn.push(Bytes::from(body), shape.batch).await;
         producer.sent += 1;
         match outcome {
             Ok(()) => {
@@ -582,47 +567,10 @@ async fn produce(
     (producer, stats)
 }
 
-/// One entry of the push response; only the status is checked.
-#[derive(Deserialize)]
-struct ItemResult<'a> {
-    #[serde(borrow)]
-    status: Cow<'a, str>,
-}
-
-/// 201, one result per item, every one `queued`.
-pub(crate) fn check_reply(reply: &Reply, batch: usize) -> Result<()> {
-    if reply.status != StatusCode::CREATED {
-        return Err(Error::msg(format!(
-            "push answered {}: {}",
-            reply.status,
-            reply.snippet()
-        )));
-    }
-    let items: Vec<ItemResult<'_>> = serde_json::from_slice(&reply.body)
-        .with_context(|| format!("push response is not a result array: {}", reply.snippet()))?;
-    if items.len() != batch {
-        return Err(Error::msg(format!(
-            "push answered {} results for {batch} items",
-            items.len()
-        )));
-    }
-    if let Some((index, item)) = items
-        .iter()
-        .enumerate()
-        .find(|(_, item)| item.status != "queued")
-    {
-        return Err(Error::msg(format!(
-            "push item {index} is `{}`, not `queued`",
-            item.status
-        )));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::{ClusterPoint, DbCounters, Segments};
+    use crate::measure::stats::{ClusterPoint, DbCounters, Segments};
 
     #[test]
     fn a_result_has_the_report_fields_in_order() {
@@ -632,7 +580,7 @@ mod tests {
             checkpoints: 0,
             now: std::time::SystemTime::UNIX_EPOCH,
         };
-        let measured = scenario::Measurement {
+        let measured = measure::window::Measurement {
             started: Instant::now(),
             seconds: 1.0,
             before: point,
@@ -674,7 +622,7 @@ mod tests {
             attempts: 1,
             messages_per_second_timeline: Vec::new(),
         };
-        scenario::assert_fields(
+        case::assert_fields(
             &result,
             &[
                 "name",

@@ -1,4 +1,4 @@
-//! The `parked` case of the `scale` scenario (issue 20): `--parked` (10,000)
+//! The `parked` case of the `scale` scenario: `--parked` (10,000)
 //! long-poll consumers parked on 100 queues, on a fresh database and broker.
 //!
 //! The load generator raises its `RLIMIT_NOFILE` soft limit to the hard
@@ -32,14 +32,17 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::cpu;
-use crate::env::{CommonArgs, Env};
+use super::common::{self as scale, ScaleOpts};
+use crate::client::{self, Conn};
+use crate::env::{self, CommonArgs, Env};
 use crate::error::{Context, Error, Result};
-use crate::http::Conn;
-use crate::report::{fixed, Latency};
-use crate::scale::{self, DbStat, Metrics, ScaleOpts};
-use crate::scenario::{micros, to_f64, to_f64_i};
-use crate::stats::SETTLE;
+use crate::measure::cpu;
+use crate::measure::memory;
+use crate::measure::memory::Metrics;
+use crate::measure::stats::DbStat;
+use crate::measure::stats::{self, SETTLE};
+use crate::measure::{self, micros, to_f64, to_f64_i, Latency};
+use crate::output::table::{self, fixed};
 
 const QUEUES: usize = 100;
 /// Connections opened at once.
@@ -109,7 +112,7 @@ pub(crate) async fn run(
             "/api/v1/pop/queue/{}?batch=1&wait=false&autoAck=true",
             queue_name(q)
         );
-        scale::pop(&mut admin, &path).await?;
+        admin.pop(&path).await?;
     }
 
     // The consumers, in waves.
@@ -133,7 +136,7 @@ pub(crate) async fn run(
         "queen-load:   {consumers} consumers connected in {connect_seconds:.1} s, parked after \
          {parked_seconds:.1} s"
     );
-    let rss_parked = scale::rss_bytes(pid)?;
+    let rss_parked = memory::rss_bytes(pid)?;
     brokers[0].check_alive()?;
 
     // The idle window, ending before the first pops time out.
@@ -143,7 +146,7 @@ pub(crate) async fn run(
         .saturating_duration_since(Instant::now() + idle)
         .clamp(Duration::from_secs(2), SETTLE);
     tokio::time::sleep(settle).await;
-    let reads_before = scale::table_reads(env, &dbname).await?;
+    let reads_before = stats::table_reads(&env.connect_config(&dbname)).await?;
     let before = DbStat::read(&env.admin, &dbname).await?;
     let timeouts_before = seen.timeouts.load(Ordering::Relaxed);
     let cpu_before = cpu::sample(&[pid], postmaster);
@@ -151,7 +154,10 @@ pub(crate) async fn run(
     let cpu_after = cpu::sample(&[pid], postmaster);
     let timeouts_idle = seen.timeouts.load(Ordering::Relaxed) - timeouts_before;
     let counters = DbStat::read(&env.admin, &dbname).await?.since(before);
-    let reads = scale::top_reads(&reads_before, &scale::table_reads(env, &dbname).await?);
+    let reads = stats::top_reads(
+        &reads_before,
+        &stats::table_reads(&env.connect_config(&dbname)).await?,
+    );
     let idle_cpu = cpu::usage(&cpu_before, &cpu_after);
     let idle_seconds = idle.as_secs_f64();
     let commits_per_second = to_f64_i(counters.commits) / idle_seconds;
@@ -175,7 +181,7 @@ pub(crate) async fn run(
         .get("queen_pop_wakeups_total")
         .zip(wakeups_before)
         .map(|(after, before)| after - before);
-    let rss_after = scale::rss_bytes(pid)?;
+    let rss_after = memory::rss_bytes(pid)?;
     brokers[0].check_alive()?;
     for task in &tasks {
         task.abort();
@@ -184,7 +190,7 @@ pub(crate) async fn run(
         let _ = task.await;
     }
     drop(admin);
-    crate::env::stop_all(brokers).await?;
+    env::stop_all(brokers).await?;
     env.drop_database(&dbname, common.keep).await?;
 
     let failed = seen.failed.load(Ordering::Relaxed);
@@ -203,7 +209,7 @@ pub(crate) async fn run(
     let strangers = counts.keys().filter(|&&n| n >= pushed).count();
     let latency = Latency::from_micros(lock(&seen.latencies)?.clone());
     let exactly_once = distinct == pushed && duplicates == 0 && strangers == 0;
-    let wakeups_per_push = scale::per(wakeups, Some(to_f64(pushed)));
+    let wakeups_per_push = measure::per(wakeups, Some(to_f64(pushed)));
     let pushes = duration.as_secs_f64();
     let result = json!({
         "case": "parked",
@@ -247,9 +253,9 @@ pub(crate) async fn run(
             "broker_rss_bytes": rss_after,
         },
     });
-    let mut t = scale::figures(&["value"]);
+    let mut t = table::figures(&["value"]);
     let mut row = |name: &str, value: Option<f64>, decimals| {
-        t.row([name.to_owned(), scale::cell(value, decimals)]);
+        t.row([name.to_owned(), table::cell(value, decimals)]);
     };
     row("parked consumers", Some(consumers as f64), 0);
     row("queen_pops_parked", waited.get("queen_pops_parked"), 0);
@@ -370,9 +376,9 @@ async fn consume(k: usize, mut conn: Conn, seen: Arc<Seen>) {
     );
     let result: Result<()> = async {
         loop {
-            let body = scale::pop(&mut conn, &path).await?;
+            let popped = conn.pop(&path).await?;
             let now = scale::unix_micros();
-            let messages = scale::messages(&body)?;
+            let messages = popped.messages::<scale::Data>()?;
             if messages.is_empty() {
                 seen.timeouts.fetch_add(1, Ordering::Relaxed);
                 continue;
@@ -386,7 +392,7 @@ async fn consume(k: usize, mut conn: Conn, seen: Arc<Seen>) {
                     *received.entry(m.data.n).or_default() += 1;
                 }
             }
-            scale::ack(&mut conn, &messages, None).await?;
+            conn.ack_all(&client::completed(&messages), None).await?;
         }
     }
     .await;

@@ -1,4 +1,4 @@
-//! The `queues` case of the `scale` scenario (issue 20): `--queues` (10,000)
+//! The `queues` case of the `scale` scenario: `--queues` (10,000)
 //! queues with one consumer group each, against `--small-queues` (100), each
 //! on a fresh database and a broker started with `RETENTION_INTERVAL=1000`
 //! and `QUEEN_STATS_INTERVAL_MS=100` (the statistics writer's floor), so the
@@ -31,13 +31,18 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::json;
 
-use crate::cpu::{self, Usage};
-use crate::env::{CommonArgs, Env};
+use super::common::{self as scale, Rng, ScaleOpts};
+use crate::client::{self, Conn};
+use crate::env::{self, CommonArgs, Env};
 use crate::error::{Context, Error, Result};
-use crate::http::Conn;
-use crate::scale::{self, compare, DbStat, Metrics, Rng, ScaleOpts};
-use crate::scenario::{to_f64, to_f64_i};
-use crate::stats::SETTLE;
+use crate::measure::cpu::{self, Usage};
+use crate::measure::memory;
+use crate::measure::memory::Metrics;
+use crate::measure::stats::DbStat;
+use crate::measure::stats::{self, SETTLE};
+use crate::measure::{self, to_f64, to_f64_i};
+use crate::output::table;
+use crate::output::table::compare;
 
 const GROUP: &str = "g";
 /// Items (queues) per creating request; connections creating and subscribing.
@@ -112,15 +117,15 @@ pub(crate) async fn run(
     let big = size(env, &broker_common, opts.queues, duration, idle).await?;
     let ratios = json!({
         "queues": big.queues as f64 / small.queues as f64,
-        "idle_rows_read_per_second": scale::per(Some(big.idle.rows_read_per_second),
+        "idle_rows_read_per_second": measure::per(Some(big.idle.rows_read_per_second),
                                                 Some(small.idle.rows_read_per_second)),
-        "idle_blocks_per_second": scale::per(Some(big.idle.blocks_per_second),
+        "idle_blocks_per_second": measure::per(Some(big.idle.blocks_per_second),
                                              Some(small.idle.blocks_per_second)),
-        "idle_commits_per_second": scale::per(Some(big.idle.commits_per_second),
+        "idle_commits_per_second": measure::per(Some(big.idle.commits_per_second),
                                               Some(small.idle.commits_per_second)),
-        "idle_postgres_cpu": scale::per(Some(big.idle.cpu_cores.postgres),
+        "idle_postgres_cpu": measure::per(Some(big.idle.cpu_cores.postgres),
                                         Some(small.idle.cpu_cores.postgres)),
-        "idle_broker_cpu": scale::per(Some(big.idle.cpu_cores.broker),
+        "idle_broker_cpu": measure::per(Some(big.idle.cpu_cores.broker),
                                       Some(small.idle.cpu_cores.broker)),
     });
     eprintln!("{}", table(&big, &small));
@@ -173,7 +178,7 @@ async fn size(
                 "/api/v1/pop/queue/{}?consumerGroup={GROUP}&batch=1&wait=false&autoAck=true",
                 queue_name(q)
             );
-            if scale::messages(&scale::pop(&mut conn, &path).await?)?.len() != 1 {
+            if conn.pop(&path).await?.messages::<scale::Data>()?.len() != 1 {
                 return Err(Error::msg(format!(
                     "the first pop of {} did not deliver its message",
                     queue_name(q)
@@ -193,11 +198,11 @@ async fn size(
     brokers[0].check_alive()?;
 
     let metrics = Metrics::scrape(addr).await?;
-    let broker_rss_bytes = scale::rss_bytes(pid)?;
+    let broker_rss_bytes = memory::rss_bytes(pid)?;
     let per_queue: serde_json::Map<_, _> = GAUGES
         .iter()
         .map(|&name| {
-            let value = scale::per(metrics.get(name), Some(queues as f64));
+            let value = measure::per(metrics.get(name), Some(queues as f64));
             (name.to_owned(), json!(value))
         })
         .collect();
@@ -205,13 +210,16 @@ async fn size(
     // The idle window.
     scale::vacuum(env, &dbname).await?;
     tokio::time::sleep(SETTLE).await;
-    let reads_before = scale::table_reads(env, &dbname).await?;
+    let reads_before = stats::table_reads(&env.connect_config(&dbname)).await?;
     let before = DbStat::read(&env.admin, &dbname).await?;
     let cpu_before = cpu::sample(&[pid], postmaster);
     tokio::time::sleep(idle).await;
     let cpu_after = cpu::sample(&[pid], postmaster);
     let counters = DbStat::read(&env.admin, &dbname).await?.since(before);
-    let reads = scale::top_reads(&reads_before, &scale::table_reads(env, &dbname).await?);
+    let reads = stats::top_reads(
+        &reads_before,
+        &stats::table_reads(&env.connect_config(&dbname)).await?,
+    );
     let seconds = idle.as_secs_f64();
     let idle = Idle {
         seconds,
@@ -232,7 +240,7 @@ async fn size(
         idle.cpu_cores.broker
     );
     brokers[0].check_alive()?;
-    crate::env::stop_all(brokers).await?;
+    env::stop_all(brokers).await?;
     env.drop_database(&dbname, common.keep).await?;
     Ok(Size {
         queues,
@@ -305,14 +313,15 @@ async fn traffic(addr: std::net::SocketAddr, queues: usize, duration: Duration) 
                     queue_name(q % queues)
                 );
                 q += CONSUMERS;
-                let body = scale::pop(&mut conn, &path).await?;
-                let messages = scale::messages(&body)?;
+                let popped = conn.pop(&path).await?;
+                let messages = popped.messages::<scale::Data>()?;
                 traffic.pops += 1;
                 if messages.is_empty() {
                     traffic.pops_empty += 1;
                     continue;
                 }
-                scale::ack(&mut conn, &messages, Some(GROUP)).await?;
+                conn.ack_all(&client::completed(&messages), Some(GROUP))
+                    .await?;
                 traffic.consumed += messages.len() as u64;
             }
             Ok(traffic)
@@ -334,7 +343,7 @@ async fn traffic(addr: std::net::SocketAddr, queues: usize, duration: Duration) 
 }
 
 fn table(big: &Size, small: &Size) -> String {
-    let mut t = scale::figures(&["big", "small", "ratio"]);
+    let mut t = table::figures(&["big", "small", "ratio"]);
     let both = |f: &dyn Fn(&Size) -> Option<f64>| (f(big), f(small));
     let mut row = |name: &str, (b, s): (Option<f64>, Option<f64>), decimals| {
         compare(&mut t, name, b, s, decimals);

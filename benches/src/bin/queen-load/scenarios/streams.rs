@@ -1,4 +1,4 @@
-//! The `streams` scenario (issue 16): `POST /streams/v1/cycle` throughput
+//! The `streams` scenario: `POST /streams/v1/cycle` throughput
 //! with 1, 10 and 100 state ops per cycle.
 //!
 //! Per case, on its own database and broker: one registered query; each of
@@ -17,10 +17,15 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::json;
 
+use super::case;
+use crate::client::payload::Bodies;
+use crate::client::Conn;
+use crate::env;
 use crate::env::{CommonArgs, Env};
 use crate::error::{Context, Error, Result};
-use crate::http::Conn;
-use crate::report::{fixed, Latency, Report, Table};
+use crate::measure::Latency;
+use crate::output::report::{Report, Row};
+use crate::output::table::{fixed, Table};
 
 /// The streams scenario's settings.
 #[derive(Debug, Clone, clap::Args)]
@@ -62,7 +67,7 @@ impl StreamsOpts {
         Ok(())
     }
 
-    pub(crate) fn settings(&self) -> serde_json::Value {
+    pub(crate) fn settings(&self, _: &Bodies) -> serde_json::Value {
         json!({"duration_seconds": self.duration(), "ops": self.ops(), "clients": self.clients})
     }
 }
@@ -79,7 +84,11 @@ pub(crate) struct StreamsResult {
     pub(crate) cycle_latency_ms: Latency,
 }
 
-pub(crate) async fn run(
+case::scenario!(StreamsOpts, "streams", |ctx, opts, report| run(
+    ctx.env, ctx.common, opts, report
+));
+
+async fn run(
     env: &Env,
     common: &CommonArgs,
     opts: &StreamsOpts,
@@ -98,7 +107,7 @@ pub(crate) async fn run(
             result.cycle_latency_ms.p50,
             result.cycle_latency_ms.p99
         );
-        report.streams.push(result);
+        report.push(result);
     }
     Ok(())
 }
@@ -176,7 +185,7 @@ async fn run_case(
         latencies.extend(task.await.context("a streams client panicked")??);
     }
     let seconds = started.elapsed().as_secs_f64();
-    crate::env::stop_all(brokers).await?;
+    env::stop_all(brokers).await?;
     env.drop_database(&dbname, common.keep).await?;
     let cycles = latencies.len() as u64;
     Ok(StreamsResult {
@@ -190,8 +199,22 @@ async fn run_case(
     })
 }
 
+impl Row for StreamsResult {
+    const KEY: &'static str = "streams";
+
+    fn title() -> Option<String> {
+        Some(
+            "streams: POST /streams/v1/cycle, state upserts and one sink push per cycle".to_owned(),
+        )
+    }
+
+    fn table(results: &[StreamsResult]) -> String {
+        table(results)
+    }
+}
+
 /// The streams table.
-pub(crate) fn table(results: &[StreamsResult]) -> String {
+fn table(results: &[StreamsResult]) -> String {
     let mut table = Table::new(&[
         ("ops/cycle", 10),
         ("clients", 8),

@@ -5,6 +5,8 @@
 
 use std::time::Instant;
 
+use super::to_f64;
+
 /// Clock ticks per second of `/proc` times (`USER_HZ`, 100 on Linux).
 const TICKS_PER_SECOND: f64 = 100.0;
 
@@ -109,7 +111,7 @@ pub(crate) trait Measured {
 /// `attempts: u32` field.
 macro_rules! measured {
     ($($result:ty),+ $(,)?) => {$(
-        impl $crate::cpu::Measured for $result {
+        impl $crate::measure::cpu::Measured for $result {
             fn other_cpu(&self) -> f64 {
                 self.cpu_cores.other
             }
@@ -157,6 +159,10 @@ where
     best.set_attempts(attempts);
     Ok(best)
 }
+
+/// What the tables' cpu column says, for their titles.
+pub(crate) const NOTE: &str =
+    "cpu = cores used in the window: broker/postgres/load generator/other";
 
 /// `broker/postgres/loadgen/other` cores, for the tables.
 pub(crate) fn columns(usage: &Usage) -> String {
@@ -206,9 +212,4 @@ fn machine_ticks() -> (u64, u64) {
     let total: u64 = values.iter().sum();
     let idle = values.get(3).copied().unwrap_or(0) + values.get(4).copied().unwrap_or(0);
     (total.saturating_sub(idle), total)
-}
-
-/// Counters to float for rates; exact below 2^53, far beyond any tick count here.
-fn to_f64(value: u64) -> f64 {
-    value as f64
 }

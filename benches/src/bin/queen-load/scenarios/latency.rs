@@ -14,7 +14,8 @@
 //!   SDKs' consume loops do (by default at batch 1 and 10);
 //! - `early`: `autoAck=true`, but the consumers start before the queue exists
 //!   and the window's first push creates it (no warm-up): consumers commonly
-//!   start before producers, and issue 12's stall lived only there.
+//!   start before producers, and a wake-up lost there stalls the first
+//!   deliveries.
 //!
 //! `--batches` sets `batch=` for every mode (default 1, and 1 and 10 for
 //! `leased`). Messages go to the partitions round-robin. Each case also
@@ -47,18 +48,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use hyper::StatusCode;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use crate::cpu::{self, Usage};
+use super::case::{self, Case as _, Window};
+use crate::client::payload::{self, Bodies, TxnIds};
+use crate::client::{self, Conn};
 use crate::env::{self, CommonArgs, Env};
 use crate::error::{Context, Error, Result};
-use crate::http::Conn;
-use crate::payload::{self, Bodies, TxnIds};
-use crate::push::{check_reply, create_partitions};
-use crate::report::{fixed, Latency, Report, Table};
-use crate::scenario::{self, micros, to_f64, Case as _, Window};
+use crate::measure::cpu::{self, Usage};
+use crate::measure::{micros, to_f64, Latency};
+use crate::output::report::{Report, Row};
+use crate::output::table::{fixed, Table};
 
 /// Connections the producer may have in flight at once.
 const PRODUCER_CONNS: usize = 16;
@@ -116,7 +117,7 @@ impl Mode {
 }
 
 /// How the latency scenario words `--warmup` and `--quick`.
-impl scenario::WindowHelp for LatencyOpts {
+impl case::WindowHelp for LatencyOpts {
     const WARMUP: &'static str = "Seconds of schedule before each window, not counted";
     const QUICK: &'static str = "500 msg/s over 100 partitions only, 2-second window";
 }
@@ -235,7 +236,7 @@ struct Case {
     brokers: usize,
 }
 
-impl scenario::Case for Case {
+impl case::Case for Case {
     fn name(self) -> String {
         let name = format!(
             "r{} p{} {} b{}",
@@ -252,15 +253,19 @@ impl scenario::Case for Case {
     }
 }
 
+case::scenario!(LatencyOpts, "latency", |ctx, opts, report| run(
+    ctx.env, ctx.common, opts, ctx.bodies, report
+));
+
 /// Run every case, adding each result to `report`; stop at the first failure.
-pub(crate) async fn run(
+async fn run(
     env: &Env,
     common: &CommonArgs,
     opts: &LatencyOpts,
     bodies: &Arc<Bodies>,
     report: &mut Report,
 ) -> Result<()> {
-    scenario::run_cases(
+    case::run_cases(
         "latency",
         common,
         &opts.cases(),
@@ -280,7 +285,7 @@ pub(crate) async fn run(
                 result.latency_ms.max,
                 cpu::columns(&result.cpu_cores)
             );
-            report.latency.push(result);
+            report.push(result);
         },
     )
     .await
@@ -370,15 +375,15 @@ async fn run_case(
     // whose consumers park on a queue that does not exist yet).
     let mut producers = Conn::connect_many(addr, PRODUCER_CONNS).await?;
     if !early {
-        create_partitions(
-            &mut producers[0],
-            &shared.bodies,
-            &shared.queue,
-            &shared.partitions,
-            TxnIds::Fresh,
-            |ids| ids.for_each(|id| mark_sent(&shared, id)),
-        )
-        .await?;
+        producers[0]
+            .create_partitions(
+                &shared.bodies,
+                &shared.queue,
+                &shared.partitions,
+                TxnIds::Fresh,
+                |ids| ids.for_each(|id| mark_sent(&shared, id)),
+            )
+            .await?;
     }
 
     let mut consumer_tasks = Vec::with_capacity(opts.consumers);
@@ -552,9 +557,9 @@ impl Producer {
             self.tasks.push(tokio::spawn(async move {
                 let sent_at = Instant::now();
                 mark_sent(&shared, id);
-                let reply = conn.post_json("/api/v1/push", Bytes::from(body)).await?;
+                let reply = conn.push_request(Bytes::from(body)).await?;
                 let round_trip = micros(sent_at.elapsed());
-                check_reply(&reply, 1)?;
+                client::check_push(&reply, 1)?;
                 // The pool outlives every task; a closed pool only means the run is over.
                 let _ = pool_tx.send(conn).await;
                 Ok(round_trip)
@@ -582,23 +587,7 @@ struct ConsumerStats {
     unknown: u64,
 }
 
-/// The pop response; the payload ids, and what an ack names.
-#[derive(Deserialize)]
-struct PopBody {
-    #[serde(default)]
-    messages: Vec<PopMessage>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct PopMessage {
-    data: PayloadId,
-    transaction_id: String,
-    partition_id: String,
-    #[serde(default)]
-    lease_id: Option<String>,
-}
-
+/// The payload's `id`; the rest of it is skipped.
 #[derive(Deserialize)]
 struct PayloadId {
     id: u64,
@@ -608,26 +597,16 @@ struct PayloadId {
 async fn consume(mut conn: Conn, shared: Arc<Shared>) -> Result<ConsumerStats> {
     let mut stats = ConsumerStats::default();
     while !shared.stop.load(Ordering::Relaxed) {
-        let reply = conn.get(&shared.pop_path).await?;
+        let popped = conn.pop(&shared.pop_path).await?;
         let received = shared.epoch.elapsed();
         stats.pops += 1;
         shared.pops.fetch_add(1, Ordering::Relaxed);
-        if reply.status == StatusCode::NO_CONTENT {
+        let messages = popped.messages::<PayloadId>()?;
+        if messages.is_empty() {
             stats.empty += 1;
             continue;
         }
-        if reply.status != StatusCode::OK {
-            return Err(Error::msg(format!(
-                "pop answered {}: {}",
-                reply.status,
-                reply.snippet()
-            )));
-        }
-        let body: PopBody = serde_json::from_slice(&reply.body).context("pop response")?;
-        if body.messages.is_empty() {
-            stats.empty += 1;
-        }
-        for message in &body.messages {
+        for message in &messages {
             let Some(i) = usize::try_from(message.data.id)
                 .ok()
                 .filter(|&i| i < shared.sent_ns.len())
@@ -647,40 +626,11 @@ async fn consume(mut conn: Conn, shared: Arc<Shared>) -> Result<ConsumerStats> {
                     .store(u32::try_from(micros).unwrap_or(u32::MAX), Ordering::Relaxed);
             }
         }
-        if shared.leased && !body.messages.is_empty() {
-            ack(&mut conn, &body.messages).await?;
+        if shared.leased {
+            conn.ack_all(&client::completed(&messages), None).await?;
         }
     }
     Ok(stats)
-}
-
-/// `POST /api/v1/ack/batch` for every message of a leased pop; each must succeed.
-async fn ack(conn: &mut Conn, messages: &[PopMessage]) -> Result<()> {
-    let acknowledgments: Vec<serde_json::Value> = messages
-        .iter()
-        .map(|m| {
-            serde_json::json!({"transactionId": m.transaction_id, "partitionId": m.partition_id,
-                               "leaseId": m.lease_id, "status": "completed"})
-        })
-        .collect();
-    let body = serde_json::to_vec(&serde_json::json!({ "acknowledgments": acknowledgments }))
-        .context("ack body")?;
-    let reply = conn
-        .post_json("/api/v1/ack/batch", Bytes::from(body))
-        .await?;
-    if reply.status != StatusCode::OK {
-        return Err(Error::msg(format!(
-            "ack answered {}: {}",
-            reply.status,
-            reply.snippet()
-        )));
-    }
-    let results: Vec<serde_json::Value> =
-        serde_json::from_slice(&reply.body).context("ack response")?;
-    if results.iter().any(|r| r["success"] != true) {
-        return Err(Error::msg(format!("an ack failed: {}", reply.snippet())));
-    }
-    Ok(())
 }
 
 /// The figures of one latency case.
@@ -726,8 +676,27 @@ pub(crate) struct LatencyResult {
 
 cpu::measured!(LatencyResult);
 
+impl Row for LatencyResult {
+    const KEY: &'static str = "latency";
+
+    fn title() -> Option<String> {
+        Some(format!(
+            "latency: push send to pop receive, one message at a time ({})",
+            cpu::NOTE
+        ))
+    }
+
+    fn table(cases: &[LatencyResult]) -> String {
+        table(cases)
+    }
+
+    fn disturbance(&self) -> Option<(&str, f64, u32)> {
+        Some((&self.name, self.cpu_cores.other, self.attempts))
+    }
+}
+
 /// The latency table.
-pub(crate) fn table(cases: &[LatencyResult]) -> String {
+fn table(cases: &[LatencyResult]) -> String {
     let mut table = Table::new(&[
         ("case", 22),
         ("sent", 7),
@@ -776,7 +745,7 @@ mod tests {
         let names: Vec<String> = LatencyOpts::for_all(true, None)
             .cases()
             .into_iter()
-            .map(scenario::Case::name)
+            .map(case::Case::name)
             .collect();
         assert_eq!(
             names,

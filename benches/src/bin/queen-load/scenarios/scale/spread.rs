@@ -1,4 +1,4 @@
-//! The `spread` case of the `scale` scenario (issue 20): single-message
+//! The `spread` case of the `scale` scenario: single-message
 //! pushes from 50 keep-alive connections, closed loop (send, await the
 //! reply, send), to 1 partition and to 100 partitions (each request to a
 //! uniformly random one), each on a fresh database and broker.
@@ -6,7 +6,7 @@
 //! As in `push.rs`: the payloads are `payload.rs`'s ~1 KiB bodies with a
 //! fresh UUIDv7 transaction id each; 2 s of warm-up (which creates the
 //! partitions), `SETTLE` so its commits are counted, then `--duration`
-//! (10) seconds measured with [`scenario::measure`] (WAL position, xids and
+//! (10) seconds measured with [`crate::measure::measure`] (WAL position, xids and
 //! CPU clocks around the window); the broker is stopped before the final
 //! `pg_stat_database` read, so its sessions have flushed their counts. The
 //! window's segments (created after its start) must hold exactly the
@@ -25,15 +25,17 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::json;
 
-use crate::cpu::Usage;
+use super::common::{Rng, ScaleOpts};
+use crate::client::payload::{self, Bodies, TxnIds};
+use crate::client::Conn;
 use crate::env::{self, CommonArgs, Env};
 use crate::error::{Context, Error, Result};
-use crate::http::Conn;
-use crate::payload::{self, Bodies, TxnIds};
-use crate::report::{ratio, Latency};
-use crate::scale::{self, compare, DbStat, Rng, ScaleOpts};
-use crate::scenario::{self, micros, to_f64, to_f64_i};
-use crate::stats::{self, SETTLE};
+use crate::measure::cpu::Usage;
+use crate::measure::stats::DbStat;
+use crate::measure::stats::{self, SETTLE};
+use crate::measure::{self, micros, ratio, to_f64, to_f64_i, Latency};
+use crate::output::table;
+use crate::output::table::compare;
 
 const QUEUE: &str = "scale-spread";
 const CONNECTIONS: usize = 50;
@@ -70,7 +72,7 @@ pub(crate) async fn run(
     let one = case(env, common, &bodies, 1, duration).await?;
     let hundred = case(env, common, &bodies, 100, duration).await?;
     let speedup = ratio(hundred.messages_per_second, one.messages_per_second);
-    let mut t = scale::figures(&["p100", "p1", "ratio"]);
+    let mut t = table::figures(&["p100", "p1", "ratio"]);
     let mut row = |name: &str, f: fn(&Spread) -> f64, decimals| {
         compare(&mut t, name, Some(f(&hundred)), Some(f(&one)), decimals);
     };
@@ -128,7 +130,7 @@ async fn case(
     env::check_alive(&mut brokers)?;
     tokio::time::sleep(SETTLE).await;
     let before = DbStat::read(&env.admin, &dbname).await?;
-    let ((conns, window), measured) = scenario::measure(
+    let ((conns, window), measured) = measure::measure(
         &env.admin,
         &pids,
         postmaster,
@@ -218,8 +220,7 @@ async fn produce(
                         TxnIds::Fresh,
                     );
                     let sent = Instant::now();
-                    let reply = conn.post_json("/api/v1/push", Bytes::from(body)).await?;
-                    crate::push::check_reply(&reply, 1)?;
+                    conn.push(Bytes::from(body), 1).await?;
                     pushed.latencies_us.push(micros(sent.elapsed()));
                     pushed.messages += 1;
                 }

@@ -1,4 +1,4 @@
-//! The `million` case of the `scale` scenario (issue 20): one queue with a
+//! The `million` case of the `scale` scenario: one queue with a
 //! million partitions (`--million-partitions`), measured against the same
 //! steps on a queue of `--hot-partitions` (10,000) partitions, each on a
 //! fresh database and broker.
@@ -42,14 +42,18 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::json;
 
-use crate::cpu::{self, Usage};
-use crate::env::{CommonArgs, Env};
+use super::common::{self as scale, Rng, ScaleOpts};
+use crate::client::{self, Conn};
+use crate::env::{self, CommonArgs, Env};
 use crate::error::{Context, Error, Result};
-use crate::http::Conn;
-use crate::report::Latency;
-use crate::scale::{self, compare, DbStat, Metrics, Rng, ScaleOpts};
-use crate::scenario::{micros, to_f64, to_f64_i};
-use crate::stats::SETTLE;
+use crate::measure::cpu::{self, Usage};
+use crate::measure::memory;
+use crate::measure::memory::Metrics;
+use crate::measure::stats::DbStat;
+use crate::measure::stats::{self, SETTLE};
+use crate::measure::{self, micros, to_f64, to_f64_i, Latency};
+use crate::output::table;
+use crate::output::table::compare;
 
 const QUEUE: &str = "scale-million";
 const GROUP: &str = "g";
@@ -178,11 +182,11 @@ pub(crate) async fn run(
 
     let p99 = |s: &Size| s.traffic.pop_latency_ms.p99;
     let ratios = json!({
-        "push_messages_per_second": scale::per(Some(big.traffic.push_messages_per_second),
+        "push_messages_per_second": measure::per(Some(big.traffic.push_messages_per_second),
                                                Some(small.traffic.push_messages_per_second)),
-        "consume_messages_per_second": scale::per(Some(big.traffic.consume_messages_per_second),
+        "consume_messages_per_second": measure::per(Some(big.traffic.consume_messages_per_second),
                                                   Some(small.traffic.consume_messages_per_second)),
-        "pop_p99": scale::per(Some(p99(&big)), Some(p99(&small))),
+        "pop_p99": measure::per(Some(p99(&big)), Some(p99(&small))),
     });
     eprintln!("{}", table(&big, &small));
     for s in [&small, &big] {
@@ -215,14 +219,15 @@ async fn size(
     eprintln!("queen-load:   created {n} partitions in {create_seconds:.1} s");
     let mut conn = Conn::connect(addr).await?;
     let started = Instant::now();
-    let body = scale::pop(
-        &mut conn,
-        &format!("/api/v1/pop/queue/{QUEUE}?consumerGroup={GROUP}&subscriptionMode=new&batch=10&wait=false"),
-    )
-    .await?;
+    let popped = conn
+        .pop(&format!(
+            "/api/v1/pop/queue/{QUEUE}?consumerGroup={GROUP}&subscriptionMode=new&batch=10&wait=false"
+        ))
+        .await?;
     let first_contact_seconds = started.elapsed().as_secs_f64();
-    let first = scale::messages(&body)?;
-    scale::ack(&mut conn, &first, Some(GROUP)).await?;
+    let first = popped.messages::<scale::Data>()?;
+    conn.ack_all(&client::completed(&first), Some(GROUP))
+        .await?;
     let first_contact_messages = first.len();
     let tables = table_costs(env, &dbname, n).await?;
     brokers[0].check_alive()?;
@@ -237,10 +242,10 @@ async fn size(
         None
     };
     let metrics = Metrics::scrape(addr).await?;
-    let broker_rss_bytes = scale::rss_bytes(pid)?;
+    let broker_rss_bytes = memory::rss_bytes(pid)?;
     brokers[0].check_alive()?;
     drop(conn);
-    crate::env::stop_all(brokers).await?;
+    env::stop_all(brokers).await?;
     env.drop_database(&dbname, common.keep).await?;
     Ok(Size {
         partitions: n,
@@ -251,7 +256,7 @@ async fn size(
         tables,
         traffic,
         empty_pops,
-        hotlist_bytes_per_entry: scale::per(
+        hotlist_bytes_per_entry: measure::per(
             metrics.get("queen_hotlist_bytes"),
             metrics.get("queen_hotlist_entries"),
         ),
@@ -386,9 +391,9 @@ async fn traffic(
             let mut stats = TaskStats::default();
             loop {
                 let sent = Instant::now();
-                let body = scale::pop(&mut conn, &path).await?;
+                let popped = conn.pop(&path).await?;
                 let took = micros(sent.elapsed());
-                let messages = scale::messages(&body)?;
+                let messages = popped.messages::<scale::Data>()?;
                 if messages.is_empty() {
                     stats.pops_empty += 1;
                     if sent >= deadline {
@@ -401,7 +406,8 @@ async fn traffic(
                 if sent < deadline {
                     stats.pop_us.push(took);
                 }
-                scale::ack(&mut conn, &messages, Some(GROUP)).await?;
+                conn.ack_all(&client::completed(&messages), Some(GROUP))
+                    .await?;
                 let done = Instant::now();
                 if done <= deadline {
                     stats.consumed += messages.len() as u64;
@@ -464,12 +470,13 @@ async fn traffic(
 async fn caught_up(conn: &mut Conn) -> Result<bool> {
     let path = format!("/api/v1/pop/queue/{QUEUE}?consumerGroup={GROUP}&batch=100&wait=false");
     for _ in 0..100 {
-        let body = scale::pop(conn, &path).await?;
-        let messages = scale::messages(&body)?;
+        let popped = conn.pop(&path).await?;
+        let messages = popped.messages::<scale::Data>()?;
         if messages.is_empty() {
             return Ok(true);
         }
-        scale::ack(conn, &messages, Some(GROUP)).await?;
+        conn.ack_all(&client::completed(&messages), Some(GROUP))
+            .await?;
     }
     Ok(false)
 }
@@ -477,7 +484,7 @@ async fn caught_up(conn: &mut Conn) -> Result<bool> {
 /// Statements and rows read per empty pop, the idle background subtracted.
 async fn empty_pops(env: &Env, dbname: &str, conn: &mut Conn) -> Result<EmptyPops> {
     let read = || DbStat::read(&env.admin, dbname);
-    let reads_before = scale::table_reads(env, dbname).await?;
+    let reads_before = stats::table_reads(&env.connect_config(dbname)).await?;
     tokio::time::sleep(SETTLE).await;
     let (r0, t0) = (read().await?, Instant::now());
     let no_wait = pops(conn, "wait=false", EMPTY_POPS).await?;
@@ -488,7 +495,10 @@ async fn empty_pops(env: &Env, dbname: &str, conn: &mut Conn) -> Result<EmptyPop
     let (r2, t2) = (read().await?, Instant::now());
     tokio::time::sleep(SETTLE).await;
     let (r3, t3) = (read().await?, Instant::now());
-    let top_tables_read = scale::top_reads(&reads_before, &scale::table_reads(env, dbname).await?);
+    let top_tables_read = stats::top_reads(
+        &reads_before,
+        &stats::table_reads(&env.connect_config(dbname)).await?,
+    );
     let idle = r3.since(r2);
     let idle_seconds = t3.duration_since(t2).as_secs_f64();
     let commits_rate = to_f64_i(idle.commits) / idle_seconds;
@@ -530,12 +540,13 @@ async fn pops(conn: &mut Conn, wait: &str, count: usize) -> Result<(usize, Vec<u
     let mut latencies = Vec::with_capacity(count);
     for _ in 0..count {
         let sent = Instant::now();
-        let body = scale::pop(conn, &path).await?;
+        let popped = conn.pop(&path).await?;
         latencies.push(micros(sent.elapsed()));
-        let messages = scale::messages(&body)?;
+        let messages = popped.messages::<scale::Data>()?;
         if !messages.is_empty() {
             delivered += 1;
-            scale::ack(conn, &messages, Some(GROUP)).await?;
+            conn.ack_all(&client::completed(&messages), Some(GROUP))
+                .await?;
         }
     }
     Ok((delivered, latencies))
@@ -668,7 +679,7 @@ fn table(big: &Size, small: &Size) -> String {
             0,
         ),
     ];
-    let mut t = scale::figures(&["million", "small", "ratio"]);
+    let mut t = table::figures(&["million", "small", "ratio"]);
     for (name, figure, decimals) in figures {
         compare(&mut t, name, figure(big), figure(small), decimals);
     }

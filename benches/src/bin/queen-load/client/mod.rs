@@ -1,6 +1,15 @@
-//! One HTTP/1.1 keep-alive connection to the broker (raw hyper
-//! `client::conn::http1`): no pool, so producers never contend for connections
-//! and each producer's requests go down its own socket, one at a time.
+//! The client layer: one HTTP/1.1 keep-alive connection to the broker (raw
+//! hyper `client::conn::http1`; no pool, so producers never contend for
+//! connections and each producer's requests go down its own socket, one at a
+//! time), the typed calls every scenario makes on it (`api.rs`: push, pop,
+//! ack, configure), and the request bodies (`payload.rs`).
+//!
+//! It imports nothing of the tool but `error.rs`.
+
+mod api;
+pub(crate) mod payload;
+
+pub(crate) use api::{ack_results, check_push, completed, queued, Ack, Message, Popped};
 
 use std::net::SocketAddr;
 

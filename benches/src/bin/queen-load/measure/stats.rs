@@ -25,7 +25,11 @@
 //! and requested), cluster-wide; it is live, so a window's difference says
 //! whether a checkpoint (and its burst of full-page images) fell inside it.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime};
+
+use serde::Serialize;
+use serde_json::json;
 
 use crate::error::{Context, Error, Result};
 
@@ -293,4 +297,100 @@ pub(crate) async fn check_segments(
         )));
     }
     Ok(window)
+}
+
+/// `pg_stat_database` counters of one database.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub(crate) struct DbStat {
+    /// `xact_commit`: statements, for the broker (each runs in its own
+    /// transaction).
+    pub(crate) commits: i64,
+    pub(crate) tup_returned: i64,
+    pub(crate) tup_fetched: i64,
+    pub(crate) tup_inserted: i64,
+    pub(crate) tup_updated: i64,
+    /// Buffer accesses (`blks_hit + blks_read`): the work a statement did,
+    /// where rows read can mislead (a seq scan of a tiny table reads every
+    /// row, cheaply).
+    pub(crate) blocks: i64,
+}
+
+impl DbStat {
+    /// The counters of `dbname` now, read from the admin session (which is
+    /// on another database, so it adds nothing to them).
+    pub(crate) async fn read(admin: &tokio_postgres::Client, dbname: &str) -> Result<DbStat> {
+        let row = admin
+            .query_one(
+                "SELECT xact_commit, tup_returned, tup_fetched, tup_inserted, tup_updated, \
+                        blks_hit + blks_read \
+                 FROM pg_stat_database WHERE datname = $1",
+                &[&dbname],
+            )
+            .await
+            .with_context(|| format!("read pg_stat_database for {dbname}"))?;
+        Ok(DbStat {
+            commits: row.get(0),
+            tup_returned: row.get(1),
+            tup_fetched: row.get(2),
+            tup_inserted: row.get(3),
+            tup_updated: row.get(4),
+            blocks: row.get(5),
+        })
+    }
+
+    /// What was counted from `before` to these.
+    pub(crate) fn since(self, before: DbStat) -> DbStat {
+        DbStat {
+            commits: self.commits - before.commits,
+            tup_returned: self.tup_returned - before.tup_returned,
+            tup_fetched: self.tup_fetched - before.tup_fetched,
+            tup_inserted: self.tup_inserted - before.tup_inserted,
+            tup_updated: self.tup_updated - before.tup_updated,
+            blocks: self.blocks - before.blocks,
+        }
+    }
+
+    /// Rows read: returned by scans plus fetched through indexes.
+    pub(crate) fn rows_read(self) -> i64 {
+        self.tup_returned + self.tup_fetched
+    }
+}
+
+/// Rows read per table, catalogs included (`seq_tup_read + idx_tup_fetch`
+/// of `pg_stat_all_tables`), to say where a window's rows went. Read on a
+/// session of its own, closed at once so its own counts are flushed (they
+/// are a few hundred catalog rows).
+pub(crate) async fn table_reads(config: &tokio_postgres::Config) -> Result<HashMap<String, i64>> {
+    let sql = queen_sql::connect::connect_one(config)
+        .await
+        .context("connect to the case's database")?;
+    let rows = sql
+        .query(
+            "SELECT schemaname || '.' || relname, \
+                    (coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0))::bigint \
+             FROM pg_stat_all_tables",
+            &[],
+        )
+        .await
+        .context("read pg_stat_all_tables")?;
+    Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
+}
+
+/// The tables that read the most rows from `before` to `after`, most first
+/// (at most 5, none that read nothing): `[{"table", "rows"}, ..]`.
+pub(crate) fn top_reads(
+    before: &HashMap<String, i64>,
+    after: &HashMap<String, i64>,
+) -> serde_json::Value {
+    let mut reads: Vec<(&String, i64)> = after
+        .iter()
+        .map(|(table, &n)| (table, n - before.get(table).copied().unwrap_or(0)))
+        .filter(|&(_, n)| n > 0)
+        .collect();
+    reads.sort_by_key(|&(_, n)| std::cmp::Reverse(n));
+    reads
+        .into_iter()
+        .take(5)
+        .map(|(table, n)| json!({"table": table, "rows": n}))
+        .collect()
 }

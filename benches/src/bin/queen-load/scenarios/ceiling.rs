@@ -54,16 +54,15 @@ use queen_frame::{build_sidecar, txn_hash, Frame, SegmentBuilder};
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::cpu::{self, Usage};
+use super::case::{self, Case as _, Merge, Window};
+use super::matrix::{Axes, Shape};
+use crate::client::payload::{self, Bodies};
 use crate::env::{CommonArgs, Env};
 use crate::error::{Context, Error, Result};
-use crate::matrix::{Axes, Shape};
-use crate::payload::{self, Bodies};
-use crate::report::{fixed, ratio, Latency, Report, Table};
-use crate::scenario::{
-    self, micros, to_f64, to_f64_i, Case as _, DbWrites, Merge, Timeline, Window,
-};
-use crate::stats;
+use crate::measure::cpu::{self, Usage};
+use crate::measure::{self, micros, ratio, stats, to_f64, to_f64_i, DbWrites, Latency, Timeline};
+use crate::output::report::{Report, Row};
+use crate::output::table::{fixed, Table};
 
 /// The flush: allocate, insert the segment, insert the sidecar, one statement.
 /// `$1` partition id, `$2` messages, `$3` blob, `$4` sidecar.
@@ -129,7 +128,7 @@ pub(crate) struct CeilingOpts {
 }
 
 /// How the ceiling words `--warmup` and `--quick`.
-impl scenario::WindowHelp for CeilingOpts {
+impl case::WindowHelp for CeilingOpts {
     const WARMUP: &'static str = "Seconds of load before each window, not counted";
     const QUICK: &'static str = "The push scenario's `--quick` shapes with 2-second windows";
 }
@@ -158,7 +157,7 @@ struct Case {
     build: Build,
 }
 
-impl scenario::Case for Case {
+impl case::Case for Case {
     fn name(self) -> String {
         match self.build {
             Build::Pool => self.shape.name(),
@@ -235,15 +234,22 @@ impl CeilingOpts {
     }
 }
 
+case::scenario!(
+    CeilingOpts,
+    "ceiling",
+    needs_broker: false,
+    |ctx, opts, report| run(ctx.env, ctx.common, opts, ctx.bodies, report)
+);
+
 /// Run every case, adding each result to `report`; stop at the first failure.
-pub(crate) async fn run(
+async fn run(
     env: &Env,
     common: &CommonArgs,
     opts: &CeilingOpts,
     bodies: &Arc<Bodies>,
     report: &mut Report,
 ) -> Result<()> {
-    scenario::run_cases(
+    case::run_cases(
         "ceiling",
         common,
         &opts.cases(opts.all),
@@ -261,7 +267,7 @@ pub(crate) async fn run(
                 cpu::columns(&result.cpu_cores),
                 result.messages_per_second_timeline
             );
-            report.ceiling.push(result);
+            report.push(result);
         },
     )
     .await
@@ -377,7 +383,7 @@ async fn run_case(
 
     // The window; the CPU clocks are read before the sessions exit: an
     // exited backend's CPU time leaves /proc.
-    let ((writers, window), measured) = scenario::measure(
+    let ((writers, window), measured) = measure::measure(
         &env.admin,
         &[],
         postmaster,
@@ -533,7 +539,7 @@ async fn phase(
     shared: &Arc<Shared>,
     deadline: Instant,
 ) -> Result<(Vec<Writer>, PhaseStats)> {
-    let (writers, mut stats) = scenario::phase(writers, "writer task", |writer, started| {
+    let (writers, mut stats) = case::phase(writers, "writer task", |writer, started| {
         write(writer, Arc::clone(shared), started, deadline)
     })
     .await?;
@@ -653,8 +659,27 @@ pub(crate) struct CeilingResult {
 
 cpu::measured!(CeilingResult);
 
+impl Row for CeilingResult {
+    const KEY: &'static str = "ceiling";
+
+    fn title() -> Option<String> {
+        Some(format!(
+            "ceiling: PostgreSQL alone, one statement per flush, no broker ({})",
+            cpu::NOTE
+        ))
+    }
+
+    fn table(cases: &[CeilingResult]) -> String {
+        table(cases)
+    }
+
+    fn disturbance(&self) -> Option<(&str, f64, u32)> {
+        Some((&self.name, self.cpu_cores.other, self.attempts))
+    }
+}
+
 /// The ceiling table.
-pub(crate) fn table(cases: &[CeilingResult]) -> String {
+fn table(cases: &[CeilingResult]) -> String {
     let mut table = Table::new(&[
         ("case", 22),
         ("msg/s", 9),
@@ -691,7 +716,7 @@ pub(crate) fn table(cases: &[CeilingResult]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenario::DbWrites;
+    use crate::measure::DbWrites;
 
     #[test]
     fn a_result_has_the_report_fields_in_order() {
@@ -730,7 +755,7 @@ mod tests {
             attempts: 1,
             messages_per_second_timeline: Vec::new(),
         };
-        scenario::assert_fields(
+        case::assert_fields(
             &result,
             &[
                 "name",

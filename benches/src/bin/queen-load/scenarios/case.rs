@@ -1,22 +1,92 @@
-//! What every scenario shares: its subcommand's arguments (the settings
-//! common to all, then its own), the measured window's options, the loop over
-//! its cases, and the pieces of a case's measurement: worker tasks run in
-//! phases, the per-second timeline, and the counters read around the window.
+//! What every scenario shares: the [`Scenario`] trait, its subcommand's
+//! arguments (the settings common to all, then its own), the measured
+//! window's options, the loop over its cases, and the worker tasks of a
+//! case, run in phases.
 
 use std::future::Future;
 use std::marker::PhantomData;
-use std::time::{Duration, Instant};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
 
-use crate::cpu::{self, Usage};
-use crate::env::CommonArgs;
+use crate::client::payload::{self, Bodies};
+use crate::env::{CommonArgs, Env};
 use crate::error::{Context, Error, Result};
-use crate::payload::{self, Bodies};
-use crate::report::ratio;
-use crate::stats::{self, ClusterPoint, DbCounters, Segments};
+use crate::measure::cpu;
+use crate::output::report::Report;
+
+/// What a scenario runs with: the cluster, the settings every scenario
+/// shares, and the request bodies.
+#[derive(Clone, Copy)]
+pub(crate) struct Run<'a> {
+    pub(crate) env: &'a Env,
+    pub(crate) common: &'a CommonArgs,
+    pub(crate) bodies: &'a Arc<Bodies>,
+}
+
+/// A scenario's run, as `run` returns it.
+pub(crate) type Running<'a> = Pin<Box<dyn Future<Output = Result<()>> + 'a>>;
+
+/// A scenario, with its settings: it checks them, describes them for the
+/// report, and runs, adding its rows (each [`crate::output::report::Row`]
+/// renders itself) to the report.
+pub(crate) trait Scenario {
+    /// Its name in the settings and the progress log.
+    fn name(&self) -> &'static str;
+
+    /// Fail on settings that cannot run.
+    fn validate(&self) -> Result<()>;
+
+    /// The settings, for the report.
+    fn settings(&self, bodies: &Bodies) -> serde_json::Value;
+
+    /// False for a scenario that starts no broker.
+    fn needs_broker(&self) -> bool {
+        true
+    }
+
+    /// Run every case, adding each result to `report` as it finishes.
+    fn run<'a>(&'a self, run: Run<'a>, report: &'a mut Report) -> Running<'a>;
+}
 
 /// Measured seconds per case: default, and with `--quick`.
 const DURATION: f64 = 5.0;
 const QUICK_DURATION: f64 = 2.0;
+
+/// Implement [`Scenario`] for a scenario's options `$opts`: `$name`, its own
+/// `validate` and `settings`, `needs_broker` when given, and `run` as
+/// `$run`, an expression of the run context, the options and the report.
+macro_rules! scenario {
+    ($opts:ty, $name:literal, $(needs_broker: $broker:expr,)? |$ctx:ident, $this:ident, $report:ident| $run:expr) => {
+        impl $crate::scenarios::case::Scenario for $opts {
+            fn name(&self) -> &'static str {
+                $name
+            }
+
+            fn validate(&self) -> $crate::error::Result<()> {
+                Self::validate(self)
+            }
+
+            fn settings(&self, bodies: &$crate::client::payload::Bodies) -> serde_json::Value {
+                Self::settings(self, bodies)
+            }
+            $(
+            fn needs_broker(&self) -> bool {
+                $broker
+            }
+            )?
+            fn run<'a>(
+                &'a self,
+                $ctx: $crate::scenarios::case::Run<'a>,
+                $report: &'a mut $crate::output::report::Report,
+            ) -> $crate::scenarios::case::Running<'a> {
+                let $this = self;
+                Box::pin($run)
+            }
+        }
+    };
+}
+pub(crate) use scenario;
 
 /// Arguments of a scenario's subcommand: the settings every scenario shares,
 /// then the scenario's own.
@@ -218,153 +288,6 @@ impl Failures {
             self.first.as_deref().unwrap_or("?")
         )))
     }
-}
-
-/// Messages completed in each second since a phase started.
-#[derive(Debug, Default)]
-pub(crate) struct Timeline(Vec<u64>);
-
-impl Timeline {
-    /// Count `messages` completed at `at`, in the phase that began at `started`.
-    pub(crate) fn add(&mut self, started: Instant, at: Instant, messages: u64) {
-        let second = usize::try_from(at.duration_since(started).as_secs()).unwrap_or(usize::MAX);
-        if self.0.len() <= second {
-            self.0.resize(second.saturating_add(1), 0);
-        }
-        if let Some(count) = self.0.get_mut(second) {
-            *count += messages;
-        }
-    }
-
-    /// Add another task's counts, second by second.
-    pub(crate) fn merge(&mut self, other: Timeline) {
-        if self.0.len() < other.0.len() {
-            self.0.resize(other.0.len(), 0);
-        }
-        for (total, count) in self.0.iter_mut().zip(other.0) {
-            *total += count;
-        }
-    }
-
-    /// The counts, second by second.
-    pub(crate) fn into_vec(self) -> Vec<u64> {
-        self.0
-    }
-}
-
-/// A latency sample: whole microseconds, saturating.
-pub(crate) fn micros(elapsed: Duration) -> u32 {
-    u32::try_from(elapsed.as_micros()).unwrap_or(u32::MAX)
-}
-
-/// What the cluster and the CPU clocks did during a measured window.
-pub(crate) struct Measurement {
-    /// When the window started.
-    pub(crate) started: Instant,
-    /// From the start to the moment the window's phase returned.
-    pub(crate) seconds: f64,
-    /// The cluster before and after the window.
-    pub(crate) before: ClusterPoint,
-    pub(crate) after: ClusterPoint,
-    /// CPU cores used during the window, per process group.
-    pub(crate) cpu_cores: Usage,
-}
-
-/// What the database did for a window that wrote messages: its transactions
-/// and the segments written, in all and per message.
-#[derive(Debug, serde::Serialize)]
-pub(crate) struct DbWrites {
-    /// `pg_stat_database.xact_commit` of the case's database over the window
-    /// (every committed transaction, read-only ones included).
-    pub(crate) commits: i64,
-    pub(crate) commits_per_message: f64,
-    pub(crate) rollbacks: i64,
-    /// Transaction ids assigned cluster-wide over the window: transactions that wrote.
-    pub(crate) write_xids: i64,
-    pub(crate) write_xids_per_message: f64,
-    /// `queen.log_segments` rows written in the window.
-    pub(crate) segments: i64,
-}
-
-impl Measurement {
-    /// Transaction ids assigned cluster-wide: transactions that wrote.
-    pub(crate) fn write_xids(&self) -> i64 {
-        self.after.next_xid - self.before.next_xid
-    }
-
-    /// WAL bytes written cluster-wide.
-    pub(crate) fn wal_bytes(&self) -> i64 {
-        self.after.wal_lsn - self.before.wal_lsn
-    }
-
-    /// Checkpoints started cluster-wide.
-    pub(crate) fn checkpoints(&self) -> i64 {
-        self.after.checkpoints - self.before.checkpoints
-    }
-
-    /// The database's writes for the window's `messages`, from its counters
-    /// `before` and `after` the window and the window's `segments`.
-    pub(crate) fn db_writes(
-        &self,
-        before: DbCounters,
-        after: DbCounters,
-        segments: &Segments,
-        messages: f64,
-    ) -> DbWrites {
-        let commits = after.xact_commit - before.xact_commit;
-        let write_xids = self.write_xids();
-        DbWrites {
-            commits,
-            commits_per_message: ratio(to_f64_i(commits), messages),
-            rollbacks: after.xact_rollback - before.xact_rollback,
-            write_xids,
-            write_xids_per_message: ratio(to_f64_i(write_xids), messages),
-            segments: segments.rows,
-        }
-    }
-}
-
-/// Measure a window of `seconds`: read the cluster's position, then the CPU
-/// clocks of the `broker_pids` and of PostgreSQL (under `postmaster`); run
-/// `window` with its deadline; then read the CPU clocks, then the position
-/// again. Returns what `window` returned and the measurement.
-pub(crate) async fn measure<T, Fut>(
-    admin: &tokio_postgres::Client,
-    broker_pids: &[u32],
-    postmaster: u32,
-    seconds: f64,
-    window: impl FnOnce(Instant) -> Fut,
-) -> Result<(T, Measurement)>
-where
-    Fut: Future<Output = Result<T>>,
-{
-    let before = stats::cluster_point(admin).await?;
-    let cpu_before = cpu::sample(broker_pids, postmaster);
-    let started = Instant::now();
-    let output = window(started + Duration::from_secs_f64(seconds)).await?;
-    let seconds = started.elapsed().as_secs_f64();
-    let cpu_after = cpu::sample(broker_pids, postmaster);
-    let after = stats::cluster_point(admin).await?;
-    Ok((
-        output,
-        Measurement {
-            started,
-            seconds,
-            before,
-            after,
-            cpu_cores: cpu::usage(&cpu_before, &cpu_after),
-        },
-    ))
-}
-
-/// Counters to float for rates; exact below 2^53, far beyond any count here.
-pub(crate) fn to_f64(value: u64) -> f64 {
-    value as f64
-}
-
-/// [`to_f64`] for PostgreSQL's signed counters.
-pub(crate) fn to_f64_i(value: i64) -> f64 {
-    value as f64
 }
 
 /// Fail unless `value` serialises to an object with exactly the top-level

@@ -38,7 +38,6 @@
 //! delivered messages (an empty long-poll's is its timeout; those are
 //! counted apart); the ack's round trip is reported separately.
 
-use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -46,20 +45,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use hyper::StatusCode;
 use serde::{Deserialize, Serialize};
 
-use crate::cpu::{self, Usage};
+use super::case::{self, Case as _, Failures, Merge, Window};
+use crate::client::payload::{self, Bodies, TxnIds};
+use crate::client::{self, Conn, Message};
 use crate::env::{self, CommonArgs, Env};
 use crate::error::{Context, Error, Result};
-use crate::http::Conn;
-use crate::payload::{self, Bodies, TxnIds};
-use crate::push::check_reply;
-use crate::report::{fixed, ratio, Latency, Report, Skipped, Table};
-use crate::scenario::{
-    self, micros, to_f64, to_f64_i, Case as _, Failures, Merge, Timeline, Window,
-};
-use crate::stats;
+use crate::measure::cpu::{self, Usage};
+use crate::measure::{self, micros, ratio, stats, to_f64, to_f64_i, Latency, Timeline};
+use crate::output::report::{Report, Row, Skipped};
+use crate::output::table::{fixed, Table};
 
 /// The queue-mode consumer group.
 const QUEUE_MODE: &str = "__QUEUE_MODE__";
@@ -127,7 +123,7 @@ pub(crate) struct PopOpts {
 }
 
 /// How the pop words `--warmup` and `--quick`.
-impl scenario::WindowHelp for PopOpts {
+impl case::WindowHelp for PopOpts {
     const WARMUP: &'static str = "Seconds of consuming before each window, not counted";
     const QUICK: &'static str = "32 consumers only, 2-second windows, a smaller pre-fill";
 }
@@ -227,7 +223,7 @@ struct Case {
     brokers: usize,
 }
 
-impl scenario::Case for Case {
+impl case::Case for Case {
     fn name(self) -> String {
         if self.brokers == 1 {
             format!("{} c{}", self.mode.name(), self.consumers)
@@ -243,15 +239,19 @@ enum Outcome {
     Skipped(String),
 }
 
+case::scenario!(PopOpts, "pop", |ctx, opts, report| run(
+    ctx.env, ctx.common, opts, ctx.bodies, report
+));
+
 /// Run every case, adding each result to `report`; stop at the first failure.
-pub(crate) async fn run(
+async fn run(
     env: &Env,
     common: &CommonArgs,
     opts: &PopOpts,
     bodies: &Arc<Bodies>,
     report: &mut Report,
 ) -> Result<()> {
-    scenario::run_cases(
+    case::run_cases(
         "pop",
         common,
         &opts.cases(),
@@ -276,11 +276,11 @@ pub(crate) async fn run(
                     cpu::columns(&result.cpu_cores),
                     result.messages_per_second_timeline
                 );
-                report.pop.push(*result);
+                report.push(*result);
             }
             Outcome::Skipped(reason) => {
                 eprintln!("queen-load:   skipped: {reason}");
-                report.skipped.push(Skipped {
+                report.skip(Skipped {
                     scenario: "pop",
                     case: case.name(),
                     reason,
@@ -391,7 +391,7 @@ async fn run_case(
     let consumers = connect_spread(&consumer_addrs).await?;
 
     // The window.
-    let ((consumers, window), measured) = scenario::measure(
+    let ((consumers, window), measured) = measure::measure(
         &env.admin,
         &pids,
         postmaster,
@@ -476,7 +476,6 @@ impl cpu::Measured for Outcome {
     }
 }
 
-/// `Some(reason)` when `POST /api/v1/ack/batch` answers 404.
 /// One connection to each of `addrs`.
 async fn connect_spread(addrs: &[SocketAddr]) -> Result<Vec<Conn>> {
     let mut conns = Vec::with_capacity(addrs.len());
@@ -486,19 +485,12 @@ async fn connect_spread(addrs: &[SocketAddr]) -> Result<Vec<Conn>> {
     Ok(conns)
 }
 
+/// `Some(reason)` when `POST /api/v1/ack/batch` answers 404.
 async fn ack_route_missing(addr: SocketAddr) -> Result<Option<String>> {
-    let mut conn = Conn::connect(addr).await?;
-    let body = format!("{{\"acknowledgments\":[],\"consumerGroup\":\"{QUEUE_MODE}\"}}");
-    let reply = conn
-        .post_json("/api/v1/ack/batch", Bytes::from(body))
-        .await?;
-    if reply.status == StatusCode::NOT_FOUND {
-        return Ok(Some(format!(
-            "ack route not available: POST /api/v1/ack/batch answered 404 ({})",
-            reply.snippet()
-        )));
-    }
-    Ok(None)
+    Conn::connect(addr)
+        .await?
+        .ack_route_missing(QUEUE_MODE)
+        .await
 }
 
 /// Push `count` more messages: [`FILL_PRODUCERS`] connections, requests of
@@ -532,8 +524,9 @@ async fn fill(addr: SocketAddr, shared: &Arc<Shared>, count: u64, batch: usize) 
                     n,
                     TxnIds::Sequential,
                 );
-                let reply = conn.post_json("/api/v1/push", Bytes::from(body)).await?;
-                check_reply(&reply, n).map_err(|error| error.wrap("pre-fill push"))?;
+                conn.push(Bytes::from(body), n)
+                    .await
+                    .map_err(|error| error.wrap("pre-fill push"))?;
             }
         }));
     }
@@ -614,7 +607,7 @@ async fn phase(
     shared: &Arc<Shared>,
     until: Until,
 ) -> Result<(Vec<Conn>, PhaseStats)> {
-    scenario::phase(consumers, "consumer task", |conn, started| {
+    case::phase(consumers, "consumer task", |conn, started| {
         consume(conn, Arc::clone(shared), started, until)
     })
     .await
@@ -660,75 +653,38 @@ async fn consume(
     (conn, stats)
 }
 
-/// The pop response; only what the check and the ack need.
-#[derive(Deserialize)]
-struct PopBody<'a> {
-    #[serde(borrow, default)]
-    messages: Vec<PopMessage<'a>>,
-}
-
-#[derive(Deserialize)]
-struct PopMessage<'a> {
-    #[serde(rename = "transactionId", borrow)]
-    transaction_id: Cow<'a, str>,
-    #[serde(rename = "partitionId", borrow)]
-    partition_id: Cow<'a, str>,
-    #[serde(rename = "leaseId", borrow, default)]
-    lease_id: Option<Cow<'a, str>>,
-    data: PayloadId,
-}
-
 /// The payload's `id`; the rest of it is skipped.
 #[derive(Deserialize)]
 struct PayloadId {
     id: u64,
 }
 
-/// One ack result; only `success` is checked.
-#[derive(Deserialize)]
-struct AckResult {
-    #[serde(default)]
-    success: bool,
-}
-
 /// One pop, and in `ack` mode its ack. Returns the messages consumed.
 async fn pop_once(conn: &mut Conn, shared: &Shared, stats: &mut PhaseStats) -> Result<u64> {
     let sent_at = Instant::now();
-    let reply = conn.get(&shared.pop_path).await?;
+    let popped = conn.pop(&shared.pop_path).await?;
     let pop_us = micros(sent_at.elapsed());
     stats.pops += 1;
-    if reply.status == StatusCode::NO_CONTENT {
-        stats.empty_pops += 1;
-        return Ok(0);
-    }
-    if reply.status != StatusCode::OK {
-        return Err(Error::msg(format!(
-            "pop answered {}: {}",
-            reply.status,
-            reply.snippet()
-        )));
-    }
-    let body: PopBody<'_> = serde_json::from_slice(&reply.body)
-        .with_context(|| format!("pop response: {}", reply.snippet()))?;
-    if body.messages.is_empty() {
+    let messages = popped.messages::<PayloadId>()?;
+    if messages.is_empty() {
         stats.empty_pops += 1;
         return Ok(0);
     }
     stats.pop_us.push(pop_us);
-    let n = u64::try_from(body.messages.len()).context("message count")?;
-    for message in &body.messages {
+    let n = u64::try_from(messages.len()).context("message count")?;
+    for message in &messages {
         if payload::parse_sequential_txn_id(&message.transaction_id) != Some(message.data.id) {
             stats.mismatched += 1;
         }
     }
     match shared.mode {
         Mode::Autoack => {
-            stats.ids.extend(body.messages.iter().map(|m| m.data.id));
+            stats.ids.extend(messages.iter().map(|m| m.data.id));
             stats.messages += n;
             Ok(n)
         }
         Mode::Ack => {
-            let acked = ack(conn, &body.messages, stats).await?;
+            let acked = ack(conn, &messages, stats).await?;
             stats.messages += acked;
             Ok(acked)
         }
@@ -737,52 +693,18 @@ async fn pop_once(conn: &mut Conn, shared: &Shared, stats: &mut PhaseStats) -> R
 
 /// Acknowledge every message with one batch ack. Returns how many succeeded
 /// (only those count as consumed; the others come back after the lease).
-async fn ack(conn: &mut Conn, messages: &[PopMessage<'_>], stats: &mut PhaseStats) -> Result<u64> {
-    let mut body = String::with_capacity(messages.len() * 160 + 64);
-    body.push_str("{\"acknowledgments\":[");
-    for (i, message) in messages.iter().enumerate() {
-        if i > 0 {
-            body.push(',');
-        }
-        body.push_str("{\"transactionId\":");
-        body.push_str(&json_string(&message.transaction_id)?);
-        body.push_str(",\"partitionId\":");
-        body.push_str(&json_string(&message.partition_id)?);
-        if let Some(lease) = message.lease_id.as_deref().filter(|l| !l.is_empty()) {
-            body.push_str(",\"leaseId\":");
-            body.push_str(&json_string(lease)?);
-        }
-        body.push_str(",\"status\":\"completed\"}");
-    }
-    let _ = write!(body, "],\"consumerGroup\":\"{QUEUE_MODE}\"}}");
+async fn ack(
+    conn: &mut Conn,
+    messages: &[Message<'_, PayloadId>],
+    stats: &mut PhaseStats,
+) -> Result<u64> {
     let sent_at = Instant::now();
     let reply = conn
-        .post_json("/api/v1/ack/batch", Bytes::from(body))
+        .ack_request(&client::completed(messages), Some(QUEUE_MODE))
         .await?;
     stats.ack_us.push(micros(sent_at.elapsed()));
     stats.acks += 1;
-    if reply.status == StatusCode::NOT_FOUND {
-        return Err(Error::msg(format!(
-            "ack route not available: POST /api/v1/ack/batch answered 404 ({})",
-            reply.snippet()
-        )));
-    }
-    if !reply.status.is_success() {
-        return Err(Error::msg(format!(
-            "ack answered {}: {}",
-            reply.status,
-            reply.snippet()
-        )));
-    }
-    let results: Vec<AckResult> = serde_json::from_slice(&reply.body)
-        .with_context(|| format!("ack response is not a result array: {}", reply.snippet()))?;
-    if results.len() != messages.len() {
-        return Err(Error::msg(format!(
-            "ack answered {} results for {} acknowledgments",
-            results.len(),
-            messages.len()
-        )));
-    }
+    let results = client::ack_results(&reply, messages.len())?;
     let mut acked = 0;
     for (message, result) in messages.iter().zip(&results) {
         if result.success {
@@ -804,10 +726,6 @@ fn float_count(value: f64, cap: u64) -> u64 {
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // finite, in [0, cap]
     let count = value as u64;
     count
-}
-
-fn json_string(text: &str) -> Result<String> {
-    serde_json::to_string(text).context("encode a JSON string")
 }
 
 /// Every pushed message consumed exactly once?
@@ -915,8 +833,24 @@ pub(crate) struct PopResult {
     pub(crate) messages_per_second_timeline: Vec<u64>,
 }
 
+impl Row for PopResult {
+    const KEY: &'static str = "pop";
+
+    fn title() -> Option<String> {
+        Some(format!("pop ({})", cpu::NOTE))
+    }
+
+    fn table(cases: &[PopResult]) -> String {
+        table(cases)
+    }
+
+    fn disturbance(&self) -> Option<(&str, f64, u32)> {
+        Some((&self.name, self.cpu_cores.other, self.attempts))
+    }
+}
+
 /// The pop table.
-pub(crate) fn table(cases: &[PopResult]) -> String {
+fn table(cases: &[PopResult]) -> String {
     let mut table = Table::new(&[
         ("case", 12),
         ("msg/s", 9),
@@ -986,42 +920,5 @@ mod tests {
         assert!(!once.ok);
         let all = phase(&[1, 0, 2]);
         assert!(ExactlyOnce::check(3, [&all]).ok);
-    }
-
-    /// A server that answers every request with `status_line` and `body`.
-    async fn canned(status_line: &'static str, body: &'static str) -> SocketAddr {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                tokio::spawn(async move {
-                    let mut buf = vec![0u8; 4096];
-                    while let Ok(n) = stream.read(&mut buf).await {
-                        if n == 0 {
-                            break;
-                        }
-                        let reply = format!(
-                            "HTTP/1.1 {status_line}\r\ncontent-type: application/json\r\n\
-                             content-length: {}\r\n\r\n{body}",
-                            body.len()
-                        );
-                        if stream.write_all(reply.as_bytes()).await.is_err() {
-                            break;
-                        }
-                    }
-                });
-            }
-        });
-        addr
-    }
-
-    #[tokio::test]
-    async fn a_missing_ack_route_is_a_reason_to_skip_and_an_existing_one_is_not() {
-        let missing = canned("404 Not Found", r#"{"error":"route not found"}"#).await;
-        let reason = ack_route_missing(missing).await.unwrap().unwrap();
-        assert!(reason.starts_with("ack route not available"), "{reason}");
-        let present = canned("200 OK", "[]").await;
-        assert_eq!(ack_route_missing(present).await.unwrap(), None);
     }
 }

@@ -1,4 +1,4 @@
-//! The `observe` scenario (issue 17): what observability costs push
+//! The `observe` scenario: what observability costs push
 //! throughput. Two kinds of case, alternated round by round so drift on the
 //! machine hits both alike:
 //!
@@ -22,10 +22,15 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::json;
 
+use super::case;
+use crate::client::payload::Bodies;
+use crate::client::Conn;
+use crate::env;
 use crate::env::{CommonArgs, Env};
 use crate::error::{Context, Error, Result};
-use crate::http::Conn;
-use crate::report::{fixed, Report, Table};
+use crate::measure::cpu;
+use crate::output::report::{Report, Row};
+use crate::output::table::{fixed, Table};
 
 /// The observe scenario's settings.
 #[derive(Debug, Clone, clap::Args)]
@@ -69,7 +74,7 @@ impl ObserveOpts {
         Ok(())
     }
 
-    pub(crate) fn settings(&self) -> serde_json::Value {
+    pub(crate) fn settings(&self, _: &Bodies) -> serde_json::Value {
         json!({"duration_seconds": self.duration(), "rounds": self.rounds(),
                "producers": self.producers, "batch": self.batch})
     }
@@ -91,7 +96,11 @@ pub(crate) struct ObserveResult {
     pub(crate) postgres_us_per_message: f64,
 }
 
-pub(crate) async fn run(
+case::scenario!(ObserveOpts, "observe", |ctx, opts, report| run(
+    ctx.env, ctx.common, opts, report
+));
+
+async fn run(
     env: &Env,
     common: &CommonArgs,
     opts: &ObserveOpts,
@@ -117,19 +126,19 @@ pub(crate) async fn run(
                 result.scrapes,
                 result.scrape_ms_max
             );
-            report.observe.push(result);
+            report.push(result);
         }
     }
     let rate = |r: &ObserveResult| r.messages_per_second;
     let (quiet, observed) = (
-        mean(&report.observe, "quiet", rate),
-        mean(&report.observe, "observed", rate),
+        mean(report.rows(), "quiet", rate),
+        mean(report.rows(), "observed", rate),
     );
     eprintln!(
         "queen-load: observe: quiet {quiet:.0} msg/s, observed {observed:.0} msg/s, cost {:.1}%, \
          median of the rounds' costs {:.1}%",
         (1.0 - observed / quiet) * 100.0,
-        median_cost(&report.observe)
+        median_cost(report.rows())
     );
     Ok(())
 }
@@ -198,13 +207,10 @@ async fn run_case(
             })
             .collect();
         let body = Bytes::from(json!({"items": items}).to_string());
-        let batch = opts.batch as u64;
+        let (items, batch) = (opts.batch, opts.batch as u64);
         tasks.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
-                let reply = conn.post_json("/api/v1/push", body.clone()).await?;
-                if reply.status != 201 {
-                    return Err(Error::msg(format!("push: {}", reply.snippet())));
-                }
+                conn.push(body.clone(), items).await?;
                 messages.fetch_add(batch, Ordering::Relaxed);
             }
             Ok::<(), Error>(())
@@ -233,14 +239,14 @@ async fn run_case(
     };
     // Let connections and the first flushes settle before measuring.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let pids = crate::env::pids(&brokers);
+    let pids = env::pids(&brokers);
     let postmaster = env.postmaster_pid()?;
     let before = messages.load(Ordering::Relaxed);
-    let cpu_before = crate::cpu::sample(&pids, postmaster);
+    let cpu_before = cpu::sample(&pids, postmaster);
     let started = Instant::now();
     tokio::time::sleep(Duration::from_secs_f64(opts.duration())).await;
     let measured = messages.load(Ordering::Relaxed) - before;
-    let cpu = crate::cpu::usage(&cpu_before, &crate::cpu::sample(&pids, postmaster));
+    let cpu = cpu::usage(&cpu_before, &cpu::sample(&pids, postmaster));
     let seconds = started.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     for task in tasks {
@@ -250,7 +256,7 @@ async fn run_case(
         Some(task) => task.await.context("the scraper panicked")??,
         None => (0, Duration::ZERO),
     };
-    crate::env::stop_all(brokers).await?;
+    env::stop_all(brokers).await?;
     env.drop_database(&dbname, common.keep).await?;
     Ok(ObserveResult {
         kind: if observed { "observed" } else { "quiet" },
@@ -265,8 +271,23 @@ async fn run_case(
     })
 }
 
+impl Row for ObserveResult {
+    const KEY: &'static str = "observe";
+
+    fn title() -> Option<String> {
+        Some(
+            "observe: push throughput, quiet vs statistics rows and a scrape every second"
+                .to_owned(),
+        )
+    }
+
+    fn table(results: &[ObserveResult]) -> String {
+        table(results)
+    }
+}
+
 /// The observe table, with the two kinds' means and the cost.
-pub(crate) fn table(results: &[ObserveResult]) -> String {
+fn table(results: &[ObserveResult]) -> String {
     let mut table = Table::new(&[
         ("round", 6),
         ("case", 9),
