@@ -3,7 +3,7 @@
 //! `queen-load <scenario> --broker <release queen-server> [options]`.
 //!
 //! Scenarios: `all` (the default: every one below but `soak` on one cluster,
-//! plus push as a ratio to the ceiling and issue 6's targets), `push`, `pop`,
+//! plus push as a ratio to the ceiling and the push targets), `push`, `pop`,
 //! `latency`, `ceiling`, `soak`, `streams`, `observe`, `mesh`, `scale` (see `benches/src/bin/queen-load/`). Options are passed to
 //! `queen-load` unchanged; the usual ones are `--duration SECS`, `--quick` and
 //! `--json PATH` and `--pg-setting NAME=VALUE` (repeatable: a PostgreSQL
@@ -22,7 +22,7 @@ pub(crate) const USAGE: &str =
 
 scenarios:
   all      (default) every scenario below on one cluster, then push / ceiling
-           ratios and issue 6's targets; about 12 minutes, 5 with --quick
+           ratios and the push targets; about 12 minutes, 5 with --quick
            (longer when other work on the machine disturbs a case: it re-runs)
   push     push throughput: batch 1/100/1000 x partitions 1/100 x producers 1/16,
            10,000 partitions, and two brokers on one database
@@ -36,7 +36,7 @@ scenarios:
   observe  (not in all) push throughput with and without statistics rows and a scrape every second
   mesh     (not in all) push, consume and cross-broker latency with 1, 2 and 3 brokers on one
            database; `--mesh udp` for the UDP mesh instead of LISTEN/NOTIFY
-  scale    (not in all) issue 20's cases: a million partitions, 10,000 queues, 10,000
+  scale    (not in all) the scale cases: a million partitions, 10,000 queues, 10,000
            parked consumers, single-message pushes over many partitions
            (`--cases million,queues,parked,spread,soak`; soak only when named)
 

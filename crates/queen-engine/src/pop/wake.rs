@@ -13,7 +13,7 @@
 //! Who waits: a parked long-poll pop, holding no permit, no pooled connection
 //! and no lock. Who wakes: a local push after commit, an ack that leaves data
 //! behind the cursor, the hot-list's wheel when a lease or a visibility hold
-//! ends, and (later) peers' mesh hints; each of those also opens the one
+//! ends, and peers' mesh hints; each of those also opens the one
 //! discovery gate that namespace/task pops wait on. What a missed wake costs: at most one
 //! backoff interval (`POP_WAIT_MAX_INTERVAL_MS`), because a parked pop also
 //! re-polls on a timer; the generation counter closes the race between
