@@ -13,7 +13,7 @@
 //! | transactions (`txn::Transactions`), dead-letter replay (`txn::replay`) | nothing | acks, `Ready`, the at-rest flags and key |
 //! | lifecycle (`lifecycle::Lifecycle`) | nothing | the at-rest key |
 //! | retention (`retention::Retention`) | its loop task, counters | nothing |
-//! | spool (`spool::Spool`) | its files, writer thread, drainer task | a store function the facade hands it (the engine's push path without the spool) |
+//! | push routing (`push::Pushes`) | the spool (`spool::Spool`: files, writer thread, drainer task) | fusion, transactions, bounded queues, maintenance, the at-rest flags, statistics |
 //! | maintenance (`maintenance::Maintenance`) | the two persisted flags | nothing |
 //! | bounded queues (`bounded::Bounded`) | the names of the queues with `maxSize` | nothing |
 //!
@@ -35,22 +35,22 @@ use crate::crypto::AtRest;
 use crate::health::HealthProbe;
 use crate::lifecycle::Lifecycle;
 use crate::maintenance::Maintenance;
-use crate::mesh::{Hint, Mesh};
+use crate::mesh::{Changes, Hint, Mesh, Reread};
 use crate::metrics::{ClusterCache, ProcessMetrics, Scrape};
 use crate::naming::queue_key;
 use crate::pop::{Serving, ServingConfig};
-use crate::push::{Fusion, FusionConfig};
+use crate::push::{Fusion, FusionConfig, Pushed, Pushes, RouteParts};
 use crate::registry::AckRegistry;
 use crate::retention::Retention;
-use crate::spool::{Buffered, Reason, Route, Spool, SpoolStats};
+use crate::spool::SpoolStats;
 use crate::stats::Stats;
 use crate::stats_writer::WriterState;
 use crate::txn::Transactions;
 use crate::{
     AckItem, AckOutcome, ConfigureQueue, Configured, CursorLag, DeadLetter, DlqFilter, DlqTake,
     EngineConfig, EngineError, GroupDeletion, GroupSummary, LeaseError, LimiterStats, PopRequest,
-    Popped, PushItem, PushOutcome, PushStats, Replayed, RetentionStats, SeekTarget, Seeked,
-    TraceEvent, TxnOp, TxnResult,
+    Popped, PushItem, PushStats, Replayed, RetentionStats, SeekTarget, Seeked, TraceEvent, TxnOp,
+    TxnResult,
 };
 
 /// The broker. Cheap to share: hand out `Arc<Engine>`.
@@ -62,12 +62,13 @@ pub struct Engine {
     started_at: Instant,
     at_rest: Arc<AtRest>,
     push: Arc<Fusion>,
-    spool: Option<Arc<Spool>>,
-    maintenance: Maintenance,
-    bounded: Bounded,
-    serving: Serving,
+    pushes: Arc<Pushes>,
+    maintenance: Arc<Maintenance>,
+    bounded: Arc<Bounded>,
+    serving: Arc<Serving>,
+    changes: Changes,
     acks: Arc<Acks>,
-    txns: Transactions,
+    txns: Arc<Transactions>,
     lifecycle: Lifecycle,
     health: HealthProbe,
     retention: Retention,
@@ -105,28 +106,6 @@ pub struct MemoryStats {
     pub dedup_cache_bytes: usize,
 }
 
-/// What a push did: every item stored (or found duplicate), or every item
-/// spooled to be stored later.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Pushed {
-    /// Committed; one outcome per item, in input order.
-    Stored(Vec<PushOutcome>),
-    /// On disk in the spool (maintenance mode, or the database was
-    /// unreachable); stored in this order, under these transaction ids,
-    /// when the spool drains.
-    Buffered(Vec<Buffered>),
-}
-
-impl Pushed {
-    /// The outcomes of a stored push; `None` when it was spooled.
-    pub fn stored(self) -> Option<Vec<PushOutcome>> {
-        match self {
-            Pushed::Stored(outcomes) => Some(outcomes),
-            Pushed::Buffered(_) => None,
-        }
-    }
-}
-
 /// What `/health` reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Health {
@@ -156,7 +135,7 @@ impl Engine {
         let at_rest = Arc::new(AtRest::new(config.encryption_key.clone()));
         let stats = Arc::new(Stats::default());
         let registry = Arc::new(AckRegistry::default());
-        let serving = Serving::start(
+        let serving = Arc::new(Serving::start(
             pool.clone(),
             ServingConfig {
                 hotlist: config.hotlist,
@@ -166,7 +145,7 @@ impl Engine {
             config.limiter,
             Arc::clone(&registry),
             Arc::clone(&at_rest),
-        );
+        ));
         let mesh = config.mesh.as_ref().and_then(|mesh_config| {
             let engine = weak.clone();
             let apply: crate::mesh::Apply = Arc::new(move |hints| {
@@ -192,22 +171,27 @@ impl Engine {
             ready.clone(),
             Arc::clone(&stats),
         ));
-        let spool = config.spool.as_ref().and_then(|spool| {
-            Spool::open(spool, drain_store(weak.clone()), pool.clone())
-                .map_err(|error| {
-                    tracing::error!(%error, dir = %spool.dir.display(), "cannot open the push spool; running without one");
-                })
-                .ok()
-        });
-        let maintenance = Maintenance::new(pool.clone());
-        let bounded = Bounded::new(pool.clone());
+        let maintenance = Arc::new(Maintenance::new(pool.clone()));
+        let bounded = Arc::new(Bounded::new(pool.clone()));
         let acks = Arc::new(Acks::new(pool.clone(), registry, ready.clone()));
-        let txns = Transactions::new(
+        let txns = Arc::new(Transactions::new(
             pool.clone(),
             config.zstd_level,
             Arc::clone(&at_rest),
             Arc::clone(&acks),
             ready,
+        ));
+        let pushes = Pushes::new(
+            RouteParts {
+                pool: pool.clone(),
+                fusion: Arc::clone(&push),
+                txns: Arc::clone(&txns),
+                bounded: Arc::clone(&bounded),
+                maintenance: Arc::clone(&maintenance),
+                at_rest: Arc::clone(&at_rest),
+                stats: Arc::clone(&stats),
+            },
+            config.spool.as_ref(),
         );
         let lifecycle = Lifecycle::new(pool.clone(), Arc::clone(&at_rest));
         let health = HealthProbe::new(pool.clone());
@@ -219,6 +203,13 @@ impl Engine {
             config.stats_retention,
             Arc::clone(&stats),
         );
+        let changes = Changes {
+            serving: Arc::clone(&serving),
+            at_rest: Arc::clone(&at_rest),
+            push: Arc::clone(&push),
+            acks: Arc::clone(&acks),
+            out: mesh.as_ref().map(Mesh::out),
+        };
         Engine {
             mesh,
             cluster: ClusterCache::default(),
@@ -229,9 +220,10 @@ impl Engine {
             started_at: Instant::now(),
             at_rest,
             push,
-            spool,
+            pushes,
             maintenance,
             bounded,
+            changes,
             serving,
             acks,
             txns,
@@ -249,7 +241,8 @@ impl Engine {
     // ---- push, pop, ack, transactions ----
 
     /// Push `items`; answers one outcome per item, in input order, once every
-    /// item is committed (or found to be a duplicate).
+    /// item is committed (or found to be a duplicate), or once all are in the
+    /// spool (see `push/route.rs`).
     ///
     /// A transaction id repeated within one partition, in this request or in
     /// another request fused into the same flush, is a duplicate of its first
@@ -258,208 +251,8 @@ impl Engine {
     /// If PostgreSQL fails, the whole call fails, although partitions whose
     /// flush committed keep their messages: retrying with the same
     /// transaction ids is safe, the committed ones come back as duplicates.
-    ///
-    /// With a spool, a push is spooled instead (answered
-    /// [`Pushed::Buffered`] once on disk) while maintenance mode is on, while
-    /// the database is unreachable (this push failed with a transient
-    /// database error or did not commit within the spool's bound), and while earlier spooled
-    /// pushes wait to be drained (so order holds). The broker fixes a
-    /// transaction id for every item that has none before the first attempt,
-    /// so an item whose attempt committed after all is found duplicate when
-    /// the spool drains.
     pub async fn push(&self, items: Vec<PushItem>) -> Result<Pushed, EngineError> {
-        // Per item, the index of its queue's key in `per_queue`.
-        let mut per_queue: Vec<(String, u64)> = Vec::new();
-        let mut item_queue = Vec::with_capacity(items.len());
-        for item in &items {
-            let key = queue_key(&item.tenant, &item.queue);
-            let index = match per_queue.iter().position(|(queue, _)| *queue == *key) {
-                Some(index) => index,
-                None => {
-                    per_queue.push((key.into_owned(), 0));
-                    per_queue.len() - 1
-                }
-            };
-            item_queue.push(index);
-        }
-        let pushed = self.push_uncounted(items).await;
-        match &pushed {
-            Ok(Pushed::Stored(outcomes)) => {
-                for (outcome, &index) in outcomes.iter().zip(&item_queue) {
-                    if outcome.status == crate::PushStatus::Queued {
-                        per_queue[index].1 += 1;
-                    }
-                }
-                self.stats
-                    .pushed(per_queue.iter().map(|(queue, n)| (&**queue, *n)), false);
-            }
-            Ok(Pushed::Buffered(_)) => {
-                for &index in &item_queue {
-                    per_queue[index].1 += 1;
-                }
-                self.stats
-                    .pushed(per_queue.iter().map(|(queue, n)| (&**queue, *n)), true);
-            }
-            Err(error) => self.count_error(error),
-        }
-        pushed
-    }
-
-    /// Count a failed request that failed on the database.
-    fn count_error(&self, error: &EngineError) {
-        if error.is_unreachable() || matches!(error, EngineError::Sql(_)) {
-            self.stats.db_error();
-        }
-    }
-
-    async fn push_uncounted(&self, mut items: Vec<PushItem>) -> Result<Pushed, EngineError> {
-        let keys: Vec<_> = items
-            .iter()
-            .map(|item| queue_key(&item.tenant, &item.queue))
-            .collect();
-        let atomic = self.bounded.any(keys.iter().map(|key| &**key));
-        let Some(spool) = &self.spool else {
-            drop(keys);
-            if self.maintenance.push() {
-                return Err(EngineError::NoSpool);
-            }
-            return self.store(items, &[], atomic).await.map(Pushed::Stored);
-        };
-        let route = spool.route(keys.iter().map(|key| &**key));
-        drop(keys);
-        if let Route::Held(key) = route {
-            // The spool holds records of a queue that was full when they
-            // were drained: they go first, so this push waits (429).
-            let queue = items
-                .iter()
-                .find(|item| queue_key(&item.tenant, &item.queue) == key.as_str())
-                .map_or(key, |item| item.queue.clone());
-            return Err(EngineError::QueueFull { queue });
-        }
-        let generated: Vec<bool> = items
-            .iter_mut()
-            .map(|item| {
-                let generated = item.transaction_id.is_none();
-                if generated {
-                    item.transaction_id = Some(Uuid::now_v7().to_string());
-                }
-                generated
-            })
-            .collect();
-        if route == Route::Spool {
-            return self.spool_append(spool, &items, Reason::Spooling).await;
-        }
-        let attempt = tokio::time::timeout(
-            spool.push_timeout(),
-            self.store(items.clone(), &generated, atomic),
-        )
-        .await;
-        match attempt {
-            Ok(Ok(outcomes)) => Ok(Pushed::Stored(outcomes)),
-            Ok(Err(error)) if !error.is_unreachable() => Err(error),
-            Ok(Err(error)) => {
-                tracing::debug!(error = %crate::error_chain(&error), "push failed; spooling it");
-                self.spool_append(spool, &items, Reason::Outage).await
-            }
-            Err(_elapsed) => self.spool_append(spool, &items, Reason::Outage).await,
-        }
-    }
-
-    /// Spool `items`, unless one is for a queue known to be encrypted while
-    /// this broker has no key: the spool would hold it in plaintext on this
-    /// broker's disk, so it is refused as the store refuses it.
-    async fn spool_append(
-        &self,
-        spool: &Spool,
-        items: &[PushItem],
-        reason: Reason,
-    ) -> Result<Pushed, EngineError> {
-        let keys: Vec<_> = items
-            .iter()
-            .map(|item| queue_key(&item.tenant, &item.queue))
-            .collect();
-        if let Some(key) = self
-            .at_rest
-            .first_needing_key(keys.iter().map(|key| &**key))
-        {
-            let queue = crate::naming::split_queue_key(key).1.to_owned();
-            return Err(EngineError::EncryptionKeyMissing { queue });
-        }
-        spool.append(items, reason).await.map(Pushed::Buffered)
-    }
-
-    /// Store `items` through fusion, or in one transaction when `atomic` (a
-    /// request naming a queue with `maxSize`: refused, it writes nothing).
-    async fn store(
-        &self,
-        items: Vec<PushItem>,
-        generated: &[bool],
-        atomic: bool,
-    ) -> Result<Vec<PushOutcome>, EngineError> {
-        if atomic {
-            self.txns.push_atomic(items, generated).await
-        } else {
-            self.push.push(items, generated).await
-        }
-    }
-
-    /// Store spooled `items` (their transaction ids fixed): first the
-    /// drain's duplicate check (`push/replay.rs`), which finds the items
-    /// their partition already stored since `since[i]` (when item `i` was
-    /// accepted, less the push timeout and clock slack) and before the drain
-    /// pass began (`pass`, set by its first call), whatever the dedup
-    /// window; those are answered duplicate, the rest go through the push
-    /// path (one transaction when a queue is bounded).
-    async fn drain(
-        &self,
-        items: Vec<PushItem>,
-        since: Vec<SystemTime>,
-        pass: crate::spool::Pass,
-    ) -> Result<Vec<PushOutcome>, EngineError> {
-        let until = *pass.lock();
-        let (stored, until) =
-            crate::push::already_stored(&self.pool, &items, &since, until).await?;
-        if let Some(until) = until {
-            pass.lock().get_or_insert(until);
-        }
-        let mut outcomes: Vec<Option<PushOutcome>> = Vec::with_capacity(items.len());
-        let mut rest = Vec::new();
-        let mut places = Vec::new();
-        for (index, (item, found)) in items.into_iter().zip(stored).enumerate() {
-            match found {
-                Some(found) => outcomes.push(Some(PushOutcome {
-                    status: crate::PushStatus::Duplicate,
-                    transaction_id: item.transaction_id.unwrap_or_default(),
-                    message_id: found.message_id,
-                    partition_id: found.partition_id,
-                    trace_id: item.trace_id,
-                    queue: Arc::from(item.queue.as_str()),
-                })),
-                None => {
-                    outcomes.push(None);
-                    places.push(index);
-                    rest.push(item);
-                }
-            }
-        }
-        if !rest.is_empty() {
-            let keys: Vec<_> = rest
-                .iter()
-                .map(|item| queue_key(&item.tenant, &item.queue))
-                .collect();
-            let atomic = self.bounded.any(keys.iter().map(|key| &**key));
-            drop(keys);
-            let stored = self.store(rest, &[], atomic).await?;
-            for (index, outcome) in places.into_iter().zip(stored) {
-                if let Some(slot) = outcomes.get_mut(index) {
-                    *slot = Some(outcome);
-                }
-            }
-        }
-        outcomes
-            .into_iter()
-            .map(|outcome| outcome.ok_or(EngineError::Internal("a drained item got no answer")))
-            .collect()
+        self.pushes.push(items).await
     }
 
     /// Pop: claim and return messages, long-polling when asked.
@@ -482,7 +275,7 @@ impl Engine {
                     .as_deref(),
                 popped.messages.len() as u64,
             ),
-            Err(error) => self.count_error(error),
+            Err(error) => self.stats.failed(error),
         }
         popped
     }
@@ -499,45 +292,8 @@ impl Engine {
         let statuses: Vec<crate::AckStatus> =
             items.iter().map(|item| item.status.clone()).collect();
         let acked = self.acks.ack(tenant, group, items).await;
-        match &acked {
-            Ok(outcomes) => self.count_acks(tenant, &statuses, outcomes),
-            Err(error) => self.count_error(error),
-        }
+        self.stats.ack_call(tenant, &statuses, &acked);
         acked
-    }
-
-    /// Count one ack call: per queue (completed, failed, dead-lettered), and
-    /// the refused items.
-    fn count_acks(&self, tenant: &str, statuses: &[crate::AckStatus], outcomes: &[AckOutcome]) {
-        let mut per_queue: Vec<(std::borrow::Cow<'_, str>, (u64, u64, u64))> = Vec::new();
-        let mut refused = 0;
-        for (status, outcome) in statuses.iter().zip(outcomes) {
-            let (Some(queue), true) = (outcome.queue.as_deref(), outcome.success) else {
-                refused += 1;
-                continue;
-            };
-            let key = queue_key(tenant, queue);
-            let index = per_queue
-                .iter()
-                .position(|(name, _)| *name == key)
-                .unwrap_or_else(|| {
-                    per_queue.push((key, (0, 0, 0)));
-                    per_queue.len() - 1
-                });
-            let entry = &mut per_queue[index].1;
-            match status {
-                crate::AckStatus::Completed => entry.0 += 1,
-                crate::AckStatus::Failed => entry.1 += 1,
-                _ => {}
-            }
-            if outcome.dlq {
-                entry.2 += 1;
-            }
-        }
-        self.stats.acked(
-            per_queue.iter().map(|(queue, counts)| (&**queue, *counts)),
-            refused,
-        );
     }
 
     /// Extend `lease` on every partition it holds by `seconds` from now.
@@ -573,7 +329,7 @@ impl Engine {
         let done = self.txns.transaction(tenant, ops).await;
         match &done {
             Ok(_) => self.stats.transaction(queues.iter().map(String::as_str)),
-            Err(error) => self.count_error(error),
+            Err(error) => self.stats.failed(error),
         }
         done
     }
@@ -586,16 +342,11 @@ impl Engine {
     /// Fails with [`EngineError::InvalidConfiguration`] before any I/O when
     /// the request breaks a rule (see [`ConfigureQueue`]).
     pub async fn configure(&self, request: ConfigureQueue) -> Result<Configured, EngineError> {
-        let queue = queue_key(&request.tenant, &request.queue).into_owned();
-        let (configured_tenant, configured_queue) = (request.tenant.clone(), request.queue.clone());
+        let (tenant, queue) = (request.tenant.clone(), request.queue.clone());
         let configured = self.lifecycle.configure(request).await?;
-        self.bounded
-            .set(&queue, configured.settings.max_queue_size > 0);
-        self.queue_configured(&queue);
-        self.tell(Hint::QueueChanged {
-            tenant: configured_tenant,
-            queue: configured_queue,
-        });
+        let bounded = configured.settings.max_queue_size > 0;
+        self.bounded.set(&queue_key(&tenant, &queue), bounded);
+        self.changes.queue_configured(&tenant, &queue);
         Ok(configured)
     }
 
@@ -605,11 +356,7 @@ impl Engine {
     /// Returns whether it existed (deleting a missing queue succeeds).
     pub async fn delete_queue(&self, tenant: &str, queue: &str) -> Result<bool, EngineError> {
         let existed = self.lifecycle.delete_queue(tenant, queue).await?;
-        self.queue_deleted(&queue_key(tenant, queue));
-        self.tell(Hint::QueueDeleted {
-            tenant: tenant.to_owned(),
-            queue: queue.to_owned(),
-        });
+        self.changes.queue_deleted(tenant, queue);
         Ok(existed)
     }
 
@@ -628,11 +375,7 @@ impl Engine {
             .lifecycle
             .delete_consumer_group(tenant, group, queue, delete_metadata)
             .await?;
-        self.group_changed(
-            group,
-            queue.map(|queue| queue_key(tenant, queue)).as_deref(),
-        );
-        self.tell_group(tenant, group, queue);
+        self.changes.group_changed(tenant, group, queue);
         Ok(deleted)
     }
 
@@ -653,8 +396,7 @@ impl Engine {
             .seek(tenant, group, queue, partition, target)
             .await?;
         if sought.is_some() {
-            self.group_changed(group, Some(&queue_key(tenant, queue)));
-            self.tell_group(tenant, group, Some(queue));
+            self.changes.group_changed(tenant, group, Some(queue));
         }
         Ok(sought)
     }
@@ -672,8 +414,7 @@ impl Engine {
             .lifecycle
             .set_subscription_timestamp(tenant, group, at)
             .await?;
-        self.group_changed(group, None);
-        self.tell_group(tenant, group, None);
+        self.changes.group_changed(tenant, group, None);
         Ok(rows)
     }
 
@@ -790,92 +531,25 @@ impl Engine {
         self.lifecycle.record_trace(tenant, event).await
     }
 
-    /// Forget everything cached about the queue of key `queue`
-    /// (`naming::queue_key`) after it was deleted: hot-list
-    /// rings, configuration, encryption flag, dedup coverage, ack registry
-    /// entries; parked pops on it answer empty at once.
-    pub fn queue_deleted(&self, queue: &str) {
-        self.serving.queue_deleted(queue);
-        self.at_rest.forget(queue);
-        self.push.forget_queue(queue);
-        self.acks.forget_queue(queue);
-    }
-
-    /// Forget cached configuration of the queue of key `queue` after it was configured (push
-    /// caches its encryption flag, pop its settings).
-    fn queue_configured(&self, queue: &str) {
-        self.at_rest.forget(queue);
-        self.push.forget_queue(queue);
-        self.serving.queue_configured(queue);
-    }
-
-    /// Forget cached state of consumer group `group` (on the queue of key
-    /// `queue`, or on every queue of every tenant) after its cursors were deleted or moved: its next pop contacts
-    /// SQL afresh and reseeds its rings.
-    pub fn group_changed(&self, group: &str, queue: Option<&str>) {
-        self.serving.group_changed(group, queue);
-    }
-
     // ---- the mesh ----
 
-    /// Tell the other brokers `hint` (nothing without a mesh).
-    fn tell(&self, hint: Hint) {
-        if let Some(mesh) = &self.mesh {
-            mesh.send(hint);
-        }
-    }
-
-    fn tell_group(&self, tenant: &str, group: &str, queue: Option<&str>) {
-        self.tell(Hint::GroupChanged {
-            tenant: tenant.to_owned(),
-            group: group.to_owned(),
-            queue: queue.map(str::to_owned),
-        });
-    }
-
-    /// Apply what a peer told this broker: a push opens the queue's gate
-    /// and marks its rings; an invalidation drops what is cached here.
+    /// Apply what a peer told this broker (`mesh/changes.rs`), then read
+    /// again what its hints changed in the database.
     pub(crate) fn apply_hints(self: Arc<Self>, hints: Vec<Hint>) {
-        let mut refresh_bounded = false;
-        let mut refresh_maintenance = false;
-        let ready = self.serving.ready();
-        for hint in hints {
-            match hint {
-                Hint::Pushed {
-                    tenant,
-                    queue,
-                    partition,
-                } => ready.hinted(&tenant, &queue, &partition),
-                Hint::QueueChanged { tenant, queue } => {
-                    self.queue_configured(&queue_key(&tenant, &queue));
-                    refresh_bounded = true;
-                }
-                Hint::QueueDeleted { tenant, queue } => {
-                    self.queue_deleted(&queue_key(&tenant, &queue));
-                }
-                Hint::GroupChanged {
-                    tenant,
-                    group,
-                    queue,
-                } => {
-                    let key = queue.as_deref().map(|queue| queue_key(&tenant, queue));
-                    self.group_changed(&group, key.as_deref());
-                }
-                Hint::Maintenance => refresh_maintenance = true,
+        let reread = self.changes.apply(hints);
+        if reread == Reread::default() {
+            return;
+        }
+        tokio::spawn(async move {
+            if reread.marked {
+                let _ = self.refresh_marked().await;
             }
-        }
-        if refresh_bounded || refresh_maintenance {
-            tokio::spawn(async move {
-                if refresh_bounded {
-                    let _ = self.refresh_marked().await;
+            if reread.maintenance {
+                if let Err(error) = self.refresh_maintenance().await {
+                    tracing::debug!(error = %crate::error_chain(&error), "maintenance refresh after a peer's hint failed");
                 }
-                if refresh_maintenance {
-                    if let Err(error) = self.refresh_maintenance().await {
-                        tracing::debug!(error = %crate::error_chain(&error), "maintenance refresh after a peer's hint failed");
-                    }
-                }
-            });
-        }
+            }
+        });
     }
 
     /// What the mesh has sent and received (`None`: no mesh).
@@ -913,7 +587,7 @@ impl Engine {
         self.maintenance
             .set_pop(enabled, |enabled| self.serving.set_maintenance(enabled))
             .await?;
-        self.tell(Hint::Maintenance);
+        self.changes.tell(Hint::Maintenance);
         Ok(())
     }
 
@@ -927,12 +601,12 @@ impl Engine {
     pub async fn set_maintenance(&self, enabled: bool) -> Result<(), EngineError> {
         self.maintenance
             .set_push(enabled, |enabled| {
-                if let Some(spool) = &self.spool {
+                if let Some(spool) = self.pushes.spool() {
                     spool.set_maintenance(enabled);
                 }
             })
             .await?;
-        self.tell(Hint::Maintenance);
+        self.changes.tell(Hint::Maintenance);
         Ok(())
     }
 
@@ -948,7 +622,7 @@ impl Engine {
         self.refresh_marked().await?;
         self.maintenance
             .refresh(|push, pop| {
-                if let Some(spool) = &self.spool {
+                if let Some(spool) = self.pushes.spool() {
                     spool.set_maintenance(push);
                 }
                 if self.serving.maintenance() != pop {
@@ -969,7 +643,7 @@ impl Engine {
 
     /// What the push spool holds; `None` without a spool.
     pub fn spool_stats(&self) -> Option<SpoolStats> {
-        self.spool.as_ref().map(|spool| spool.stats())
+        self.pushes.spool().map(|spool| spool.stats())
     }
 
     /// Counters of the push path since the engine started.
@@ -1112,43 +786,11 @@ impl Engine {
     /// rows written; on failure the counts wait for the next write.
     pub async fn write_stats(&self) -> Result<usize, EngineError> {
         let (cluster, _) = self.cluster.get(&self.pool).await;
-        let (queues, dropped, lag) = self.stats.take_minute();
         let process = self.process_metrics();
-        let minute = crate::stats_writer::Minute {
-            process: &process,
-            queues: &queues,
-            dropped,
-            lag,
-            cluster: &cluster,
-            port: self.config.port,
-            hostname: &self.config.hostname,
-        };
-        let (broker, rows) = crate::stats_writer::rows(&self.writer, &minute);
-        let broker_id = format!("{}:{}", self.config.hostname, self.config.port);
-        let bucket = crate::stats_writer::bucket(SystemTime::now());
-        let written = async {
-            let client = self.pool.get().await.map_err(queen_sql::SqlError::from)?;
-            queen_sql::stats::write_minute(
-                &**client,
-                crate::naming::DEFAULT_TENANT,
-                bucket,
-                &broker_id,
-                &broker,
-                &rows,
-            )
+        let identity = (self.config.hostname.as_str(), self.config.port);
+        self.writer
+            .write(&self.pool, &self.stats, &process, &cluster, identity)
             .await
-        }
-        .await;
-        match written {
-            Ok(count) => {
-                self.writer.written(&minute);
-                Ok(usize::try_from(count).unwrap_or(0))
-            }
-            Err(error) => {
-                self.stats.restore_minute(queues);
-                Err(error.into())
-            }
-        }
     }
 
     /// One event-loop lag sample (the sampler task's).
@@ -1204,7 +846,7 @@ impl Engine {
     pub async fn shutdown(&self) {
         self.serving.begin_shutdown();
         self.push.shutdown().await;
-        if let Some(spool) = &self.spool {
+        if let Some(spool) = self.pushes.spool() {
             spool.shutdown().await;
         }
         self.serving.shutdown().await;
@@ -1235,17 +877,4 @@ async fn refresh_maintenance(engine: Weak<Engine>) {
         first = false;
         tokio::time::sleep(period).await;
     }
-}
-
-/// How the spool's drainer stores what it drains: the push path of the
-/// engine, without the spool, behind the drain's duplicate check
-/// ([`Engine::drain`]).
-fn drain_store(engine: Weak<Engine>) -> crate::spool::Store {
-    Arc::new(move |items, since, pass| {
-        let engine = engine.clone();
-        Box::pin(async move {
-            let engine = engine.upgrade().ok_or(EngineError::ShuttingDown)?;
-            engine.drain(items, since, pass).await
-        })
-    })
 }

@@ -43,7 +43,7 @@ use std::time::Duration;
 pub use ack::{AckItem, AckOutcome, AckStatus, LeaseError, INVALID_LEASE};
 pub use admin::{AdminRange, AdminView, QueueSeries};
 pub use crypto::EncryptionKey;
-pub use engine::{Engine, Health, MemoryStats, Pushed};
+pub use engine::{Engine, Health, MemoryStats};
 pub use error::EngineError;
 pub use lifecycle::configure::{ConfigureQueue, Configured, QueueSettings, MAX_NAME_BYTES};
 pub use lifecycle::dlq::{DeadLetter, DlqFilter, DlqTake};
@@ -61,7 +61,7 @@ pub use pop::{LimiterConfig, LimiterStats};
 pub use pop::{
     PopRequest, PopTarget, PopWait, Popped, PoppedMessage, SubscriptionMode, QUEUE_MODE_GROUP,
 };
-pub use push::{PushItem, PushOutcome, PushStats, PushStatus, DEFAULT_DEDUP_CACHE_BYTES};
+pub use push::{PushItem, PushOutcome, PushStats, PushStatus, Pushed, DEFAULT_DEDUP_CACHE_BYTES};
 pub use queen_sql::{error_chain, SqlError};
 pub use retention::RetentionStats;
 pub use spool::{Buffered, SpoolConfig, SpoolStats};

@@ -275,6 +275,56 @@ impl Stats {
         add(&self.totals.db_errors, 1);
     }
 
+    /// A request failed with `error`: counted when it failed on the database.
+    pub(crate) fn failed(&self, error: &crate::EngineError) {
+        if error.is_unreachable() || matches!(error, crate::EngineError::Sql(_)) {
+            self.db_error();
+        }
+    }
+
+    /// One ack call of `tenant` answered: per queue (completed, failed,
+    /// dead-lettered), and the refused items.
+    pub(crate) fn ack_call(
+        &self,
+        tenant: &str,
+        statuses: &[crate::AckStatus],
+        answer: &Result<Vec<crate::AckOutcome>, crate::EngineError>,
+    ) {
+        let outcomes = match answer {
+            Ok(outcomes) => outcomes,
+            Err(error) => return self.failed(error),
+        };
+        let mut per_queue: Vec<(std::borrow::Cow<'_, str>, (u64, u64, u64))> = Vec::new();
+        let mut refused = 0;
+        for (status, outcome) in statuses.iter().zip(outcomes) {
+            let (Some(queue), true) = (outcome.queue.as_deref(), outcome.success) else {
+                refused += 1;
+                continue;
+            };
+            let key = crate::naming::queue_key(tenant, queue);
+            let index = per_queue
+                .iter()
+                .position(|(name, _)| *name == key)
+                .unwrap_or_else(|| {
+                    per_queue.push((key, (0, 0, 0)));
+                    per_queue.len() - 1
+                });
+            let entry = &mut per_queue[index].1;
+            match status {
+                crate::AckStatus::Completed => entry.0 += 1,
+                crate::AckStatus::Failed => entry.1 += 1,
+                _ => {}
+            }
+            if outcome.dlq {
+                entry.2 += 1;
+            }
+        }
+        self.acked(
+            per_queue.iter().map(|(queue, counts)| (&**queue, *counts)),
+            refused,
+        );
+    }
+
     /// A fusion flush of `messages` committed after `elapsed`.
     pub(crate) fn flushed(&self, messages: usize, elapsed: std::time::Duration) {
         #[expect(clippy::cast_precision_loss, reason = "a histogram sample")]

@@ -29,7 +29,7 @@ pub(crate) struct WriterState {
 
 impl WriterState {
     /// A write of `minute` committed: the next one reports from its figures.
-    pub(crate) fn written(&self, minute: &Minute<'_>) {
+    fn written(&self, minute: &Minute<'_>) {
         *self.last.lock() = Some(Reported {
             retention: minute.process.retention,
             cpu: minute.process.cpu,
@@ -47,7 +47,7 @@ struct Reported {
 }
 
 /// The minute `at` falls in.
-pub(crate) fn bucket(at: SystemTime) -> SystemTime {
+fn bucket(at: SystemTime) -> SystemTime {
     let secs = at
         .duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_secs());
@@ -55,7 +55,7 @@ pub(crate) fn bucket(at: SystemTime) -> SystemTime {
 }
 
 /// What one write reports.
-pub(crate) struct Minute<'a> {
+struct Minute<'a> {
     pub(crate) process: &'a ProcessMetrics,
     pub(crate) queues: &'a std::collections::HashMap<String, QueueMinute>,
     pub(crate) dropped: u64,
@@ -66,7 +66,7 @@ pub(crate) struct Minute<'a> {
 }
 
 /// The broker row and the queue rows of one write.
-pub(crate) fn rows(state: &WriterState, minute: &Minute<'_>) -> (Value, Value) {
+fn rows(state: &WriterState, minute: &Minute<'_>) -> (Value, Value) {
     let Minute {
         process,
         queues,
@@ -160,6 +160,57 @@ pub(crate) fn rows(state: &WriterState, minute: &Minute<'_>) -> (Value, Value) {
         })
         .collect();
     (broker, Value::Array(rows))
+}
+
+impl WriterState {
+    /// Write this broker's statistics rows for the current minute: one
+    /// statement (`queen_sql::stats::write_minute`). Returns the queue rows
+    /// written; on failure the minute's counts go back into `stats` and wait
+    /// for the next write.
+    pub(crate) async fn write(
+        &self,
+        pool: &deadpool_postgres::Pool,
+        stats: &crate::stats::Stats,
+        process: &ProcessMetrics,
+        cluster: &crate::metrics::ClusterMetrics,
+        (hostname, port): (&str, u16),
+    ) -> Result<usize, crate::EngineError> {
+        let (queues, dropped, lag) = stats.take_minute();
+        let minute = Minute {
+            process,
+            queues: &queues,
+            dropped,
+            lag,
+            cluster,
+            port,
+            hostname,
+        };
+        let (broker, rows) = rows(self, &minute);
+        let broker_id = format!("{hostname}:{port}");
+        let written = async {
+            let client = pool.get().await.map_err(queen_sql::SqlError::from)?;
+            queen_sql::stats::write_minute(
+                &**client,
+                crate::naming::DEFAULT_TENANT,
+                bucket(SystemTime::now()),
+                &broker_id,
+                &broker,
+                &rows,
+            )
+            .await
+        }
+        .await;
+        match written {
+            Ok(count) => {
+                self.written(&minute);
+                Ok(usize::try_from(count).unwrap_or(0))
+            }
+            Err(error) => {
+                stats.restore_minute(queues);
+                Err(error.into())
+            }
+        }
+    }
 }
 
 /// Write the statistics every `interval` until the engine is gone.

@@ -24,9 +24,12 @@
 //! Inbound, a batch from another broker is applied through the engine's
 //! narrow [`Apply`] callback (a batch of this broker's own is ignored).
 
+mod changes;
 mod notify;
 mod udp;
 pub(crate) mod wire;
+
+pub(crate) use changes::{Changes, Reread};
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -270,11 +273,6 @@ impl Mesh {
     /// The sending half.
     pub(crate) fn out(&self) -> MeshOut {
         self.out.clone()
-    }
-
-    /// Queue `hint` for the peers (see [`MeshOut::send`]).
-    pub(crate) fn send(&self, hint: Hint) {
-        self.out.send(hint);
     }
 
     /// The counters now.

@@ -1,6 +1,7 @@
 //! The push path (decisions.md §3).
 //!
-//! [`Engine::push`] takes validated items, assigns message ids (UUIDv7, strictly
+//! `route.rs` decides where a push goes (fusion, the one-transaction path,
+//! the spool). [`Engine::push`] takes validated items, assigns message ids (UUIDv7, strictly
 //! increasing in item order) and transaction ids (the client's, or a UUIDv7),
 //! groups the items by partition preserving their order, and hands each
 //! partition's items to push fusion (`fusion.rs`). It answers only after the
@@ -9,6 +10,7 @@
 mod dedup;
 mod fusion;
 mod replay;
+mod route;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,6 +24,8 @@ pub(crate) use fusion::{
     duplicate_winners, encode_entries, Fusion, FusionConfig, MAX_SEGMENT_PAYLOAD_BYTES,
 };
 pub(crate) use replay::{already_stored, CLOCK_SLACK};
+pub use route::Pushed;
+pub(crate) use route::{Parts as RouteParts, Pushes};
 
 use crate::EngineError;
 
