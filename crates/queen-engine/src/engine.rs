@@ -1,7 +1,7 @@
-//! The facade: [`Engine`] builds the components, wires them together and
-//! forwards the public API to them. It holds no mechanism of its own beyond
-//! the wiring: telling every component's caches what a lifecycle change
-//! invalidated, and the shutdown order.
+//! The facade: [`Engine`] builds the components, wires them together,
+//! forwards push, pop, ack and transactions to them and exposes the
+//! lifecycle types. It holds no mechanism of its own beyond the wiring, the
+//! cluster-state refresh and the shutdown order.
 //!
 //! The components, and what each may touch (the types say it):
 //!
@@ -11,9 +11,10 @@
 //! | pop serving (`pop::Serving`) | hot-list, wake gates, limiter, pop caches, revisit wheel | the ack registry (writes), the at-rest key |
 //! | acks (`ack::Acks`) | ack counters | the ack registry (reads), `Ready` |
 //! | transactions (`txn::Transactions`), dead-letter replay (`txn::replay`) | nothing | acks, `Ready`, the at-rest flags and key |
-//! | lifecycle (`lifecycle::Lifecycle`) | nothing | the at-rest key |
+//! | lifecycle (`lifecycle::{Queues, Groups, DeadLetters, Messages, Streams, Traces}`) | nothing | the at-rest key; queues and groups `mesh::Changes`, queues the bounded set, dead letters and streams the transactions |
 //! | retention (`retention::Retention`) | its loop task, counters | nothing |
 //! | push routing (`push::Pushes`) | the spool (`spool::Spool`: files, writer thread, drainer task) | fusion, transactions, bounded queues, maintenance, the at-rest flags, statistics |
+//! | invalidation (`mesh::Changes`) | nothing | pop serving, fusion, acks, the at-rest flags, the mesh's sending half |
 //! | maintenance (`maintenance::Maintenance`) | the two persisted flags | nothing |
 //! | bounded queues (`bounded::Bounded`) | the names of the queues with `maxSize` | nothing |
 //!
@@ -33,7 +34,7 @@ use crate::ack::Acks;
 use crate::bounded::Bounded;
 use crate::crypto::AtRest;
 use crate::health::HealthProbe;
-use crate::lifecycle::Lifecycle;
+use crate::lifecycle::{Db, DeadLetters, Groups, Messages, Queues, Streams, Traces};
 use crate::maintenance::Maintenance;
 use crate::mesh::{Changes, Hint, Mesh, Reread};
 use crate::metrics::{ClusterCache, ProcessMetrics, Scrape};
@@ -47,10 +48,8 @@ use crate::stats::Stats;
 use crate::stats_writer::WriterState;
 use crate::txn::Transactions;
 use crate::{
-    AckItem, AckOutcome, ConfigureQueue, Configured, CursorLag, DeadLetter, DlqFilter, DlqTake,
-    EngineConfig, EngineError, GroupDeletion, GroupSummary, LeaseError, LimiterStats, PopRequest,
-    Popped, PushItem, PushStats, Replayed, RetentionStats, SeekTarget, Seeked, TraceEvent, TxnOp,
-    TxnResult,
+    AckItem, AckOutcome, EngineConfig, EngineError, LeaseError, LimiterStats, PopRequest, Popped,
+    PushItem, PushStats, RetentionStats, TxnOp, TxnResult,
 };
 
 /// The broker. Cheap to share: hand out `Arc<Engine>`.
@@ -66,10 +65,15 @@ pub struct Engine {
     maintenance: Arc<Maintenance>,
     bounded: Arc<Bounded>,
     serving: Arc<Serving>,
-    changes: Changes,
+    changes: Arc<Changes>,
     acks: Arc<Acks>,
     txns: Arc<Transactions>,
-    lifecycle: Lifecycle,
+    queues: Queues,
+    groups: Groups,
+    dead_letters: DeadLetters,
+    messages: Messages,
+    streams: Streams,
+    traces: Traces,
     health: HealthProbe,
     retention: Retention,
     stats: Arc<Stats>,
@@ -193,7 +197,6 @@ impl Engine {
             },
             config.spool.as_ref(),
         );
-        let lifecycle = Lifecycle::new(pool.clone(), Arc::clone(&at_rest));
         let health = HealthProbe::new(pool.clone());
         let retention = Retention::start(
             pool.clone(),
@@ -203,13 +206,20 @@ impl Engine {
             config.stats_retention,
             Arc::clone(&stats),
         );
-        let changes = Changes {
+        let changes = Arc::new(Changes {
             serving: Arc::clone(&serving),
             at_rest: Arc::clone(&at_rest),
             push: Arc::clone(&push),
             acks: Arc::clone(&acks),
             out: mesh.as_ref().map(Mesh::out),
-        };
+        });
+        let db = Db::new(pool.clone(), Arc::clone(&at_rest));
+        let queues = Queues::new(db.clone(), Arc::clone(&bounded), Arc::clone(&changes));
+        let groups = Groups::new(db.clone(), Arc::clone(&changes));
+        let dead_letters = DeadLetters::new(db.clone(), Arc::clone(&txns));
+        let messages = Messages::new(db.clone());
+        let streams = Streams::new(db.clone(), Arc::clone(&txns));
+        let traces = Traces::new(db);
         Engine {
             mesh,
             cluster: ClusterCache::default(),
@@ -227,7 +237,12 @@ impl Engine {
             serving,
             acks,
             txns,
-            lifecycle,
+            queues,
+            groups,
+            dead_letters,
+            messages,
+            streams,
+            traces,
             health,
             retention,
         }
@@ -334,201 +349,36 @@ impl Engine {
         done
     }
 
-    // ---- lifecycle ----
+    // ---- the administrative reads and writes (`lifecycle/`) ----
 
-    /// Create queue `(tenant, queue)` or fully replace its configuration, and
-    /// make sure its partition `Default` exists.
-    ///
-    /// Fails with [`EngineError::InvalidConfiguration`] before any I/O when
-    /// the request breaks a rule (see [`ConfigureQueue`]).
-    pub async fn configure(&self, request: ConfigureQueue) -> Result<Configured, EngineError> {
-        let (tenant, queue) = (request.tenant.clone(), request.queue.clone());
-        let configured = self.lifecycle.configure(request).await?;
-        let bounded = configured.settings.max_queue_size > 0;
-        self.bounded.set(&queue_key(&tenant, &queue), bounded);
-        self.changes.queue_configured(&tenant, &queue);
-        Ok(configured)
+    /// Configuring and deleting queues.
+    pub fn queues(&self) -> &Queues {
+        &self.queues
     }
 
-    /// Delete `queue` with everything it owns (partitions, segments, sidecar,
-    /// cursors, subscriptions, dead letters, traces) in one transaction, then
-    /// forget it in every cache; parked pops on it answer empty at once.
-    /// Returns whether it existed (deleting a missing queue succeeds).
-    pub async fn delete_queue(&self, tenant: &str, queue: &str) -> Result<bool, EngineError> {
-        let existed = self.lifecycle.delete_queue(tenant, queue).await?;
-        self.changes.queue_deleted(tenant, queue);
-        Ok(existed)
+    /// Consumer groups: delete, seek, re-time, and their views.
+    pub fn groups(&self) -> &Groups {
+        &self.groups
     }
 
-    /// Delete consumer group `group`'s cursors and leases on `queue` (`None`:
-    /// every queue), and its subscription records when `delete_metadata`
-    /// (kept records are reset, so the group's next pop seeds its cursors
-    /// again from them). A group that never existed deletes nothing.
-    pub async fn delete_consumer_group(
-        &self,
-        tenant: &str,
-        group: &str,
-        queue: Option<&str>,
-        delete_metadata: bool,
-    ) -> Result<GroupDeletion, EngineError> {
-        let deleted = self
-            .lifecycle
-            .delete_consumer_group(tenant, group, queue, delete_metadata)
-            .await?;
-        self.changes.group_changed(tenant, group, queue);
-        Ok(deleted)
+    /// Dead letters: browse, delete, replay.
+    pub fn dead_letters(&self) -> &DeadLetters {
+        &self.dead_letters
     }
 
-    /// Seek `group` on `queue`: every partition (`partition` `None`) or only
-    /// the one named. Every partition sought gets a cursor at the target,
-    /// leases are released, retry and attempt counters reset. `None` when
-    /// the queue does not exist; an unknown partition moves nothing.
-    pub async fn seek(
-        &self,
-        tenant: &str,
-        group: &str,
-        queue: &str,
-        partition: Option<&str>,
-        target: SeekTarget,
-    ) -> Result<Option<Seeked>, EngineError> {
-        let sought = self
-            .lifecycle
-            .seek(tenant, group, queue, partition, target)
-            .await?;
-        if sought.is_some() {
-            self.changes.group_changed(tenant, group, Some(queue));
-        }
-        Ok(sought)
+    /// The message listing and detail; moving a live message to the DLQ.
+    pub fn messages(&self) -> &Messages {
+        &self.messages
     }
 
-    /// Set the stored subscription timestamp of every queue `group` is
-    /// registered on: partitions the group has no cursor on yet start there.
-    /// Existing cursors do not move. Returns the records updated.
-    pub async fn set_subscription_timestamp(
-        &self,
-        tenant: &str,
-        group: &str,
-        at: SystemTime,
-    ) -> Result<u64, EngineError> {
-        let rows = self
-            .lifecycle
-            .set_subscription_timestamp(tenant, group, at)
-            .await?;
-        self.changes.group_changed(tenant, group, None);
-        Ok(rows)
+    /// Streaming queries, their state and cycles.
+    pub fn streams(&self) -> &Streams {
+        &self.streams
     }
 
-    /// Every (consumer group, queue) pair that has a subscription record or a
-    /// cursor, summarised, ordered by group then queue.
-    pub async fn consumer_groups(&self, tenant: &str) -> Result<Vec<GroupSummary>, EngineError> {
-        self.lifecycle.consumer_groups(tenant).await
-    }
-
-    /// `group`'s cursors with their lag, by queue (queue name order; a queue
-    /// the group is registered on without any cursor yet has none). Empty for
-    /// an unknown group.
-    pub async fn consumer_group(
-        &self,
-        tenant: &str,
-        group: &str,
-    ) -> Result<Vec<(String, Vec<CursorLag>)>, EngineError> {
-        self.lifecycle.consumer_group(tenant, group).await
-    }
-
-    /// Cursors of every group whose oldest unconsumed message is at least
-    /// `min_lag_seconds` old, most lagging first.
-    pub async fn lagging_partitions(
-        &self,
-        tenant: &str,
-        min_lag_seconds: i64,
-    ) -> Result<Vec<CursorLag>, EngineError> {
-        self.lifecycle
-            .lagging_partitions(tenant, min_lag_seconds)
-            .await
-    }
-
-    /// Dead letters matching `filter`, newest first, and how many match in all.
-    pub async fn dead_letters(
-        &self,
-        tenant: &str,
-        filter: &DlqFilter<'_>,
-        limit: i64,
-        offset: i64,
-    ) -> Result<(Vec<DeadLetter>, i64), EngineError> {
-        self.lifecycle
-            .dead_letters(tenant, filter, limit, offset)
-            .await
-    }
-
-    /// Remove every consumer group's dead letter of the message
-    /// (`partition_id`, `transaction_id`); answers how many went.
-    pub async fn delete_dead_letters(
-        &self,
-        tenant: &str,
-        partition_id: Uuid,
-        transaction_id: &str,
-    ) -> Result<u64, EngineError> {
-        self.lifecycle
-            .delete_dead_letters(tenant, partition_id, transaction_id)
-            .await
-    }
-
-    /// Move the dead letters `take` selects (at most [`MAX_REPLAY`](crate::MAX_REPLAY))
-    /// back into the log, each row exactly once, in one transaction with
-    /// their push: each message gets a new offset at the head of its
-    /// partition and is delivered again to the group it failed in.
-    pub async fn replay_dead_letters(
-        &self,
-        tenant: &str,
-        take: &DlqTake<'_>,
-    ) -> Result<Replayed, EngineError> {
-        self.txns.replay(tenant, take).await
-    }
-
-    /// Register a streaming query against its source queue, or find it
-    /// again: the same name and hash answer the existing query; another hash
-    /// answers [`Registered::Mismatch`] unless `reset`, which wipes its state.
-    pub async fn register_query(
-        &self,
-        tenant: &str,
-        query: &crate::QueryRegistration<'_>,
-    ) -> Result<crate::Registered, EngineError> {
-        self.lifecycle.register_query(tenant, query).await
-    }
-
-    /// Commit a streaming query's cycle: state writes, sink pushes and the
-    /// source ack in one transaction; `Ok(Err(reason))` when it was refused
-    /// and nothing of it applied.
-    pub async fn stream_cycle(
-        &self,
-        tenant: &str,
-        cycle: crate::StreamCycle,
-    ) -> Result<crate::CycleDone, EngineError> {
-        self.txns.stream_cycle(tenant, cycle).await
-    }
-
-    /// A streaming query's state rows for one source partition: those of
-    /// `keys`, else those starting with `prefix`, else all; by key.
-    pub async fn stream_state(
-        &self,
-        tenant: &str,
-        query: Uuid,
-        partition: Uuid,
-        keys: &[String],
-        prefix: Option<&str>,
-    ) -> Result<Vec<crate::StateRow>, EngineError> {
-        self.lifecycle
-            .stream_state(tenant, query, partition, keys, prefix)
-            .await
-    }
-
-    /// Record `event`; `None` when its message is not found.
-    pub async fn record_trace(
-        &self,
-        tenant: &str,
-        event: &TraceEvent,
-    ) -> Result<Option<Uuid>, EngineError> {
-        self.lifecycle.record_trace(tenant, event).await
+    /// Trace events.
+    pub fn traces(&self) -> &Traces {
+        &self.traces
     }
 
     // ---- the mesh ----
@@ -694,50 +544,6 @@ impl Engine {
         view: crate::AdminView<'_>,
     ) -> Result<Option<serde_json::Value>, EngineError> {
         crate::admin::read(&self.pool, tenant, view).await
-    }
-
-    /// One page of the message listing, newest first (see
-    /// `lifecycle/messages.rs`): at most `limit` messages after skipping `offset`,
-    /// only those of `status` when given.
-    pub async fn list_messages(
-        &self,
-        tenant: &str,
-        filter: &crate::MessageFilter<'_>,
-        status: Option<crate::MessageStatus>,
-        limit: usize,
-        offset: usize,
-    ) -> Result<crate::MessagePage, EngineError> {
-        self.lifecycle
-            .list_messages(tenant, filter, status, limit, offset)
-            .await
-    }
-
-    /// One message with its payload opened, or `None`.
-    pub async fn message(
-        &self,
-        tenant: &str,
-        partition_id: Uuid,
-        transaction_id: &str,
-    ) -> Result<Option<crate::MessageDetail>, EngineError> {
-        self.lifecycle
-            .message(tenant, partition_id, transaction_id)
-            .await
-    }
-
-    /// Move a live message to `group`'s dead-letter queue (its next message
-    /// only, and only while nobody holds it under a lease): filed, and the
-    /// cursor moved past it, so the group's next pop starts after it.
-    pub async fn move_to_dlq(
-        &self,
-        tenant: &str,
-        partition_id: Uuid,
-        transaction_id: &str,
-        group: &str,
-        error: &str,
-    ) -> Result<crate::MovedToDlq, EngineError> {
-        self.lifecycle
-            .move_to_dlq(tenant, partition_id, transaction_id, group, error)
-            .await
     }
 
     // ---- metrics and statistics ----

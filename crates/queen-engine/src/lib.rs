@@ -47,6 +47,7 @@ pub use engine::{Engine, Health, MemoryStats};
 pub use error::EngineError;
 pub use lifecycle::configure::{ConfigureQueue, Configured, QueueSettings, MAX_NAME_BYTES};
 pub use lifecycle::dlq::{DeadLetter, DlqFilter, DlqTake};
+pub use lifecycle::groups::{GroupDeletion, GroupSummary, SeekTarget, Seeked};
 pub use lifecycle::messages::{
     GroupView, ListedMessage, MessageDetail, MessageFilter, MessagePage, MessageStatus, MovedToDlq,
     MAX_PAGE_SEGMENTS,
@@ -55,7 +56,9 @@ pub use lifecycle::streams::{
     QueryRegistration, Registered, StateRow, MAX_CONFIG_HASH_BYTES, MAX_STATE_KEY_BYTES,
 };
 pub use lifecycle::traces::TraceEvent;
-pub use lifecycle::{CursorLag, GroupDeletion, GroupSummary, SeekTarget, Seeked, Subscription};
+pub use lifecycle::{
+    CursorLag, DeadLetters, Groups, Messages, Queues, Streams, Subscription, Traces,
+};
 pub use mesh::{test_datagram as mesh_test_datagram, Hint, MeshConfig, MeshStats, MeshTransport};
 pub use pop::{LimiterConfig, LimiterStats};
 pub use pop::{

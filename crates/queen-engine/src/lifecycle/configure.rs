@@ -1,6 +1,6 @@
 //! Queue configuration: create a queue or fully replace its settings.
 //!
-//! [`Engine::configure`] checks the request against the engine's own rules
+//! [`Queues::configure`] checks the request against the engine's own rules
 //! (the ones that hold whatever the front end: name lengths, no NUL bytes, no
 //! negative option), derives namespace and task when the caller has none,
 //! applies the `lease_time` rule, and upserts the queue row and its `Default`
@@ -8,10 +8,15 @@
 //! request writes nothing. Wire parsing (JSON types, option names, defaults for
 //! omitted options, the echo) is the front end's job.
 
+use std::sync::Arc;
+
 use uuid::Uuid;
 
-use crate::lifecycle::Lifecycle;
+use crate::bounded::Bounded;
+use crate::lifecycle::Db;
+use crate::mesh::Changes;
 use crate::naming::derive_namespace_task;
+use crate::naming::queue_key;
 use crate::EngineError;
 
 pub use queen_sql::queues::QueueSettings;
@@ -52,7 +57,24 @@ pub struct Configured {
     pub settings: QueueSettings,
 }
 
-impl Lifecycle {
+/// Queues: configuring and deleting them. Both tell the caches here and
+/// the peers (`mesh::Changes`); a configure also records whether the queue
+/// is bounded (`maxSize`), which decides its push path.
+pub struct Queues {
+    db: Db,
+    bounded: Arc<Bounded>,
+    changes: Arc<Changes>,
+}
+
+impl Queues {
+    pub(crate) fn new(db: Db, bounded: Arc<Bounded>, changes: Arc<Changes>) -> Queues {
+        Queues {
+            db,
+            bounded,
+            changes,
+        }
+    }
+
     /// Create queue `(tenant, queue)` or fully replace its configuration, and
     /// make sure its partition `Default` exists.
     ///
@@ -60,15 +82,12 @@ impl Lifecycle {
     /// the request breaks a rule (see [`ConfigureQueue`]), and with
     /// [`EngineError::EncryptionKeyRequired`] when it enables encryption on
     /// a broker without a key.
-    pub(crate) async fn configure(
-        &self,
-        request: ConfigureQueue,
-    ) -> Result<Configured, EngineError> {
+    pub async fn configure(&self, request: ConfigureQueue) -> Result<Configured, EngineError> {
         let plan = Plan::check(request)?;
-        if plan.settings.encryption_enabled && !self.has_key() {
+        if plan.settings.encryption_enabled && !self.db.has_key() {
             return Err(EngineError::EncryptionKeyRequired { queue: plan.queue });
         }
-        let client = self.client().await?;
+        let client = self.db.client().await?;
         let ids = queen_sql::queues::configure_queue(
             &**client,
             &plan.tenant,
@@ -78,6 +97,11 @@ impl Lifecycle {
             &plan.settings,
         )
         .await?;
+        drop(client);
+        let bounded = plan.settings.max_queue_size > 0;
+        self.bounded
+            .set(&queue_key(&plan.tenant, &plan.queue), bounded);
+        self.changes.queue_configured(&plan.tenant, &plan.queue);
         Ok(Configured {
             queue_id: ids.queue_id,
             partition_id: ids.partition_id,
@@ -85,6 +109,21 @@ impl Lifecycle {
             task: plan.task,
             settings: plan.settings,
         })
+    }
+
+    /// Delete `queue` with everything it owns (partitions, segments, sidecar,
+    /// cursors, subscriptions, dead letters, traces) in one transaction, then
+    /// forget it in every cache; parked pops on it answer empty at once.
+    /// Returns whether it existed (deleting a missing queue succeeds).
+    pub async fn delete(&self, tenant: &str, queue: &str) -> Result<bool, EngineError> {
+        let existed = self
+            .db
+            .retry_conflicts(|client| async move {
+                queen_sql::lifecycle::delete_queue(&**client, tenant, queue).await
+            })
+            .await?;
+        self.changes.queue_deleted(tenant, queue);
+        Ok(existed)
     }
 }
 

@@ -1,12 +1,14 @@
 //! Browsing dead letters.
 
 use bytes::Bytes;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use queen_sql::dlq::DeadLetterRow;
 use uuid::Uuid;
 
-use crate::lifecycle::Lifecycle;
+use crate::lifecycle::Db;
+use crate::txn::Transactions;
 use crate::EngineError;
 
 /// A dead letter with its payload opened.
@@ -71,34 +73,56 @@ impl<'a> DlqTake<'a> {
     }
 }
 
-impl Lifecycle {
+/// Dead letters: browsing, deleting and replaying them.
+pub struct DeadLetters {
+    db: Db,
+    txns: Arc<Transactions>,
+}
+
+impl DeadLetters {
+    pub(crate) fn new(db: Db, txns: Arc<Transactions>) -> DeadLetters {
+        DeadLetters { db, txns }
+    }
+
+    /// Move the dead letters `take` selects (at most [`MAX_REPLAY`](crate::MAX_REPLAY))
+    /// back into the log, each row exactly once, in one transaction with
+    /// their push: each message gets a new offset at the head of its
+    /// partition and is delivered again to the group it failed in.
+    pub async fn replay(
+        &self,
+        tenant: &str,
+        take: &DlqTake<'_>,
+    ) -> Result<crate::Replayed, EngineError> {
+        self.txns.replay(tenant, take).await
+    }
+
     /// Remove every consumer group's dead letter of one message; answers
     /// how many went.
-    pub(crate) async fn delete_dead_letters(
+    pub async fn delete(
         &self,
         tenant: &str,
         partition_id: Uuid,
         transaction_id: &str,
     ) -> Result<u64, EngineError> {
-        let client = self.client().await?;
+        let client = self.db.client().await?;
         Ok(queen_sql::dlq::delete(&**client, tenant, partition_id, transaction_id).await?)
     }
 
     /// Dead letters matching `filter`, newest first, and how many match in all.
-    pub(crate) async fn dead_letters(
+    pub async fn list(
         &self,
         tenant: &str,
         filter: &DlqFilter<'_>,
         limit: i64,
         offset: i64,
     ) -> Result<(Vec<DeadLetter>, i64), EngineError> {
-        let client = self.client().await?;
+        let client = self.db.client().await?;
         let rows = queen_sql::dlq::list(&**client, tenant, &filter.sql(), limit, offset).await?;
         let total = queen_sql::dlq::count(&**client, tenant, &filter.sql()).await?;
         let letters = rows
             .into_iter()
             .map(|row| {
-                let data = self.open_payload(row.encrypted, &row.payload);
+                let data = self.db.open_payload(row.encrypted, &row.payload);
                 DeadLetter { row, data }
             })
             .collect();

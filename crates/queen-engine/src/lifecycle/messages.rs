@@ -20,7 +20,7 @@ use bytes::Bytes;
 use queen_sql::admin::{Located, MessageState, PageSegment};
 use uuid::Uuid;
 
-use crate::lifecycle::Lifecycle;
+use crate::lifecycle::Db;
 use crate::{EngineError, QUEUE_MODE_GROUP};
 
 /// The most segments one page reads.
@@ -297,9 +297,19 @@ impl<'a> MessageFilter<'a> {
     }
 }
 
-impl Lifecycle {
+/// The message listing and detail, and moving a live message to the
+/// dead-letter queue.
+pub struct Messages {
+    db: Db,
+}
+
+impl Messages {
+    pub(crate) fn new(db: Db) -> Messages {
+        Messages { db }
+    }
+
     /// One page of the message listing, newest first.
-    pub(crate) async fn list_messages(
+    pub async fn list(
         &self,
         tenant: &str,
         filter: &MessageFilter<'_>,
@@ -307,7 +317,7 @@ impl Lifecycle {
         limit: usize,
         offset: usize,
     ) -> Result<MessagePage, EngineError> {
-        let client = self.client().await?;
+        let client = self.db.client().await?;
         let need = i32::try_from(limit.saturating_add(offset)).unwrap_or(i32::MAX);
         let (segments, truncated) = queen_sql::admin::message_segments(
             &**client,
@@ -378,13 +388,13 @@ impl Lifecycle {
     }
 
     /// One message with its payload opened, or `None`.
-    pub(crate) async fn message(
+    pub async fn get(
         &self,
         tenant: &str,
         partition_id: Uuid,
         transaction_id: &str,
     ) -> Result<Option<MessageDetail>, EngineError> {
-        let client = self.client().await?;
+        let client = self.db.client().await?;
         let Some(located) = self
             .locate(tenant, &client, partition_id, transaction_id)
             .await?
@@ -410,7 +420,7 @@ impl Lifecycle {
         let Some(frame) = frames.first() else {
             return Ok(None);
         };
-        let payload = self.open_payload(frame.encrypted, frame.payload);
+        let payload = self.db.open_payload(frame.encrypted, frame.payload);
         let seen = states.of(partition_id, located.offset);
         let groups = states
             .cursors
@@ -456,7 +466,7 @@ impl Lifecycle {
 
     /// Move a live message to `group`'s dead-letter queue: allowed for the
     /// group's next message only, not leased by anyone else.
-    pub(crate) async fn move_to_dlq(
+    pub async fn move_to_dlq(
         &self,
         tenant: &str,
         partition_id: Uuid,
@@ -464,7 +474,7 @@ impl Lifecycle {
         group: &str,
         error: &str,
     ) -> Result<MovedToDlq, EngineError> {
-        let client = self.client().await?;
+        let client = self.db.client().await?;
         let Some(located) = self
             .locate(tenant, &client, partition_id, transaction_id)
             .await?

@@ -3,11 +3,13 @@
 //! writes state, sink pushes and the source ack in one transaction, is the
 //! transactions component's (`txn/stream.rs`).
 
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use uuid::Uuid;
 
-use crate::lifecycle::Lifecycle;
+use crate::lifecycle::Db;
+use crate::txn::Transactions;
 use crate::EngineError;
 
 /// Longest state key, in bytes.
@@ -82,9 +84,31 @@ impl From<queen_sql::streams::StateRow> for StateRow {
     }
 }
 
-impl Lifecycle {
+/// Streaming queries: registering them, reading their state, committing
+/// their cycles.
+pub struct Streams {
+    db: Db,
+    txns: Arc<Transactions>,
+}
+
+impl Streams {
+    pub(crate) fn new(db: Db, txns: Arc<Transactions>) -> Streams {
+        Streams { db, txns }
+    }
+
+    /// Commit a streaming query's cycle: state writes, sink pushes and the
+    /// source ack in one transaction; [`EngineError::CycleRefused`] when it
+    /// was refused and nothing of it applied.
+    pub async fn cycle(
+        &self,
+        tenant: &str,
+        cycle: crate::StreamCycle,
+    ) -> Result<crate::CycleDone, EngineError> {
+        self.txns.stream_cycle(tenant, cycle).await
+    }
+
     /// Register `query`, or find it again (see [`Registered`]).
-    pub(crate) async fn register_query(
+    pub async fn register(
         &self,
         tenant: &str,
         query: &QueryRegistration<'_>,
@@ -103,7 +127,7 @@ impl Lifecycle {
                 rule: "must be at most 1024 bytes, without NUL characters",
             });
         }
-        let client = self.client().await?;
+        let client = self.db.client().await?;
         let query = queen_sql::streams::QueryRegistration {
             name: query.name,
             source_queue: query.source_queue,
@@ -120,7 +144,7 @@ impl Lifecycle {
 
     /// The state rows of (`query`, `partition`): those of `keys`, else those
     /// starting with `prefix`, else all.
-    pub(crate) async fn stream_state(
+    pub async fn state(
         &self,
         tenant: &str,
         query: Uuid,
@@ -128,7 +152,7 @@ impl Lifecycle {
         keys: &[String],
         prefix: Option<&str>,
     ) -> Result<Vec<StateRow>, EngineError> {
-        let client = self.client().await?;
+        let client = self.db.client().await?;
         let rows = queen_sql::streams::state_get(&**client, tenant, query, partition, keys, prefix)
             .await?;
         Ok(rows.into_iter().map(StateRow::from).collect())

@@ -2,7 +2,7 @@
 
 use uuid::Uuid;
 
-use crate::lifecycle::Lifecycle;
+use crate::lifecycle::Db;
 use crate::EngineError;
 
 /// A trace to record.
@@ -22,14 +22,23 @@ pub struct TraceEvent {
     pub data: serde_json::Value,
 }
 
-impl Lifecycle {
+/// Trace events recorded against messages.
+pub struct Traces {
+    db: Db,
+}
+
+impl Traces {
+    pub(crate) fn new(db: Db) -> Traces {
+        Traces { db }
+    }
+
     /// Record `event`; `None` when its message is not found.
-    pub(crate) async fn record_trace(
+    pub async fn record(
         &self,
         tenant: &str,
         event: &TraceEvent,
     ) -> Result<Option<Uuid>, EngineError> {
-        let client = self.client().await?;
+        let client = self.db.client().await?;
         let hash = queen_frame::txn_hash(&event.transaction_id);
         Ok(queen_sql::traces::record(
             &**client,

@@ -50,7 +50,7 @@ pub(crate) async fn post(
     let mut command = Command::parse(&body)?;
     tenant.clone_into(&mut command.request.tenant);
     let queue = command.request.queue.clone();
-    let configured = engine.configure(command.request).await?;
+    let configured = engine.queues().configure(command.request).await?;
     Ok(response::json(
         StatusCode::OK,
         &encode(&queue, &configured, &command.echo),

@@ -79,7 +79,8 @@ pub(crate) async fn delete(
     let query = Query::parse(req.uri().query());
     let delete_metadata = !matches!(query.str("deleteMetadata"), Some("false" | "0"));
     let deleted = engine
-        .delete_consumer_group(tenant, group, queue, delete_metadata)
+        .groups()
+        .delete(tenant, group, queue, delete_metadata)
         .await?;
     let mut answer = json!({
         "success": true,
@@ -115,7 +116,10 @@ pub(crate) async fn seek(
             Some(value) => SeekTarget::Timestamp(crate::wire::timestamp(value, "timestamp")?),
         }
     };
-    let seeked = engine.seek(tenant, group, queue, partition, target).await?;
+    let seeked = engine
+        .groups()
+        .seek(tenant, group, queue, partition, target)
+        .await?;
     let target_timestamp = match target {
         SeekTarget::End => Value::Null,
         SeekTarget::Timestamp(at) => json!(crate::wire::format_millis(at)),
@@ -165,7 +169,10 @@ pub(crate) async fn subscription(
         }
         Some(value) => crate::wire::timestamp(value, "subscriptionTimestamp")?,
     };
-    let rows = engine.set_subscription_timestamp(tenant, group, at).await?;
+    let rows = engine
+        .groups()
+        .set_subscription_timestamp(tenant, group, at)
+        .await?;
     Ok(response::json(
         StatusCode::OK,
         &json!({
@@ -178,13 +185,13 @@ pub(crate) async fn subscription(
 }
 
 pub(crate) async fn list(engine: &Engine, tenant: &str) -> Result<Response, HttpError> {
-    let groups = engine.consumer_groups(tenant).await?;
+    let groups = engine.groups().summaries(tenant).await?;
     let answer: Vec<Value> = groups.iter().map(summary).collect();
     Ok(response::json(StatusCode::OK, &Value::Array(answer)))
 }
 
 pub(crate) async fn get(engine: &Engine, tenant: &str, group: &str) -> Result<Response, HttpError> {
-    let queues = engine.consumer_group(tenant, group).await?;
+    let queues = engine.groups().cursors(tenant, group).await?;
     let mut answer = serde_json::Map::new();
     for (queue, cursors) in queues {
         let partitions: Vec<Value> = cursors
@@ -213,7 +220,7 @@ pub(crate) async fn lagging(
 ) -> Result<Response, HttpError> {
     let query = Query::parse(req.uri().query());
     let min_lag = query.int("minLagSeconds", DEFAULT_MIN_LAG_SECONDS).max(0);
-    let cursors = engine.lagging_partitions(tenant, min_lag).await?;
+    let cursors = engine.groups().lagging(tenant, min_lag).await?;
     let answer: Vec<Value> = cursors.iter().map(lagging_row).collect();
     Ok(response::json(StatusCode::OK, &Value::Array(answer)))
 }

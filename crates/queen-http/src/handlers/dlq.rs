@@ -11,7 +11,7 @@
 //! with each message's original payload as `data` (decrypted when sealed and
 //! the broker holds the key; `null` when it cannot be opened).
 //!
-//! Replays (`Engine::replay_dead_letters`: each dead letter moves back into
+//! Replays (`DeadLetters::replay`: each dead letter moves back into
 //! the log exactly once, in one transaction with its push, as a new message
 //! at the head of its partition):
 //! - `POST /api/v1/messages/:partitionId/:transactionId/retry` (optional
@@ -51,7 +51,10 @@ pub(crate) async fn list(
         from: query.instant("from")?,
         to: query.instant("to")?,
     };
-    let (letters, total) = engine.dead_letters(tenant, &filter, limit, offset).await?;
+    let (letters, total) = engine
+        .dead_letters()
+        .list(tenant, &filter, limit, offset)
+        .await?;
     let messages: Vec<serde_json::Value> = letters
         .iter()
         .map(|letter| {
@@ -102,7 +105,8 @@ pub(crate) async fn delete_message(
         ));
     }
     let deleted = engine
-        .delete_dead_letters(tenant, partition, transaction_id)
+        .dead_letters()
+        .delete(tenant, partition, transaction_id)
         .await?;
     Ok(response::json(
         StatusCode::OK,
@@ -128,7 +132,8 @@ pub(crate) async fn retry_message(
     let body = crate::body::object(req).await?;
     let group = optional_name(&body, "consumerGroup")?;
     let replayed = engine
-        .replay_dead_letters(
+        .dead_letters()
+        .replay(
             tenant,
             &DlqTake {
                 filter: DlqFilter {
@@ -186,7 +191,8 @@ pub(crate) async fn requeue(
         to: instant("to")?,
     };
     let replayed = engine
-        .replay_dead_letters(
+        .dead_letters()
+        .replay(
             tenant,
             &DlqTake {
                 filter,

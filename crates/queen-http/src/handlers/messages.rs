@@ -140,7 +140,8 @@ pub(crate) async fn list(
         ));
     };
     let listed_page = engine
-        .list_messages(tenant, &filter, status, limit, offset)
+        .messages()
+        .list(tenant, &filter, status, limit, offset)
         .await?;
     let mut body = json!({
         "messages": listed_page.messages.iter().map(listed).collect::<Vec<_>>(),
@@ -176,7 +177,8 @@ pub(crate) async fn queue_messages(
         to,
     };
     let listed_page = engine
-        .list_messages(tenant, &filter, None, limit, offset)
+        .messages()
+        .list(tenant, &filter, None, limit, offset)
         .await?;
     let rows: Vec<Value> = listed_page
         .messages
@@ -204,7 +206,11 @@ pub(crate) async fn detail(
     transaction_id: &str,
 ) -> Result<Response, HttpError> {
     let partition = parse_id(partition_id)?;
-    let Some(detail) = engine.message(tenant, partition, transaction_id).await? else {
+    let Some(detail) = engine
+        .messages()
+        .get(tenant, partition, transaction_id)
+        .await?
+    else {
         return Err(HttpError::NotFound("Message not found".to_owned()));
     };
     let mut body = listed(&detail.message);
@@ -249,6 +255,7 @@ pub(crate) async fn move_to_dlq(
     let error = crate::wire::optional_string(&body, "error")?
         .unwrap_or("moved to the dead-letter queue by an operator");
     match engine
+        .messages()
         .move_to_dlq(tenant, partition, transaction_id, group, error)
         .await?
     {

@@ -19,7 +19,7 @@ pub(crate) async fn delete(
     tenant: &str,
     queue: &str,
 ) -> Result<Response, HttpError> {
-    let existed = engine.delete_queue(tenant, queue).await?;
+    let existed = engine.queues().delete(tenant, queue).await?;
     Ok(response::json(
         StatusCode::OK,
         &json!({"deleted": true, "queue": queue, "existed": existed}),

@@ -19,7 +19,7 @@
 //!   "upsert", "key", "value"} | {"type": "delete", "key"}], "push_items"?:
 //!   [{"queue", "partition"?, "payload", "transactionId"?}], "ack"?:
 //!   {"transactionId", "leaseId"?, "status"?, "error"?, "count"?},
-//!   "release_lease"?` (true)`}`: one transaction (`Engine::stream_cycle`).
+//!   "release_lease"?` (true)`}`: one transaction (`Streams::cycle`).
 //!   Answers `{"success": true, "query_id", "partition_id", "queueName",
 //!   "state_ops_applied", "push_results": [push results], "ack_result":
 //!   {"success", "count", "lease_released", "dlq"} | null}`; a cycle refused
@@ -72,7 +72,8 @@ pub(crate) async fn register(
         Some(value) => crate::wire::boolean("reset", value)?,
     };
     let registered = engine
-        .register_query(
+        .streams()
+        .register(
             tenant,
             &QueryRegistration {
                 name,
@@ -138,7 +139,8 @@ pub(crate) async fn state_get(
     };
     let prefix = optional_string(&body, "key_prefix")?;
     let rows = engine
-        .stream_state(tenant, query, partition, &keys, prefix)
+        .streams()
+        .state(tenant, query, partition, &keys, prefix)
         .await?;
     let rows: Vec<Value> = rows
         .into_iter()
@@ -303,7 +305,8 @@ pub(crate) async fn cycle(
         Some(value) => crate::wire::boolean("release_lease", value)?,
     };
     let done = engine
-        .stream_cycle(
+        .streams()
+        .cycle(
             &who.tenant,
             StreamCycle {
                 query_id,

@@ -64,7 +64,7 @@ pub(crate) async fn post(
         names,
         data,
     };
-    let answer = match engine.record_trace(tenant, &event).await? {
+    let answer = match engine.traces().record(tenant, &event).await? {
         Some(id) => json!({"success": true, "traceId": id.to_string()}),
         None => json!({"success": false, "error": "Message not found"}),
     };
