@@ -103,7 +103,9 @@ impl Pushes {
             };
             item_queue.push(index);
         }
-        let pushed = self.route(items).await;
+        let queues: Vec<&str> = per_queue.iter().map(|(queue, _)| queue.as_str()).collect();
+        let pushed = self.route(items, &queues, &item_queue).await;
+        drop(queues);
         let stats = &self.parts.stats;
         match &pushed {
             Ok(Pushed::Stored(outcomes)) => {
@@ -125,27 +127,30 @@ impl Pushes {
         pushed
     }
 
-    async fn route(&self, mut items: Vec<PushItem>) -> Result<Pushed, EngineError> {
-        let keys: Vec<_> = items
-            .iter()
-            .map(|item| queue_key(&item.tenant, &item.queue))
-            .collect();
-        let atomic = self.parts.bounded.any(keys.iter().map(|key| &**key));
+    /// Route `items`; `queues` are their distinct queue keys, `item_queue`
+    /// each item's index in `queues`.
+    async fn route(
+        &self,
+        mut items: Vec<PushItem>,
+        queues: &[&str],
+        item_queue: &[usize],
+    ) -> Result<Pushed, EngineError> {
+        let atomic = self.parts.bounded.any(queues.iter().copied());
         let Some(spool) = &self.spool else {
-            drop(keys);
             if self.parts.maintenance.push() {
                 return Err(EngineError::NoSpool);
             }
             return self.store(items, &[], atomic).await.map(Pushed::Stored);
         };
-        let route = spool.route(keys.iter().map(|key| &**key));
-        drop(keys);
+        let route = spool.route(queues.iter().copied());
         if let Route::Held(key) = route {
             // The spool holds records of a queue that was full when they
             // were drained: they go first, so this push waits (429).
-            let queue = items
+            let held = queues.iter().position(|queue| *queue == key.as_str());
+            let queue = item_queue
                 .iter()
-                .find(|item| queue_key(&item.tenant, &item.queue) == key.as_str())
+                .position(|index| Some(*index) == held)
+                .and_then(|item| items.get(item))
                 .map_or(key, |item| item.queue.clone());
             return Err(EngineError::QueueFull { queue });
         }
@@ -160,7 +165,9 @@ impl Pushes {
             })
             .collect();
         if route == Route::Spool {
-            return self.spool_append(spool, &items, Reason::Spooling).await;
+            return self
+                .spool_append(spool, &items, queues, Reason::Spooling)
+                .await;
         }
         let attempt = tokio::time::timeout(
             spool.push_timeout(),
@@ -172,9 +179,13 @@ impl Pushes {
             Ok(Err(error)) if !error.is_unreachable() => Err(error),
             Ok(Err(error)) => {
                 tracing::debug!(error = %crate::error_chain(&error), "push failed; spooling it");
-                self.spool_append(spool, &items, Reason::Outage).await
+                self.spool_append(spool, &items, queues, Reason::Outage)
+                    .await
             }
-            Err(_elapsed) => self.spool_append(spool, &items, Reason::Outage).await,
+            Err(_elapsed) => {
+                self.spool_append(spool, &items, queues, Reason::Outage)
+                    .await
+            }
         }
     }
 
@@ -185,17 +196,10 @@ impl Pushes {
         &self,
         spool: &Spool,
         items: &[PushItem],
+        queues: &[&str],
         reason: Reason,
     ) -> Result<Pushed, EngineError> {
-        let keys: Vec<_> = items
-            .iter()
-            .map(|item| queue_key(&item.tenant, &item.queue))
-            .collect();
-        if let Some(key) = self
-            .parts
-            .at_rest
-            .first_needing_key(keys.iter().map(|key| &**key))
-        {
+        if let Some(key) = self.parts.at_rest.first_needing_key(queues.iter().copied()) {
             let queue = crate::naming::split_queue_key(key).1.to_owned();
             return Err(EngineError::EncryptionKeyMissing { queue });
         }
