@@ -1,5 +1,5 @@
 -- wrk script: one message per request to a random one of PARTS partitions
--- (default 100) of queue QUEUE (default wrkq). Issue 20, item 4:
+-- (default 100) of queue QUEUE (default wrkq); for example:
 --   PARTS=100 wrk -t2 -c50 -d15s -s benches/wrk/push.lua http://127.0.0.1:6632
 local parts = tonumber(os.getenv("PARTS") or "100")
 local queue = os.getenv("QUEUE") or "wrkq"
