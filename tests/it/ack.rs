@@ -70,7 +70,7 @@ async fn a_full_batch_ack_is_one_positional_advance_and_frees_the_partition() {
         .await
         .unwrap();
     assert_eq!(data(&first), [json!(1), json!(2)]);
-    let before = broker.engine.ack_stats();
+    let before = broker.engine.observe().ack_stats();
     let results = ack_all(&broker, &first, "completed", None).await;
     for (i, result) in results.iter().enumerate() {
         assert_eq!(result["index"], i);
@@ -80,7 +80,7 @@ async fn a_full_batch_ack_is_one_positional_advance_and_frees_the_partition() {
         assert_eq!(result["queueName"], "acks");
         assert_eq!(result["partitionName"], "p");
     }
-    let after = broker.engine.ack_stats();
+    let after = broker.engine.observe().ack_stats();
     assert_eq!(
         (after.0 - before.0, after.1 - before.1),
         (1, 0),
@@ -495,7 +495,7 @@ async fn one_hundred_thousand_messages_with_concurrent_consumers_and_acks_arrive
     assert_eq!(seen.len(), TOTAL, "lost {} messages", TOTAL - seen.len());
     let repeated = seen.values().filter(|n| **n > 1).count();
     assert_eq!(repeated, 0, "{repeated} messages delivered more than once");
-    let (positional, by_hash) = broker.engine.ack_stats();
+    let (positional, by_hash) = broker.engine.observe().ack_stats();
     eprintln!("100k messages: {positional} positional acks, {by_hash} by hash");
     assert!(positional > by_hash, "the ack registry was bypassed");
     broker.stop().await;
@@ -720,7 +720,7 @@ async fn acks_on_another_broker_after_the_sidecar_purge_complete_each_message_on
         assert_eq!(result["success"], true, "message {i}: {result:?}");
     }
     assert_eq!(
-        other.engine.ack_stats(),
+        other.engine.observe().ack_stats(),
         (0, 5),
         "every ack resolved by hash"
     );

@@ -953,7 +953,7 @@ const DASHBOARD: &[(&str, &[&str])] = &[
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_dashboard_page_load_call_answers_with_the_fields_its_view_reads() {
     let broker = history().await;
-    broker.engine.write_stats().await.unwrap();
+    broker.engine.observe().write_stats().await.unwrap();
     for (path, pointers) in DASHBOARD {
         let reply = broker.client.get(path).await;
         assert_eq!(

@@ -111,7 +111,7 @@ async fn a_retried_dead_letter_is_delivered_again_and_its_ack_moves_the_cursor()
     let other = TestBroker::serve(broker.db.clone(), EngineConfig::default()).await;
     let acked = ack_all(&other, &popped, "completed", Some("g")).await;
     assert_eq!(acked[0]["success"], true, "{acked:?}");
-    assert_eq!(other.engine.ack_stats().1, 1, "acked by hash");
+    assert_eq!(other.engine.observe().ack_stats().1, 1, "acked by hash");
     other.stop().await;
     assert_eq!(cursor(&broker, "replay", "g").await, (3, 3));
     assert!(pop(

@@ -60,7 +60,7 @@ async fn health_answers_connected_while_every_pooled_connection_is_busy() {
     let pool = db.pool(2);
     let engine = Engine::new(pool.clone(), EngineConfig::default());
     let held = (pool.get().await.unwrap(), pool.get().await.unwrap());
-    assert_eq!(engine.connections_in_use(), 2);
+    assert_eq!(engine.observe().connections_in_use(), 2);
     let started = std::time::Instant::now();
     let health = engine.health().await;
     assert!(health.database_connected);

@@ -89,7 +89,7 @@ async fn a_push_on_one_broker_wakes_a_consumer_parked_on_another_through_notify(
         let latency = wake_latency(&a, &b, "q").await;
         assert!(latency < Duration::from_secs(2), "woken after {latency:?}");
     }
-    let stats = b.engine.mesh_stats().unwrap();
+    let stats = b.engine.observe().mesh_stats().unwrap();
     assert!(stats.received_hints >= 5, "{stats:?}");
     a.stop().await;
     b.stop().await;
@@ -110,7 +110,7 @@ async fn udp_hints_wake_peers_and_unsigned_or_replayed_datagrams_are_dropped() {
         let latency = wake_latency(&a, &b, "u").await;
         assert!(latency < Duration::from_secs(2), "woken after {latency:?}");
     }
-    let before = b.engine.mesh_stats().unwrap();
+    let before = b.engine.observe().mesh_stats().unwrap();
     assert!(before.received_hints >= 3, "{before:?}");
     // Forged: garbage, and a well-formed batch tagged with another secret.
     let attacker = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -124,7 +124,7 @@ async fn udp_hints_wake_peers_and_unsigned_or_replayed_datagrams_are_dropped() {
     attacker.send_to(&genuine, &target).unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
     let after = loop {
-        let after = b.engine.mesh_stats().unwrap();
+        let after = b.engine.observe().mesh_stats().unwrap();
         if after.dropped_unsigned >= before.dropped_unsigned + 2
             && after.dropped_replayed > before.dropped_replayed
         {

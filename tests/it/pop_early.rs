@@ -288,12 +288,12 @@ async fn many_consumers_parked_on_missing_queues_get_the_first_push_at_once() {
     }
     // Let every consumer park (and re-poll its missing queue a few times).
     let settle = Instant::now() + Duration::from_secs(3);
-    while broker.engine.pops_in_progress() < 2000 && Instant::now() < settle {
+    while broker.engine.observe().pops_in_progress() < 2000 && Instant::now() < settle {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert_eq!(
-        broker.engine.pops_in_progress(),
+        broker.engine.observe().pops_in_progress(),
         2000,
         "not every consumer parked"
     );
@@ -346,12 +346,12 @@ async fn a_push_wakes_one_parked_consumer_of_its_group_not_the_herd() {
         }));
     }
     let settle = Instant::now() + Duration::from_secs(10);
-    while broker.engine.process_metrics().parked_total() < 20 && Instant::now() < settle {
+    while broker.engine.observe().process_metrics().parked_total() < 20 && Instant::now() < settle {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(broker.engine.process_metrics().parked_total(), 20);
+    assert_eq!(broker.engine.observe().process_metrics().parked_total(), 20);
     for round in 1..=3usize {
-        let before = broker.engine.process_metrics().pop_wakeups;
+        let before = broker.engine.observe().process_metrics().pop_wakeups;
         let id = u64::try_from(round).unwrap();
         push_ids(&broker, "herd", id..id + 1).await;
         let wait = Instant::now() + Duration::from_secs(10);
@@ -362,7 +362,7 @@ async fn a_push_wakes_one_parked_consumer_of_its_group_not_the_herd() {
         }
         // Let any other woken consumer finish looking and park again.
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let woken = broker.engine.process_metrics().pop_wakeups - before;
+        let woken = broker.engine.observe().process_metrics().pop_wakeups - before;
         let done = parked.iter().filter(|task| task.is_finished()).count();
         assert_eq!(done, round, "round {round}: {done} consumers answered");
         // Before: all parked ones woke (20, 19, 18); a backoff re-poll may
@@ -399,7 +399,7 @@ async fn consumers_woken_by_the_creating_push_deliver_its_message_at_once() {
             }));
         }
         tokio::time::sleep(Duration::from_millis(150)).await;
-        let before = broker.engine.pop_checkouts();
+        let before = broker.engine.observe().pop_checkouts();
         let pushed = Instant::now();
         let reply = broker
             .client
@@ -417,7 +417,7 @@ async fn consumers_woken_by_the_creating_push_deliver_its_message_at_once() {
         };
         // Let the others finish what the wake started, then hang up on them.
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let checkouts = broker.engine.pop_checkouts() - before;
+        let checkouts = broker.engine.observe().pop_checkouts() - before;
         for consumer in consumers {
             consumer.abort();
         }

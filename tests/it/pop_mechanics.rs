@@ -168,7 +168,7 @@ async fn parked_pops_hold_no_permit_connection_or_lock_and_empty_polls_take_no_p
     assert!(pop_data(&broker, "/api/v1/pop/queue/idle?autoAck=true")
         .await
         .is_none());
-    let granted_before = broker.engine.limiter_stats().granted;
+    let granted_before = broker.engine.observe().limiter_stats().granted;
     let mut parked = Vec::new();
     for _ in 0..50 {
         let client = broker.client.clone();
@@ -180,14 +180,14 @@ async fn parked_pops_hold_no_permit_connection_or_lock_and_empty_polls_take_no_p
         }));
     }
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(broker.engine.pops_in_progress(), 50);
+    assert_eq!(broker.engine.observe().pops_in_progress(), 50);
     assert_eq!(
-        broker.engine.limiter_stats().in_flight,
+        broker.engine.observe().limiter_stats().in_flight,
         0,
         "a parked pop holds a permit"
     );
     assert_eq!(
-        broker.engine.connections_in_use(),
+        broker.engine.observe().connections_in_use(),
         0,
         "a parked pop holds a connection"
     );
@@ -202,7 +202,10 @@ async fn parked_pops_hold_no_permit_connection_or_lock_and_empty_polls_take_no_p
     assert_eq!(locks, 0, "a parked pop holds a lock");
     // Each parked pop re-polled several times by now; none of those empty
     // re-polls took a permit (the in-memory check comes first).
-    assert_eq!(broker.engine.limiter_stats().granted, granted_before);
+    assert_eq!(
+        broker.engine.observe().limiter_stats().granted,
+        granted_before
+    );
     for pop in parked {
         assert_eq!(pop.await.unwrap(), 204);
     }
@@ -229,10 +232,10 @@ async fn a_client_disconnect_cancels_its_parked_pop() {
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(broker.engine.pops_in_progress(), 1);
+    assert_eq!(broker.engine.observe().pops_in_progress(), 1);
     drop(stream);
     let deadline = Instant::now() + Duration::from_secs(3);
-    while broker.engine.pops_in_progress() > 0 {
+    while broker.engine.observe().pops_in_progress() > 0 {
         assert!(
             Instant::now() < deadline,
             "the parked pop outlived its client"
@@ -346,13 +349,13 @@ async fn caught_up_polls_do_not_scan_every_partition(hotlist: bool) {
             .is_none());
     }
     const POLLS: u64 = 20;
-    let before = broker.engine.pop_checkouts();
+    let before = broker.engine.observe().pop_checkouts();
     for _ in 0..POLLS {
         assert!(pop_data(&broker, "/api/v1/pop/queue/wide?autoAck=true")
             .await
             .is_none());
     }
-    let round_trips = broker.engine.pop_checkouts() - before;
+    let round_trips = broker.engine.observe().pop_checkouts() - before;
     let probe = "SELECT queen.log_has_pending_v1(id, '__QUEUE_MODE__') FROM queen.queues WHERE name = 'wide'";
     // Steady state: whichever call first proves the queue empty moves the
     // watermark (it reads the partition set once); every later probe is cheap.
@@ -638,7 +641,7 @@ async fn caught_up_re_polls_take_no_connection_when_the_queue_cache_expires() {
     assert!(pop_data(&broker, "/api/v1/pop/queue/quiet?autoAck=true")
         .await
         .is_none());
-    let before = broker.engine.pop_checkouts();
+    let before = broker.engine.observe().pop_checkouts();
     // Longer than the 5 s the queue's configuration is cached.
     let reply = broker
         .client
@@ -646,7 +649,7 @@ async fn caught_up_re_polls_take_no_connection_when_the_queue_cache_expires() {
         .await;
     assert_eq!(reply.status, 204);
     assert_eq!(
-        broker.engine.pop_checkouts() - before,
+        broker.engine.observe().pop_checkouts() - before,
         0,
         "an empty re-poll of a caught-up queue took a pooled connection"
     );
@@ -667,14 +670,14 @@ async fn parked_discovery_re_polls_take_no_connection() {
     let path = "/api/v1/pop?namespace=disc&autoAck=true";
     assert!(pop_data(&broker, path).await.is_some());
     assert!(pop_data(&broker, path).await.is_none());
-    let before = broker.engine.pop_checkouts();
+    let before = broker.engine.observe().pop_checkouts();
     let reply = broker
         .client
         .get("/api/v1/pop?namespace=disc&autoAck=true&wait=true&timeout=3000")
         .await;
     assert_eq!(reply.status, 204);
     assert_eq!(
-        broker.engine.pop_checkouts() - before,
+        broker.engine.observe().pop_checkouts() - before,
         0,
         "a parked discovery pop's empty re-polls took pooled connections"
     );
@@ -804,12 +807,12 @@ async fn a_woken_sql_path_pop_tries_the_pushed_partition_first() {
             .get("/api/v1/pop/queue/hinted?autoAck=true&batch=10&wait=true&timeout=20000")
             .await
     });
-    while broker.engine.pops_in_progress() == 0 {
+    while broker.engine.observe().pops_in_progress() == 0 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // Let its first attempt find nothing and park.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let before = broker.engine.pop_checkouts();
+    let before = broker.engine.observe().pop_checkouts();
     push(&broker, "hinted", "p42", &[json!("late")]).await;
     let reply = parked.await.unwrap();
     expect_status(&reply, 200);
@@ -817,7 +820,7 @@ async fn a_woken_sql_path_pop_tries_the_pushed_partition_first() {
     assert_eq!(popped["messages"][0]["partition"], "p42");
     assert_eq!(popped["messages"][0]["data"], "late");
     assert_eq!(
-        broker.engine.pop_checkouts() - before,
+        broker.engine.observe().pop_checkouts() - before,
         1,
         "the woken pop did not go straight to the hinted partition"
     );
@@ -914,14 +917,14 @@ async fn a_leased_partition_sends_no_other_pop_to_sql_until_its_ack() {
     let first = pop(&broker, "/api/v1/pop/queue/held?batch=1")
         .await
         .expect("the first message");
-    let before = broker.engine.pop_checkouts();
+    let before = broker.engine.observe().pop_checkouts();
     for _ in 0..5 {
         assert!(pop(&broker, "/api/v1/pop/queue/held?batch=1")
             .await
             .is_none());
     }
     assert_eq!(
-        broker.engine.pop_checkouts() - before,
+        broker.engine.observe().pop_checkouts() - before,
         0,
         "pops of a leased partition went to SQL"
     );
@@ -1027,7 +1030,7 @@ async fn pops_of_random_queue_names_leave_bounded_state() {
     // Every pop ended, so every gate is idle: swept whenever the map doubles.
     // (The queue cache's sweep depends on time; queue_cache.rs tests it with
     // a paused clock.)
-    let memory = broker.engine.memory_stats();
+    let memory = broker.engine.observe().memory_stats();
     assert!(memory.wake_gates <= 2_048, "{memory:?}");
 }
 

@@ -444,7 +444,7 @@ async fn several_partitions_travel_in_one_round_trip() {
         ..EngineConfig::default()
     })
     .await;
-    let before = broker.engine.push_stats();
+    let before = broker.engine.observe().push_stats();
     let mut tasks = Vec::new();
     for p in 0..50 {
         let client = broker.client.clone();
@@ -461,7 +461,7 @@ async fn several_partitions_travel_in_one_round_trip() {
     for task in tasks {
         assert_eq!(task.await.unwrap(), 201);
     }
-    let after = broker.engine.push_stats();
+    let after = broker.engine.observe().push_stats();
     let flushes = after.flushes - before.flushes;
     let segments = after.segments - before.segments;
     eprintln!("50 partitions: {segments} segments in {flushes} round trips");
@@ -510,7 +510,7 @@ async fn small_pushes_arriving_during_a_flush_share_the_next_round_trip() {
     assert!(!stuck.is_finished());
 
     // Forty single-message pushes to other partitions, a millisecond apart.
-    let before = broker.engine.push_stats();
+    let before = broker.engine.observe().push_stats();
     let mut tasks = Vec::new();
     for p in 1..=40 {
         let client = broker.client.clone();
@@ -527,7 +527,7 @@ async fn small_pushes_arriving_during_a_flush_share_the_next_round_trip() {
             .unwrap();
         assert_eq!(status, 201);
     }
-    let after = broker.engine.push_stats();
+    let after = broker.engine.observe().push_stats();
     assert!(
         !stuck.is_finished(),
         "the lock holder let the stuck flush through"
@@ -1018,7 +1018,7 @@ async fn the_dedup_cache_spares_the_full_probe_and_deduplication_holds_without_i
     for i in 0..10 {
         assert_eq!(push(&broker.client, format!("c-{i}")).await, "queued");
     }
-    let stats = broker.engine.push_stats();
+    let stats = broker.engine.observe().push_stats();
     assert_eq!(stats.full_probes, 1, "{stats:?}");
     assert_eq!(stats.dedup_cache_hashes, 10, "{stats:?}");
     assert!(stats.dedup_cache_bytes > 0, "{stats:?}");
@@ -1028,7 +1028,7 @@ async fn the_dedup_cache_spares_the_full_probe_and_deduplication_holds_without_i
         assert_eq!(push(&uncached.client, format!("c-{i}")).await, "duplicate");
         assert_eq!(push(&uncached.client, format!("u-{i}")).await, "queued");
     }
-    let stats = uncached.engine.push_stats();
+    let stats = uncached.engine.observe().push_stats();
     assert_eq!(stats.full_probes, 6, "{stats:?}");
     assert_eq!(stats.dedup_cache_bytes, 0, "{stats:?}");
     // And the cached broker sees the uncached one's writes.
@@ -1080,12 +1080,12 @@ async fn a_retried_large_push_reads_each_winner_segment_once() {
         .collect();
     let first = crate::support::push_items(&broker, items.clone()).await;
     assert!(first.iter().all(|r| r["status"] == "queued"));
-    let before = broker.engine.push_stats();
+    let before = broker.engine.observe().push_stats();
 
     let started = std::time::Instant::now();
     let retried = crate::support::push_items(&broker, items).await;
     let took = started.elapsed();
-    let after = broker.engine.push_stats();
+    let after = broker.engine.observe().push_stats();
     assert_eq!(retried.len(), first.len());
     for (a, b) in first.iter().zip(&retried) {
         assert_eq!(b["status"], "duplicate", "{b}");

@@ -285,7 +285,7 @@ async fn the_loop_runs_every_retention_interval_by_itself() {
     .await;
     push_each(&broker, "auto", 0, 3).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while broker.engine.retention_stats().segments < 3 {
+    while broker.engine.observe().retention_stats().segments < 3 {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the loop never swept"
@@ -333,7 +333,10 @@ async fn eviction_removes_what_no_group_consumed_in_time_whatever_the_retention(
     .await
     .unwrap();
     assert_eq!(data(&next), [json!(2)]);
-    assert_eq!(broker.engine.retention_stats().evicted_messages, 2);
+    assert_eq!(
+        broker.engine.observe().retention_stats().evicted_messages,
+        2
+    );
 }
 
 /// A broker that removes empty partitions idle for a second, on demand.

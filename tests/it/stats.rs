@@ -60,7 +60,7 @@ async fn a_write_records_the_minute_of_each_queue_and_of_the_broker() {
         .get(0);
     assert_eq!(rows, 0, "nothing is written per request");
 
-    let written = broker.engine.write_stats().await.unwrap();
+    let written = broker.engine.observe().write_stats().await.unwrap();
     assert_eq!(written, 3, "orders, other and empty-one");
     let row = db
         .query_one(
@@ -104,7 +104,7 @@ async fn a_write_records_the_minute_of_each_queue_and_of_the_broker() {
 
     // A second write in the same minute adds only what happened since.
     push(&broker, "orders", "p1", &[json!(7)]).await;
-    broker.engine.write_stats().await.unwrap();
+    broker.engine.observe().write_stats().await.unwrap();
     let pushed: i64 = db
         .query_one(
             "SELECT sum(pushed)::bigint FROM queen.stats_queue_minute WHERE queue_name = 'orders'",
@@ -135,12 +135,12 @@ async fn a_failed_write_keeps_the_counts_for_the_next_one() {
     db.batch_execute("ALTER TABLE queen.stats_queue_minute RENAME TO stats_queue_minute_away")
         .await
         .unwrap();
-    assert!(broker.engine.write_stats().await.is_err());
+    assert!(broker.engine.observe().write_stats().await.is_err());
     db.batch_execute("ALTER TABLE queen.stats_queue_minute_away RENAME TO stats_queue_minute")
         .await
         .unwrap();
     push(&broker, "kept", "p", &[json!(3)]).await;
-    broker.engine.write_stats().await.unwrap();
+    broker.engine.observe().write_stats().await.unwrap();
     let pushed: i64 = db
         .query_one(
             "SELECT sum(pushed)::bigint FROM queen.stats_queue_minute WHERE queue_name = 'kept'",
@@ -240,14 +240,14 @@ async fn parked_consumers_are_sampled_per_queue_when_the_minute_is_written() {
         }));
     }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while broker.engine.process_metrics().parked_total() < 2 {
+    while broker.engine.observe().process_metrics().parked_total() < 2 {
         assert!(
             std::time::Instant::now() < deadline,
             "the pops never parked"
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    broker.engine.write_stats().await.unwrap();
+    broker.engine.observe().write_stats().await.unwrap();
     let db = broker.db.client().await;
     let row = db
         .query_one(
@@ -314,7 +314,7 @@ async fn retention_eviction_and_cleanup_are_counted_per_queue() {
     assert_eq!(retained.messages, 3, "{retained:?}");
     let evicted = broker.engine.eviction_pass().await.unwrap();
     assert_eq!(evicted.evicted_messages, 2, "{evicted:?}");
-    broker.engine.write_stats().await.unwrap();
+    broker.engine.observe().write_stats().await.unwrap();
     let rows = db
         .query(
             "SELECT queue_name, retention_msgs, completed_retention_msgs, eviction_msgs, \

@@ -463,7 +463,7 @@ async fn another_tenants_push_does_not_wake_a_pop_parked_on_the_same_queue_name(
         })
     };
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let checkouts = broker.engine.pop_checkouts();
+    let checkouts = broker.engine.observe().pop_checkouts();
     for i in 0..5 {
         b.ok(
             "POST",
@@ -475,7 +475,7 @@ async fn another_tenants_push_does_not_wake_a_pop_parked_on_the_same_queue_name(
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
-        broker.engine.pop_checkouts(),
+        broker.engine.observe().pop_checkouts(),
         checkouts,
         "B's pushes woke A's parked pop"
     );
@@ -647,7 +647,7 @@ async fn statistics_rows_and_metrics_series_keep_tenants_apart() {
         who.ok("POST", "/api/v1/push", Some(&json!({"items": items})))
             .await;
     }
-    broker.engine.write_stats().await.unwrap();
+    broker.engine.observe().write_stats().await.unwrap();
     let sql = broker.sql().await;
     let rows = sql
         .query(

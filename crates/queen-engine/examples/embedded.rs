@@ -109,7 +109,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "acked {} messages; positional acks: {}",
         outcomes.len(),
-        engine.ack_stats().0
+        engine.observe().ack_stats().0
     );
 
     engine.shutdown().await;

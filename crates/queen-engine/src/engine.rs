@@ -1,7 +1,7 @@
 //! The facade: [`Engine`] builds the components, wires them together,
-//! forwards push, pop, ack and transactions to them and exposes the
-//! lifecycle types. It holds no mechanism of its own beyond the wiring, the
-//! cluster-state refresh and the shutdown order.
+//! forwards push, pop, ack and transactions to them (counting each call in
+//! `Stats`) and exposes the other components. It holds no mechanism of its
+//! own beyond the wiring and the shutdown order.
 //!
 //! The components, and what each may touch (the types say it):
 //!
@@ -17,57 +17,50 @@
 //! | invalidation (`mesh::Changes`) | nothing | pop serving, fusion, acks, the at-rest flags, the mesh's sending half |
 //! | maintenance (`maintenance::Maintenance`) | the two persisted flags | nothing |
 //! | bounded queues (`bounded::Bounded`) | the names of the queues with `maxSize` | nothing |
+//! | cluster state (`cluster_state::ClusterState`) | its refresh task | maintenance, bounded queues, the at-rest flags, pop serving, push routing, invalidation |
+//! | observer (`observe::Observer`) | the cluster-series cache, the statistics writer's state and tasks | every component it reads figures of |
 //!
 //! Every component holds its own handle on the one connection pool.
-//!
-//! The facade also runs the cluster-state refresh: every
-//! `maintenance_refresh` it reads the persisted maintenance flags and
-//! applies them to the spool and the pop path, and reads which queues have
-//! `maxSize` (a task holding a weak reference, so it ends with the engine).
 
 use std::sync::{Arc, Weak};
-use std::time::{Instant, SystemTime};
+use std::time::SystemTime;
 
 use uuid::Uuid;
 
 use crate::ack::Acks;
 use crate::bounded::Bounded;
+use crate::cluster_state::ClusterState;
 use crate::crypto::AtRest;
-use crate::health::HealthProbe;
+use crate::health::{Health, HealthProbe};
 use crate::lifecycle::{Db, DeadLetters, Groups, Messages, Queues, Streams, Traces};
 use crate::maintenance::Maintenance;
-use crate::mesh::{Changes, Hint, Mesh, Reread};
-use crate::metrics::{ClusterCache, ProcessMetrics, Scrape};
-use crate::naming::queue_key;
+use crate::mesh::{Changes, Mesh};
+use crate::observe::{Observed, Observer};
 use crate::pop::{Serving, ServingConfig};
 use crate::push::{Fusion, FusionConfig, Pushed, Pushes, RouteParts};
 use crate::registry::AckRegistry;
 use crate::retention::Retention;
-use crate::spool::SpoolStats;
 use crate::stats::Stats;
-use crate::stats_writer::WriterState;
 use crate::txn::Transactions;
 use crate::{
-    AckItem, AckOutcome, EngineConfig, EngineError, LeaseError, LimiterStats, PopRequest, Popped,
-    PushItem, PushStats, RetentionStats, TxnOp, TxnResult,
+    AckItem, AckOutcome, EngineConfig, EngineError, LeaseError, PopRequest, Popped, PushItem,
+    RetentionStats, TxnOp, TxnResult,
 };
 
 /// The broker. Cheap to share: hand out `Arc<Engine>`.
 pub struct Engine {
-    /// The other brokers on this database, when configured.
-    mesh: Option<Mesh>,
+    /// The other brokers on this database, when configured (its tasks end
+    /// with the engine).
+    _mesh: Option<Mesh>,
     pool: deadpool_postgres::Pool,
     config: EngineConfig,
-    started_at: Instant,
-    at_rest: Arc<AtRest>,
     push: Arc<Fusion>,
     pushes: Arc<Pushes>,
-    maintenance: Arc<Maintenance>,
-    bounded: Arc<Bounded>,
     serving: Arc<Serving>,
-    changes: Arc<Changes>,
     acks: Arc<Acks>,
     txns: Arc<Transactions>,
+    cluster_state: Arc<ClusterState>,
+    observer: Arc<Observer>,
     queues: Queues,
     groups: Groups,
     dead_letters: DeadLetters,
@@ -75,48 +68,17 @@ pub struct Engine {
     streams: Streams,
     traces: Traces,
     health: HealthProbe,
-    retention: Retention,
+    retention: Arc<Retention>,
     stats: Arc<Stats>,
-    cluster: ClusterCache,
-    writer: WriterState,
 }
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let config = &self.config;
         f.debug_struct("Engine")
-            .field("config", &self.config)
-            .field("push", &self.push.stats())
+            .field("config", config)
             .finish_non_exhaustive()
     }
-}
-
-/// The sizes of the engine's maps keyed by names clients choose, and how each
-/// is bounded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MemoryStats {
-    /// Wake gates: one per queue name popped; idle ones are swept when the
-    /// map doubles (at least 1,024), so about the parked pops' gates plus as
-    /// many idle ones.
-    pub wake_gates: usize,
-    /// The pop path's queue cache: entries past their TTL (1 s for a
-    /// missing queue, 5 s for one that exists) are swept when the map
-    /// doubles; at most 65,536.
-    pub queue_cache_entries: usize,
-    /// Leased batches the ack registry remembers: at most 100,000.
-    pub ack_registry_batches: usize,
-    /// Their bytes: at most 64 MiB.
-    pub ack_registry_bytes: usize,
-    /// The push dedup cache, names included: at most `QUEEN_DEDUP_CACHE_MB`.
-    pub dedup_cache_bytes: usize,
-}
-
-/// What `/health` reports.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Health {
-    /// True when a round trip to PostgreSQL succeeded just now.
-    pub database_connected: bool,
-    /// Seconds since the engine was built.
-    pub uptime_seconds: u64,
 }
 
 impl Engine {
@@ -125,16 +87,19 @@ impl Engine {
     /// it starts the push flusher tasks and the revisit wheel.
     pub fn new(pool: deadpool_postgres::Pool, config: EngineConfig) -> Arc<Engine> {
         let engine = Arc::new_cyclic(|weak| Engine::build(pool, config, weak));
-        tokio::spawn(refresh_maintenance(Arc::downgrade(&engine)));
-        tokio::spawn(crate::stats_writer::sample_lag(Arc::downgrade(&engine)));
+        engine
+            .cluster_state
+            .start_refresh(engine.config.maintenance_refresh);
+        let observer = Arc::downgrade(&engine.observer);
+        tokio::spawn(crate::stats_writer::sample_lag(observer.clone()));
         if let Some(interval) = engine.config.stats_interval {
-            tokio::spawn(crate::stats_writer::run(Arc::downgrade(&engine), interval));
+            tokio::spawn(crate::stats_writer::run(observer, interval));
         }
         engine
     }
 
-    /// The components, wired; `weak` is the engine being built (the spool's
-    /// drainer stores through it).
+    /// The components, wired; `weak` is the engine being built (the mesh
+    /// hands peers' hints to its cluster state through it).
     fn build(pool: deadpool_postgres::Pool, config: EngineConfig, weak: &Weak<Engine>) -> Engine {
         let at_rest = Arc::new(AtRest::new(config.encryption_key.clone()));
         let stats = Arc::new(Stats::default());
@@ -154,16 +119,13 @@ impl Engine {
             let engine = weak.clone();
             let apply: crate::mesh::Apply = Arc::new(move |hints| {
                 if let Some(engine) = engine.upgrade() {
-                    engine.apply_hints(hints);
+                    Arc::clone(&engine.cluster_state).apply_hints(hints);
                 }
             });
             Mesh::start(mesh_config, pool.clone(), apply)
-                .map_err(|error| {
-                    tracing::error!(%error, "cannot start the mesh; peers will not hear of this broker's pushes");
-                })
-                .ok()
         });
-        let ready = serving.ready().with_mesh(mesh.as_ref().map(Mesh::out));
+        let out = mesh.as_ref().map(Mesh::out);
+        let ready = serving.ready().with_mesh(out.clone());
         let push = Arc::new(Fusion::start(
             pool.clone(),
             FusionConfig {
@@ -197,53 +159,54 @@ impl Engine {
             },
             config.spool.as_ref(),
         );
-        let health = HealthProbe::new(pool.clone());
-        let retention = Retention::start(
-            pool.clone(),
-            config.retention_interval,
-            config.eviction_interval,
-            config.partition_idle,
-            config.stats_retention,
-            Arc::clone(&stats),
-        );
+        let retention = Arc::new(Retention::start(pool.clone(), &config, Arc::clone(&stats)));
         let changes = Arc::new(Changes {
             serving: Arc::clone(&serving),
             at_rest: Arc::clone(&at_rest),
             push: Arc::clone(&push),
             acks: Arc::clone(&acks),
-            out: mesh.as_ref().map(Mesh::out),
+            out: out.clone(),
         });
-        let db = Db::new(pool.clone(), Arc::clone(&at_rest));
-        let queues = Queues::new(db.clone(), Arc::clone(&bounded), Arc::clone(&changes));
-        let groups = Groups::new(db.clone(), Arc::clone(&changes));
-        let dead_letters = DeadLetters::new(db.clone(), Arc::clone(&txns));
-        let messages = Messages::new(db.clone());
-        let streams = Streams::new(db.clone(), Arc::clone(&txns));
-        let traces = Traces::new(db);
+        let cluster_state = ClusterState::new(
+            maintenance,
+            Arc::clone(&bounded),
+            Arc::clone(&at_rest),
+            Arc::clone(&serving),
+            Arc::clone(&pushes),
+            Arc::clone(&changes),
+        );
+        let observer = Observer::new(Observed {
+            pool: pool.clone(),
+            identity: (config.hostname.clone(), config.port),
+            stats: Arc::clone(&stats),
+            serving: Arc::clone(&serving),
+            acks: Arc::clone(&acks),
+            fusion: Arc::clone(&push),
+            pushes: Arc::clone(&pushes),
+            retention: Arc::clone(&retention),
+            cluster_state: Arc::clone(&cluster_state),
+            mesh: out,
+        });
+        let db = Db::new(pool.clone(), at_rest);
         Engine {
-            mesh,
-            cluster: ClusterCache::default(),
-            writer: WriterState::default(),
+            _mesh: mesh,
+            health: HealthProbe::new(pool.clone()),
+            queues: Queues::new(db.clone(), bounded, Arc::clone(&changes)),
+            groups: Groups::new(db.clone(), changes),
+            dead_letters: DeadLetters::new(db.clone(), Arc::clone(&txns)),
+            messages: Messages::new(db.clone()),
+            streams: Streams::new(db.clone(), Arc::clone(&txns)),
+            traces: Traces::new(db),
             stats,
             pool,
             config,
-            started_at: Instant::now(),
-            at_rest,
             push,
             pushes,
-            maintenance,
-            bounded,
-            changes,
             serving,
             acks,
             txns,
-            queues,
-            groups,
-            dead_letters,
-            messages,
-            streams,
-            traces,
-            health,
+            cluster_state,
+            observer,
             retention,
         }
     }
@@ -272,26 +235,10 @@ impl Engine {
 
     /// Pop: claim and return messages, long-polling when asked.
     pub async fn pop(&self, request: PopRequest) -> Result<Popped, EngineError> {
-        let target = match &request.target {
-            crate::PopTarget::Queue { queue } | crate::PopTarget::Partition { queue, .. } => {
-                Some(queue.clone())
-            }
-            crate::PopTarget::Discovery { .. } => None,
-        };
+        let target = request.target.queue().map(str::to_owned);
         let tenant = Arc::clone(&request.tenant);
         let popped = self.serving.pop(request).await;
-        match &popped {
-            Ok(popped) => self.stats.popped(
-                popped
-                    .queue
-                    .as_deref()
-                    .or(target.as_deref())
-                    .map(|queue| queue_key(&tenant, queue))
-                    .as_deref(),
-                popped.messages.len() as u64,
-            ),
-            Err(error) => self.stats.failed(error),
-        }
+        self.stats.pop_call(&tenant, target.as_deref(), &popped);
         popped
     }
 
@@ -330,26 +277,13 @@ impl Engine {
         tenant: &str,
         ops: Vec<TxnOp>,
     ) -> Result<Vec<TxnResult>, EngineError> {
-        let mut queues: Vec<String> = Vec::new();
-        for op in &ops {
-            if let TxnOp::Push(items) = op {
-                for item in items {
-                    let key = queue_key(tenant, &item.queue);
-                    if !queues.iter().any(|queue| *queue == *key) {
-                        queues.push(key.into_owned());
-                    }
-                }
-            }
-        }
+        let queues = Stats::transaction_queues(tenant, &ops);
         let done = self.txns.transaction(tenant, ops).await;
-        match &done {
-            Ok(_) => self.stats.transaction(queues.iter().map(String::as_str)),
-            Err(error) => self.stats.failed(error),
-        }
+        self.stats.transaction_call(&queues, &done);
         done
     }
 
-    // ---- the administrative reads and writes (`lifecycle/`) ----
+    // ---- the components an operator reaches ----
 
     /// Configuring and deleting queues.
     pub fn queues(&self) -> &Queues {
@@ -381,30 +315,14 @@ impl Engine {
         &self.traces
     }
 
-    // ---- the mesh ----
-
-    /// Apply what a peer told this broker (`mesh/changes.rs`), then read
-    /// again what its hints changed in the database.
-    pub(crate) fn apply_hints(self: Arc<Self>, hints: Vec<Hint>) {
-        let reread = self.changes.apply(hints);
-        if reread == Reread::default() {
-            return;
-        }
-        tokio::spawn(async move {
-            if reread.marked {
-                let _ = self.refresh_marked().await;
-            }
-            if reread.maintenance {
-                if let Err(error) = self.refresh_maintenance().await {
-                    tracing::debug!(error = %crate::error_chain(&error), "maintenance refresh after a peer's hint failed");
-                }
-            }
-        });
+    /// Maintenance modes and the other cluster-wide state.
+    pub fn cluster_state(&self) -> &ClusterState {
+        &self.cluster_state
     }
 
-    /// What the mesh has sent and received (`None`: no mesh).
-    pub fn mesh_stats(&self) -> Option<crate::MeshStats> {
-        self.mesh.as_ref().map(Mesh::stats)
+    /// The broker's figures: metrics, statistics rows, counters.
+    pub fn observe(&self) -> &Observer {
+        &self.observer
     }
 
     // ---- operation ----
@@ -422,104 +340,7 @@ impl Engine {
     /// (not the pool, so a busy pool never reads as a database that is
     /// down), bounded by 2 s (see `health.rs`).
     pub async fn health(&self) -> Health {
-        Health {
-            database_connected: self.health.check().await,
-            uptime_seconds: self.started_at.elapsed().as_secs(),
-        }
-    }
-
-    /// Enable or disable pop maintenance mode (every pop answers empty) for
-    /// every broker on the database: persisted, applied here at once, by the
-    /// others within their refresh period. Enabling it wakes every parked
-    /// pop, which then answers empty at once rather than delivering what
-    /// arrives while it waited.
-    pub async fn set_pop_maintenance(&self, enabled: bool) -> Result<(), EngineError> {
-        self.maintenance
-            .set_pop(enabled, |enabled| self.serving.set_maintenance(enabled))
-            .await?;
-        self.changes.tell(Hint::Maintenance);
-        Ok(())
-    }
-
-    /// Whether pop maintenance mode is on.
-    pub fn pop_maintenance(&self) -> bool {
-        self.serving.maintenance()
-    }
-
-    /// Enable or disable push maintenance mode for every broker on the
-    /// database: while on, pushes go to the spool; turning it off drains it.
-    pub async fn set_maintenance(&self, enabled: bool) -> Result<(), EngineError> {
-        self.maintenance
-            .set_push(enabled, |enabled| {
-                if let Some(spool) = self.pushes.spool() {
-                    spool.set_maintenance(enabled);
-                }
-            })
-            .await?;
-        self.changes.tell(Hint::Maintenance);
-        Ok(())
-    }
-
-    /// Whether push maintenance mode is on.
-    pub fn maintenance(&self) -> bool {
-        self.maintenance.push()
-    }
-
-    /// Read the cluster-wide state now (the maintenance flags, applied here;
-    /// which queues have `maxSize`). The engine does this every
-    /// `maintenance_refresh`; a server calls it once before it serves.
-    pub async fn refresh_maintenance(&self) -> Result<(), EngineError> {
-        self.refresh_marked().await?;
-        self.maintenance
-            .refresh(|push, pop| {
-                if let Some(spool) = self.pushes.spool() {
-                    spool.set_maintenance(push);
-                }
-                if self.serving.maintenance() != pop {
-                    self.serving.set_maintenance(pop);
-                }
-            })
-            .await
-    }
-
-    /// Read which queues have `maxSize` (for the push routing) and
-    /// `encryptionEnabled` (what a keyless broker must not spool), in one
-    /// statement.
-    async fn refresh_marked(&self) -> Result<(), EngineError> {
-        let encrypted = self.bounded.refresh().await?;
-        self.at_rest.set_sealed(encrypted);
-        Ok(())
-    }
-
-    /// What the push spool holds; `None` without a spool.
-    pub fn spool_stats(&self) -> Option<SpoolStats> {
-        self.pushes.spool().map(|spool| spool.stats())
-    }
-
-    /// Counters of the push path since the engine started.
-    pub fn push_stats(&self) -> PushStats {
-        self.push.stats()
-    }
-
-    /// (positional, by-hash) ack calls since start: how often the registry
-    /// turned a full-batch ack into one cursor advance.
-    pub fn ack_stats(&self) -> (u64, u64) {
-        self.acks.stats()
-    }
-
-    /// What the maps keyed by client-chosen names hold now, with their
-    /// bounds (see [`MemoryStats`]).
-    pub fn memory_stats(&self) -> MemoryStats {
-        let (wake_gates, queue_cache_entries) = self.serving.memory();
-        let (ack_registry_batches, ack_registry_bytes) = self.acks.registry_size();
-        let push = self.push.stats();
-        MemoryStats {
-            wake_gates,
-            queue_cache_entries,
-            ack_registry_batches,
-            ack_registry_bytes,
-            dedup_cache_bytes: usize::try_from(push.dedup_cache_bytes).unwrap_or(usize::MAX),
-        }
+        self.health.report().await
     }
 
     /// Run one retention pass now (the loop runs them every
@@ -534,8 +355,6 @@ impl Engine {
         self.retention.evict().await
     }
 
-    // ---- admin views ----
-
     /// Answer an admin view (`procedures/admin.sql`); `None` when what it
     /// names does not exist.
     pub async fn admin_view(
@@ -544,92 +363,6 @@ impl Engine {
         view: crate::AdminView<'_>,
     ) -> Result<Option<serde_json::Value>, EngineError> {
         crate::admin::read(&self.pool, tenant, view).await
-    }
-
-    // ---- metrics and statistics ----
-
-    /// The process series now: every component's figures, no database.
-    pub fn process_metrics(&self) -> ProcessMetrics {
-        let status = self.pool.status();
-        let hotlist = self.serving.hotlist_size();
-        ProcessMetrics {
-            uptime: self.stats.uptime(),
-            totals: self.stats.totals(),
-            pool: (status.size, status.available, status.waiting),
-            pool_max: status.max_size,
-            limiter: self.serving.limiter_stats(),
-            pops_in_progress: self.serving.in_progress(),
-            parked: self.serving.parked(),
-            hotlist: (hotlist.0, hotlist.1),
-            hotlist_bytes: hotlist.2,
-            pop_wakeups: self.serving.wakeups(),
-            memory: self.memory_stats(),
-            spool: self.spool_stats(),
-            retention: self.retention.stats(),
-            maintenance: (self.maintenance(), self.pop_maintenance()),
-            cpu: crate::metrics::cpu_times(),
-            rss_bytes: crate::metrics::rss_bytes(),
-            mesh: self.mesh_stats(),
-        }
-    }
-
-    /// One scrape: the process series, and the cluster series from one
-    /// database call cached for `metrics::CLUSTER_TTL` (the last good copy,
-    /// marked stale, when PostgreSQL does not answer within
-    /// `metrics::CLUSTER_TIMEOUT`).
-    pub async fn scrape(&self) -> Scrape {
-        let (cluster, cluster_fresh) = self.cluster.get(&self.pool).await;
-        Scrape {
-            process: self.process_metrics(),
-            cluster,
-            cluster_fresh,
-            histograms: Arc::clone(&self.stats),
-        }
-    }
-
-    /// Write this broker's statistics rows for the current minute now (the
-    /// writer does every `stats_interval`): one statement. Returns the queue
-    /// rows written; on failure the counts wait for the next write.
-    pub async fn write_stats(&self) -> Result<usize, EngineError> {
-        let (cluster, _) = self.cluster.get(&self.pool).await;
-        let process = self.process_metrics();
-        let identity = (self.config.hostname.as_str(), self.config.port);
-        self.writer
-            .write(&self.pool, &self.stats, &process, &cluster, identity)
-            .await
-    }
-
-    /// One event-loop lag sample (the sampler task's).
-    pub(crate) fn record_event_loop_lag(&self, late: std::time::Duration) {
-        self.stats.event_loop_lag(late);
-    }
-
-    /// What retention and eviction removed since the engine started.
-    pub fn retention_stats(&self) -> RetentionStats {
-        self.retention.stats()
-    }
-
-    /// The serving limiter's current figures.
-    pub fn limiter_stats(&self) -> LimiterStats {
-        self.serving.limiter_stats()
-    }
-
-    /// Connections the pop path has checked out since start: each is at
-    /// least one SQL round trip. A caught-up queue polled through the
-    /// hot-list costs none.
-    pub fn pop_checkouts(&self) -> u64 {
-        self.serving.checkouts()
-    }
-
-    /// Pops in progress right now, waiting or serving.
-    pub fn pops_in_progress(&self) -> usize {
-        self.serving.in_progress()
-    }
-
-    /// Pooled connections handed out right now.
-    pub fn connections_in_use(&self) -> usize {
-        let status = self.pool.status();
-        status.size.saturating_sub(status.available)
     }
 
     // ---- shutdown ----
@@ -648,7 +381,8 @@ impl Engine {
     /// Stop background work after it has finished what was already submitted
     /// (push fusion writes every pending segment), then close the pool.
     /// The last step of the shutdown order: pops first (they answer empty),
-    /// then push fusion (it drains), then the revisit wheel, then the pool.
+    /// then push fusion (it drains), then the spool, the revisit wheel,
+    /// retention, and the pool.
     pub async fn shutdown(&self) {
         self.serving.begin_shutdown();
         self.push.shutdown().await;
@@ -658,29 +392,5 @@ impl Engine {
         self.serving.shutdown().await;
         self.retention.shutdown().await;
         self.pool.close();
-    }
-}
-
-/// The maintenance refresh: every `maintenance_refresh`, read and apply the
-/// persisted flags, until the engine is dropped or shuts down.
-async fn refresh_maintenance(engine: Weak<Engine>) {
-    let mut first = true;
-    loop {
-        let period = {
-            let Some(engine) = engine.upgrade() else {
-                return;
-            };
-            if engine.is_shutting_down() {
-                return;
-            }
-            if let Err(error) = engine.refresh_maintenance().await {
-                if first {
-                    tracing::debug!(error = %crate::error_chain(&error), "cannot read the maintenance flags yet");
-                }
-            }
-            engine.config.maintenance_refresh
-        };
-        first = false;
-        tokio::time::sleep(period).await;
     }
 }

@@ -7,7 +7,7 @@
 //! on first use and again after it broke; the whole check (lock, connect,
 //! round trip) is bounded by [`CHECK_BOUND`].
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use deadpool::managed::Manager as _;
 use queen_sql::SqlError;
@@ -18,10 +18,20 @@ use crate::EngineError;
 /// unreachable.
 pub(crate) const CHECK_BOUND: Duration = Duration::from_secs(2);
 
+/// What `/health` reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Health {
+    /// True when a round trip to PostgreSQL succeeded just now.
+    pub database_connected: bool,
+    /// Seconds since the engine was built.
+    pub uptime_seconds: u64,
+}
+
 /// The dedicated health session.
 pub(crate) struct HealthProbe {
     pool: deadpool_postgres::Pool,
     client: tokio::sync::Mutex<Option<deadpool_postgres::ClientWrapper>>,
+    started_at: Instant,
 }
 
 impl HealthProbe {
@@ -29,6 +39,15 @@ impl HealthProbe {
         HealthProbe {
             pool,
             client: tokio::sync::Mutex::new(None),
+            started_at: Instant::now(),
+        }
+    }
+
+    /// The database check and the uptime.
+    pub(crate) async fn report(&self) -> Health {
+        Health {
+            database_connected: self.check().await,
+            uptime_seconds: self.started_at.elapsed().as_secs(),
         }
     }
 

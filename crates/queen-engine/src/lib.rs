@@ -14,6 +14,7 @@
 mod ack;
 mod admin;
 mod bounded;
+mod cluster_state;
 pub mod crypto;
 mod engine;
 mod error;
@@ -23,6 +24,7 @@ mod maintenance;
 mod mesh;
 pub mod metrics;
 pub mod naming;
+mod observe;
 mod offload;
 mod pop;
 #[cfg(feature = "bench")]
@@ -42,9 +44,11 @@ use std::time::Duration;
 
 pub use ack::{AckItem, AckOutcome, AckStatus, LeaseError, INVALID_LEASE};
 pub use admin::{AdminRange, AdminView, QueueSeries};
+pub use cluster_state::ClusterState;
 pub use crypto::EncryptionKey;
-pub use engine::{Engine, Health, MemoryStats};
+pub use engine::Engine;
 pub use error::EngineError;
+pub use health::Health;
 pub use lifecycle::configure::{ConfigureQueue, Configured, QueueSettings, MAX_NAME_BYTES};
 pub use lifecycle::dlq::{DeadLetter, DlqFilter, DlqTake};
 pub use lifecycle::groups::{GroupDeletion, GroupSummary, SeekTarget, Seeked};
@@ -60,6 +64,7 @@ pub use lifecycle::{
     CursorLag, DeadLetters, Groups, Messages, Queues, Streams, Subscription, Traces,
 };
 pub use mesh::{test_datagram as mesh_test_datagram, Hint, MeshConfig, MeshStats, MeshTransport};
+pub use observe::{MemoryStats, Observer};
 pub use pop::{LimiterConfig, LimiterStats};
 pub use pop::{
     PopRequest, PopTarget, PopWait, Popped, PoppedMessage, SubscriptionMode, QUEUE_MODE_GROUP,

@@ -6,8 +6,8 @@
 //! Every label value is written escaped ([`Escaped`]): queue, tenant and
 //! group names are client text.
 //!
-//! The collector encodes what it is handed: the facade takes the snapshot
-//! (`Engine::metrics`), so a scrape reads each component once, under its own
+//! The collector encodes what it is handed: the observer takes the snapshot
+//! (`Observer::scrape`), so a scrape reads each component once, under its own
 //! short lock, and never waits on PostgreSQL for the process series.
 
 use std::sync::Arc;
@@ -239,7 +239,7 @@ pub enum QueueSeries {
 /// A `prometheus-client` collector that encodes one [`Scrape`], showing the
 /// per-queue series `queues` allows.
 ///
-/// Registered in a registry made for one scrape (`Engine::scrape` returns
+/// Registered in a registry made for one scrape (`Observer::scrape` returns
 /// the data; the HTTP layer builds the registry around it).
 #[derive(Debug)]
 pub struct EngineCollector {

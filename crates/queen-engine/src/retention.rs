@@ -97,17 +97,17 @@ pub(crate) struct Retention {
 }
 
 impl Retention {
-    /// Start the loops on the current runtime: retention every `retention`,
-    /// eviction every `eviction` (`None`: no such loop; passes run only
-    /// when asked).
+    /// Start the loops on the current runtime: retention every
+    /// `retention_interval`, eviction every `eviction_interval` of `config`
+    /// (`None`: no such loop; passes run only when asked).
     pub(crate) fn start(
         pool: deadpool_postgres::Pool,
-        retention: Option<Duration>,
-        eviction: Option<Duration>,
-        partition_idle: Option<Duration>,
-        stats_retention: Duration,
+        config: &crate::EngineConfig,
         stats: Arc<crate::stats::Stats>,
     ) -> Retention {
+        let partition_idle = config.partition_idle;
+        let stats_retention = config.stats_retention;
+        let (retention, eviction) = (config.retention_interval, config.eviction_interval);
         let counters = Arc::new(Counters::default());
         let (stop, stopped) = watch::channel(false);
         let tasks = [

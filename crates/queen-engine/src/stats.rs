@@ -270,6 +270,56 @@ impl Stats {
         self.queue(queue, |counts| counts.partitions_deleted += partitions);
     }
 
+    /// A pop of `tenant` answered; `target` is the queue it named (`None`:
+    /// a discovery pop, counted under the queue it served, if any).
+    pub(crate) fn pop_call(
+        &self,
+        tenant: &str,
+        target: Option<&str>,
+        answer: &Result<crate::Popped, crate::EngineError>,
+    ) {
+        match answer {
+            Ok(popped) => self.popped(
+                popped
+                    .queue
+                    .as_deref()
+                    .or(target)
+                    .map(|queue| crate::naming::queue_key(tenant, queue))
+                    .as_deref(),
+                popped.messages.len() as u64,
+            ),
+            Err(error) => self.failed(error),
+        }
+    }
+
+    /// The queue keys a transaction of `tenant` pushes to, each once.
+    pub(crate) fn transaction_queues(tenant: &str, ops: &[crate::TxnOp]) -> Vec<String> {
+        let mut queues: Vec<String> = Vec::new();
+        for op in ops {
+            if let crate::TxnOp::Push(items) = op {
+                for item in items {
+                    let key = crate::naming::queue_key(tenant, &item.queue);
+                    if !queues.iter().any(|queue| *queue == *key) {
+                        queues.push(key.into_owned());
+                    }
+                }
+            }
+        }
+        queues
+    }
+
+    /// A transaction pushing to `queues` answered.
+    pub(crate) fn transaction_call<T>(
+        &self,
+        queues: &[String],
+        answer: &Result<T, crate::EngineError>,
+    ) {
+        match answer {
+            Ok(_) => self.transaction(queues.iter().map(String::as_str)),
+            Err(error) => self.failed(error),
+        }
+    }
+
     /// A request failed on the database.
     pub(crate) fn db_error(&self) {
         add(&self.totals.db_errors, 1);

@@ -3,7 +3,7 @@
 //! per queue it served in the minute; and the event-loop lag sampler, whose
 //! figures the broker row carries.
 //!
-//! Both are tasks holding a `Weak<Engine>`, so they end with the engine.
+//! Both are tasks holding a `Weak<Observer>`, so they end with the engine.
 //! A failed write puts the per-queue counts back (bounded like any minute),
 //! so the next write carries them.
 
@@ -14,8 +14,9 @@ use parking_lot::Mutex;
 use serde_json::{json, Map, Value};
 
 use crate::metrics::ProcessMetrics;
+use crate::observe::Observer;
 use crate::stats::{LagWindow, QueueMinute};
-use crate::{Engine, RetentionStats};
+use crate::RetentionStats;
 
 /// How often the event loop's lag is sampled.
 const LAG_PERIOD: Duration = Duration::from_millis(100);
@@ -214,19 +215,19 @@ impl WriterState {
 }
 
 /// Write the statistics every `interval` until the engine is gone.
-pub(crate) async fn run(engine: Weak<Engine>, interval: Duration) {
+pub(crate) async fn run(observer: Weak<Observer>, interval: Duration) {
     let mut ticker = tokio::time::interval(interval.max(Duration::from_millis(100)));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticker.tick().await;
     loop {
         ticker.tick().await;
-        let Some(engine) = engine.upgrade() else {
+        let Some(observer) = observer.upgrade() else {
             return;
         };
-        if engine.is_shutting_down() {
+        if observer.is_shutting_down() {
             return;
         }
-        if let Err(error) = engine.write_stats().await {
+        if let Err(error) = observer.write_stats().await {
             tracing::debug!(error = %crate::error_chain(&error), "statistics write failed; the counts wait for the next one");
         }
     }
@@ -234,14 +235,14 @@ pub(crate) async fn run(engine: Weak<Engine>, interval: Duration) {
 
 /// Sample how late a timer fires, as the event-loop lag, until the engine
 /// is gone.
-pub(crate) async fn sample_lag(engine: Weak<Engine>) {
+pub(crate) async fn sample_lag(observer: Weak<Observer>) {
     loop {
         let asked = Instant::now();
         tokio::time::sleep(LAG_PERIOD).await;
         let late = asked.elapsed().saturating_sub(LAG_PERIOD);
-        let Some(engine) = engine.upgrade() else {
+        let Some(observer) = observer.upgrade() else {
             return;
         };
-        engine.record_event_loop_lag(late);
+        observer.record_event_loop_lag(late);
     }
 }

@@ -196,7 +196,7 @@ async fn serve(
     let engine = queen_engine::Engine::new(pool, engine_config);
     // The engine logged why (another broker holds the directory, or it is
     // not writable): a broker configured with a spool does not run without.
-    if let (Some(dir), None) = (spool_dir, engine.spool_stats()) {
+    if let (Some(dir), None) = (spool_dir, engine.observe().spool_stats()) {
         engine.shutdown().await;
         return Err(ServerError::SpoolDir {
             dir,
@@ -207,7 +207,7 @@ async fn serve(
         engine.warm_up(config.db_pool_warm).await;
     }
     // Maintenance mode is cluster-wide: follow it from the first request.
-    if let Err(error) = engine.refresh_maintenance().await {
+    if let Err(error) = engine.cluster_state().refresh().await {
         tracing::warn!(error = %queen_sql::error_chain(&error), "cannot read the maintenance flags");
     }
 

@@ -188,6 +188,11 @@ pub(crate) struct MeshOut {
 
 impl MeshOut {
     /// Queue `hint` for the peers; never waits (a full queue drops it).
+    /// What the mesh has sent and received.
+    pub(crate) fn stats(&self) -> MeshStats {
+        self.counters.snapshot()
+    }
+
     pub(crate) fn send(&self, hint: Hint) {
         if self.tx.try_send(hint).is_err() {
             self.counters.dropped_full.fetch_add(1, Ordering::Relaxed);
@@ -217,8 +222,21 @@ enum Sender {
 
 impl Mesh {
     /// Start the mesh: the sender task and the transport's receiver.
-    /// Fails when the UDP socket cannot be used.
+    /// `None`, logged, when the UDP socket cannot be used: the broker runs
+    /// on, but its peers do not hear of its pushes.
     pub(crate) fn start(
+        config: &MeshConfig,
+        pool: deadpool_postgres::Pool,
+        apply: Apply,
+    ) -> Option<Mesh> {
+        Mesh::try_start(config, pool, apply)
+            .map_err(|error| {
+                tracing::error!(%error, "cannot start the mesh; peers will not hear of this broker's pushes");
+            })
+            .ok()
+    }
+
+    fn try_start(
         config: &MeshConfig,
         pool: deadpool_postgres::Pool,
         apply: Apply,
@@ -273,11 +291,6 @@ impl Mesh {
     /// The sending half.
     pub(crate) fn out(&self) -> MeshOut {
         self.out.clone()
-    }
-
-    /// The counters now.
-    pub(crate) fn stats(&self) -> MeshStats {
-        self.out.counters.snapshot()
     }
 }
 

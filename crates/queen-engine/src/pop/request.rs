@@ -31,6 +31,16 @@ pub enum PopTarget {
     },
 }
 
+impl PopTarget {
+    /// The queue this pop names (`None`: a discovery pop).
+    pub fn queue(&self) -> Option<&str> {
+        match self {
+            PopTarget::Queue { queue } | PopTarget::Partition { queue, .. } => Some(queue),
+            PopTarget::Discovery { .. } => None,
+        }
+    }
+}
+
 /// Where a new cursor of a named group starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SubscriptionMode {

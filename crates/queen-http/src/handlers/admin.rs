@@ -206,7 +206,7 @@ pub(crate) async fn trace_names(
 
 /// `POST /api/v1/stats/refresh`: write this broker's statistics rows now.
 pub(crate) async fn refresh_stats(engine: &Engine) -> Result<Response, HttpError> {
-    let queues = engine.write_stats().await?;
+    let queues = engine.observe().write_stats().await?;
     Ok(response::json(
         StatusCode::OK,
         &serde_json::json!({"success": true, "queuesWritten": queues,

@@ -42,7 +42,7 @@ async fn enabled(req: Request) -> Result<bool, HttpError> {
 /// The spool's figures and whether it can take pushes (without a spool:
 /// zeros, the database counted healthy, the spool not).
 fn stats(engine: &Engine) -> (SpoolStats, bool) {
-    match engine.spool_stats() {
+    match engine.observe().spool_stats() {
         Some(stats) => (stats, stats.healthy),
         None => (
             SpoolStats {
@@ -60,8 +60,8 @@ pub(crate) fn get(engine: &Engine) -> Response {
     response::json(
         StatusCode::OK,
         &json!({
-            "maintenanceMode": engine.maintenance(),
-            "popMaintenanceMode": engine.pop_maintenance(),
+            "maintenanceMode": engine.cluster_state().maintenance(),
+            "popMaintenanceMode": engine.cluster_state().pop_maintenance(),
             "bufferedMessages": spool.pending,
             "bufferHealthy": healthy,
             "bufferStats": {
@@ -82,7 +82,7 @@ pub(crate) fn get(engine: &Engine) -> Response {
 
 pub(crate) async fn post(engine: &Engine, req: Request) -> Result<Response, HttpError> {
     let enabled = enabled(req).await?;
-    engine.set_maintenance(enabled).await?;
+    engine.cluster_state().set_maintenance(enabled).await?;
     let (spool, healthy) = stats(engine);
     let message = if enabled {
         "Maintenance mode enabled: pushes are buffered to disk"
@@ -113,17 +113,17 @@ fn pop_answer(enabled: bool) -> Response {
 }
 
 pub(crate) fn get_pop(engine: &Engine) -> Response {
-    pop_answer(engine.pop_maintenance())
+    pop_answer(engine.cluster_state().pop_maintenance())
 }
 
 pub(crate) async fn post_pop(engine: &Engine, req: Request) -> Result<Response, HttpError> {
     let enabled = enabled(req).await?;
-    engine.set_pop_maintenance(enabled).await?;
+    engine.cluster_state().set_pop_maintenance(enabled).await?;
     Ok(pop_answer(enabled))
 }
 
 pub(crate) fn buffers(engine: &Engine) -> Response {
-    let (spool, has_spool) = match engine.spool_stats() {
+    let (spool, has_spool) = match engine.observe().spool_stats() {
         Some(stats) => (stats, true),
         None => (stats(engine).0, false),
     };

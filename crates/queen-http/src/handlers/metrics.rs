@@ -1,6 +1,6 @@
 //! `GET /metrics/prometheus` and `GET /metrics` (wire-api.md §5).
 //!
-//! Both come from one scrape of the engine (`Engine::scrape`): the process
+//! Both come from one scrape of the engine (`Observer::scrape`): the process
 //! series straight from the components, the cluster series from one
 //! database call cached for a few seconds. While PostgreSQL is down a scrape
 //! still answers 200 with every process series, the last cluster series it
@@ -61,7 +61,7 @@ async fn queue_series(app: &App, req: &Request) -> Result<QueueSeries, HttpError
 
 pub(crate) async fn prometheus(app: &App, req: &Request) -> Result<Response, HttpError> {
     let queues = queue_series(app, req).await?;
-    let scrape = Arc::new(app.engine.scrape().await);
+    let scrape = Arc::new(app.engine.observe().scrape().await);
     let mut registry = Registry::with_prefix("queen");
     registry.register_collector(Box::new(EngineCollector { scrape, queues }));
     app.http_metrics.register(&mut registry);
@@ -98,7 +98,7 @@ fn rate(total: u64, uptime: f64) -> f64 {
 /// Broker-wide figures only (no queue is named), so the same for every
 /// caller.
 pub(crate) async fn json(app: &App) -> Response {
-    let scrape = app.engine.scrape().await;
+    let scrape = app.engine.observe().scrape().await;
     let p = &scrape.process;
     let t = &p.totals;
     let uptime = p.uptime.as_secs_f64();
