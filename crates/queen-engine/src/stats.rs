@@ -53,7 +53,7 @@ pub(crate) struct Totals {
     pub(crate) db_errors: AtomicU64,
 }
 
-/// A copy of [`Totals`].
+/// A copy of the request and message counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TotalsSnapshot {
     /// Push requests answered (any outcome).

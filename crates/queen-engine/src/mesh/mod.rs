@@ -88,7 +88,7 @@ pub enum MeshTransport {
         /// that cannot be bound stops the boot there).
         socket: Arc<std::net::UdpSocket>,
         /// `host:port` entries; a name resolving to several addresses is
-        /// several peers, resolved again every [`RESOLVE_EVERY`].
+        /// several peers, resolved again every `RESOLVE_EVERY`.
         peers: Vec<String>,
         /// `QUEEN_SYNC_SECRET`.
         secret: Vec<u8>,

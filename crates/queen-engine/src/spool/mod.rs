@@ -27,7 +27,7 @@
 //!
 //! Records whose queue is full (`maxSize`) when they are drained are *held*
 //!: moved to `held.log`, in order, and retried with
-//! backoff ([`HELD_FIRST_RETRY`] doubling to [`HELD_MAX_RETRY`], back to the
+//! backoff ([`HELD_FIRST_RETRY`](held::HELD_FIRST_RETRY) doubling to [`HELD_MAX_RETRY`](held::HELD_MAX_RETRY), back to the
 //! first after a retry stored some), each retry storing as long a prefix as
 //! the queue takes (attempts of one record while it is full, doubling as
 //! they are stored, halving when refused). While a queue
@@ -37,13 +37,18 @@
 //!
 //! The spool is bounded by `QUEEN_SPOOL_MAX_MB` of undrained and held
 //! records: past it a push answers 503 (`EngineError::SpoolFull`) and
-//! nothing of it is written. File layout and record format: `file.rs`.
+//! nothing of it is written. File layout and record format: `file.rs`;
+//! the writer thread: `writer.rs`; the drainer: `drain.rs`; held records:
+//! `held.rs`.
 
+mod drain;
 mod file;
+mod held;
+mod writer;
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -54,7 +59,9 @@ use tokio::sync::{mpsc, oneshot, watch, Notify};
 use crate::naming::queue_key;
 use crate::push::{PushItem, PushOutcome};
 use crate::EngineError;
-use file::{Active, Record};
+use file::Record;
+use held::HeldQueue;
+use writer::Command;
 
 /// How the spool is set up (`FILE_BUFFER_DIR`, `QUEEN_SPOOL_MAX_MB`,
 /// `QUEEN_SPOOL_PUSH_TIMEOUT_MS`).
@@ -139,47 +146,11 @@ pub(crate) type Store = Arc<
         + Sync,
 >;
 
-/// One drain pass (a [`drain`] of the closed logs, or a [`retry_held`]):
+/// One drain pass (a drain of the closed logs, `drain.rs`, or a retry of held records, `held.rs`):
 /// the upper bound of its duplicate check, the database's clock at its first
 /// probe (`None` until then). What the pass stores itself is newer, and not
 /// probed again by its later chunks.
 pub(crate) type Pass = Arc<Mutex<Option<SystemTime>>>;
-
-/// Records drained per store.
-const CHUNK_RECORDS: usize = 1000;
-/// Payload bytes drained per store, at most (one record more).
-const CHUNK_BYTES: usize = 4 * 1024 * 1024;
-/// The drainer's idle tick: how soon it notices the database is back.
-const TICK: Duration = Duration::from_millis(250);
-/// How long a database check may take.
-const PING_BOUND: Duration = Duration::from_secs(2);
-/// The first retry of a queue's held records, after they were held or after
-/// a retry stored some of them.
-pub(crate) const HELD_FIRST_RETRY: Duration = Duration::from_millis(250);
-/// The longest wait between retries of a full queue's held records. A
-/// retry of a queue that is still full costs one attempt of one record, and
-/// a direct push to the queue answers 429 until its held records are
-/// stored, so this is also how long room can go unused.
-pub(crate) const HELD_MAX_RETRY: Duration = Duration::from_secs(5);
-
-/// A queue with held records: when to retry them, and how many records the
-/// next retry's first attempt takes (1 after it was found full, doubled
-/// after each attempt that was stored, up to a chunk).
-struct HeldQueue {
-    next_try: std::time::Instant,
-    backoff: Duration,
-    size: usize,
-}
-
-impl HeldQueue {
-    fn now() -> HeldQueue {
-        HeldQueue {
-            next_try: std::time::Instant::now() + HELD_FIRST_RETRY,
-            backoff: HELD_FIRST_RETRY,
-            size: 1,
-        }
-    }
-}
 
 /// Where a push goes (see [`Spool::route`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -224,15 +195,6 @@ impl State {
     fn spooling(&self) -> bool {
         self.maintenance || self.outage || self.pending > 0
     }
-}
-
-enum Command {
-    Append {
-        bytes: Vec<u8>,
-        reply: oneshot::Sender<std::io::Result<()>>,
-    },
-    /// Close the active log; answers the first sequence number not closed.
-    Rotate { reply: oneshot::Sender<u64> },
 }
 
 /// The spool component.
@@ -328,7 +290,7 @@ impl Spool {
         let dir = config.dir.clone();
         std::thread::Builder::new()
             .name("queen-spool".to_owned())
-            .spawn(move || run_writer(&dir, next_seq, commands))?;
+            .spawn(move || writer::run_writer(&dir, next_seq, commands))?;
         let (stop, stopped) = watch::channel(false);
         let spool = Arc::new(Spool {
             dir: config.dir.clone(),
@@ -359,7 +321,7 @@ impl Spool {
             drainer: Mutex::new(None),
             _lock: lock,
         });
-        let handle = tokio::spawn(run_drainer(Arc::clone(&spool), store, pool, stopped));
+        let handle = tokio::spawn(drain::run_drainer(Arc::clone(&spool), store, pool, stopped));
         *spool.drainer.lock() = Some(handle);
         Ok(spool)
     }
@@ -534,547 +496,10 @@ impl Spool {
     }
 }
 
-/// The writer thread: appends in arrival order, one fsync for everything
-/// that arrived together, then answers each append. After a failed write
-/// or fsync it stops appending to that file (the next append starts a new
-/// one), so no record ever follows a torn or unsynced one.
-fn run_writer(dir: &Path, mut next_seq: u64, mut commands: mpsc::UnboundedReceiver<Command>) {
-    let mut active: Option<Active> = None;
-    let mut waiting: Vec<oneshot::Sender<std::io::Result<()>>> = Vec::new();
-    while let Some(first) = commands.blocking_recv() {
-        let mut command = Some(first);
-        while let Some(next) = command.take() {
-            match next {
-                Command::Append { bytes, reply } => {
-                    if active.as_ref().is_some_and(|a| a.len >= file::ROTATE_BYTES) {
-                        sync_and_answer(&mut active, &mut waiting);
-                        active = None;
-                    }
-                    if active.is_none() {
-                        match Active::create(dir, next_seq) {
-                            Ok(log) => {
-                                next_seq += 1;
-                                active = Some(log);
-                            }
-                            Err(error) => {
-                                let _ = reply.send(Err(error));
-                                command = commands.try_recv().ok();
-                                continue;
-                            }
-                        }
-                    }
-                    let written = match active.as_mut() {
-                        Some(log) => log.write(&bytes),
-                        None => Err(std::io::Error::other("no spool file is open")),
-                    };
-                    match written {
-                        Ok(()) => waiting.push(reply),
-                        Err(error) => {
-                            // What came before is intact: make it durable,
-                            // answer it, and leave this file.
-                            sync_and_answer(&mut active, &mut waiting);
-                            active = None;
-                            let _ = reply.send(Err(error));
-                        }
-                    }
-                }
-                Command::Rotate { reply } => {
-                    sync_and_answer(&mut active, &mut waiting);
-                    active = None;
-                    let _ = reply.send(next_seq);
-                }
-            }
-            command = commands.try_recv().ok();
-        }
-        sync_and_answer(&mut active, &mut waiting);
-    }
-}
-
-/// fsync the active log and answer every waiting append; after a failed
-/// fsync (which cut the unsynced appends off again) the log is closed.
-fn sync_and_answer(
-    active: &mut Option<Active>,
-    waiting: &mut Vec<oneshot::Sender<std::io::Result<()>>>,
-) {
-    if waiting.is_empty() {
-        return;
-    }
-    let synced = match active.as_mut() {
-        Some(log) => log.sync(),
-        None => Err(std::io::Error::other("no spool file is open")),
-    };
-    if synced.is_err() {
-        *active = None;
-    }
-    for reply in waiting.drain(..) {
-        let answer = match &synced {
-            Ok(()) => Ok(()),
-            Err(error) => Err(std::io::Error::new(error.kind(), error.to_string())),
-        };
-        let _ = reply.send(answer);
-    }
-}
-
-/// The drainer task.
-async fn run_drainer(
-    spool: Arc<Spool>,
-    store: Store,
-    pool: deadpool_postgres::Pool,
-    mut stop: watch::Receiver<bool>,
-) {
-    loop {
-        tokio::select! {
-            _ = spool.wake.notified() => {}
-            _ = tokio::time::sleep(TICK) => {}
-            _ = stop.changed() => return,
-        }
-        let (maintenance, outage, pending, held_due) = {
-            let state = spool.state.lock();
-            let now = std::time::Instant::now();
-            (
-                state.maintenance || !state.flags_known,
-                state.outage,
-                state.pending,
-                state.held_queues.values().any(|held| held.next_try <= now),
-            )
-        };
-        if maintenance {
-            continue;
-        }
-        if outage {
-            if !reachable(&pool).await {
-                continue;
-            }
-            tracing::info!("the database answers again; draining the spool");
-            spool.state.lock().outage = false;
-        }
-        if pending > 0 {
-            if let Err(error) = drain(&spool, &store).await {
-                failed_drain(&spool, &error);
-                continue;
-            }
-        }
-        if held_due {
-            if let Err(error) = retry_held(&spool, &store).await {
-                failed_drain(&spool, &error);
-            }
-        }
-    }
-}
-
-fn failed_drain(spool: &Spool, error: &EngineError) {
-    if error.is_unreachable() {
-        spool.state.lock().outage = true;
-    } else {
-        tracing::error!(error = %crate::error_chain(error), "the spool drain failed");
-    }
-}
-
-/// True for a store refused because a bounded queue is full.
-fn is_full(error: &EngineError) -> bool {
-    match error {
-        EngineError::QueueFull { .. } => true,
-        EngineError::Shared(inner) => is_full(inner),
-        _ => false,
-    }
-}
-
-async fn reachable(pool: &deadpool_postgres::Pool) -> bool {
-    tokio::time::timeout(PING_BOUND, async {
-        let client = pool.get().await.ok()?;
-        queen_sql::connect::ping(&**client).await.ok()
-    })
-    .await
-    .ok()
-    .flatten()
-    .is_some()
-}
-
-/// Drain every closed log, oldest first; stops early when maintenance is
-/// turned on again.
-async fn drain(spool: &Spool, store: &Store) -> Result<(), EngineError> {
-    let Some(boundary) = spool.rotate().await else {
-        return Ok(());
-    };
-    let dir = spool.dir.clone();
-    let seqs = blocking(move || file::logs(&dir)).await?;
-    let pass = Pass::default();
-    for seq in seqs.into_iter().filter(|&seq| seq < boundary) {
-        if spool.maintenance() {
-            return Ok(());
-        }
-        drain_log(spool, store, seq, &pass).await?;
-    }
-    Ok(())
-}
-
-/// Push log `seq` from its drained offset, chunk by chunk, then remove it.
-async fn drain_log(spool: &Spool, store: &Store, seq: u64, pass: &Pass) -> Result<(), EngineError> {
-    let dir = spool.dir.clone();
-    let (bytes, from) = blocking(move || {
-        let bytes = std::fs::read(file::log_path(&dir, seq))?;
-        let from = file::drained(&dir, seq)?;
-        Ok((bytes, from))
-    })
-    .await?;
-    let from = usize::try_from(from).unwrap_or(usize::MAX).min(bytes.len());
-    let (records, torn) = file::records(bytes.get(from..).unwrap_or_default());
-    if torn {
-        tracing::warn!(
-            seq,
-            "a spool log ends in a torn record (an append that was never answered); it is skipped"
-        );
-    }
-    if let Some(first) = records.first().and_then(|(record, _)| record.accepted_at()) {
-        // Every earlier log is drained: this is the oldest waiting record.
-        spool.state.lock().log_front = Some(first);
-    }
-    let mut start = 0usize;
-    let mut done = 0usize;
-    while done < records.len() {
-        if spool.maintenance() {
-            return Ok(());
-        }
-        let mut end = done;
-        let mut payload = 0usize;
-        while end < records.len() && end - done < CHUNK_RECORDS && payload < CHUNK_BYTES {
-            payload += records[end].0.payload.len();
-            end += 1;
-        }
-        let stop_at = records[end - 1].1;
-        // Each record with where it starts, relative to `from`.
-        let starts = std::iter::once(start).chain(records[done..end - 1].iter().map(|(_, at)| *at));
-        let chunk: Vec<(&Record, usize, usize)> = records[done..end]
-            .iter()
-            .zip(starts)
-            .map(|((record, at), begin)| (record, begin, *at))
-            .collect();
-        // One store per queue (a queue's records in order; queues are
-        // independent), so one queue that cannot take its records does not
-        // hold up or fail the others.
-        let mut queues: Vec<(&str, &str)> = Vec::new();
-        for (record, ..) in &chunk {
-            let queue = (record.tenant.as_str(), record.queue.as_str());
-            if !queues.contains(&queue) {
-                queues.push(queue);
-            }
-        }
-        let mut failed_raw: Vec<u8> = Vec::new();
-        let mut failed = 0u64;
-        let mut held_raw: Vec<u8> = Vec::new();
-        let mut held = 0u64;
-        let mut held_oldest: Option<SystemTime> = None;
-        let mut newly_held: Vec<String> = Vec::new();
-        for (tenant, queue) in queues {
-            let mine: Vec<&(&Record, usize, usize)> = chunk
-                .iter()
-                .filter(|(r, ..)| r.queue == queue && r.tenant == tenant)
-                .collect();
-            let key = queue_key(tenant, queue).into_owned();
-            let already_held =
-                newly_held.contains(&key) || spool.state.lock().held_queues.contains_key(&key);
-            let outcome = if already_held {
-                None
-            } else {
-                let items: Vec<PushItem> = mine.iter().map(|(record, ..)| record.item()).collect();
-                let since = mine
-                    .iter()
-                    .map(|(record, ..)| spool.probe_since(record))
-                    .collect();
-                Some(store(items, since, Arc::clone(pass)).await)
-            };
-            let hold = match outcome {
-                // Behind records held for being full.
-                None => true,
-                Some(Ok(_)) => false,
-                // The database went away (or the broker is stopping): the
-                // chunk stays undrained and is stored again later (what of
-                // it was stored is then found duplicate).
-                Some(Err(error)) if error.is_unreachable() || is_stopping(&error) => {
-                    return Err(error)
-                }
-                Some(Err(error)) if is_full(&error) => {
-                    tracing::warn!(
-                        queue,
-                        tenant,
-                        records = mine.len(),
-                        "spooled pushes meet a full queue (maxSize); they stay in the spool and are retried"
-                    );
-                    newly_held.push(key);
-                    true
-                }
-                Some(Err(error)) => {
-                    tracing::error!(
-                        error = %crate::error_chain(&error),
-                        queue,
-                        records = mine.len(),
-                        "spooled pushes cannot be stored; they are kept in a failed-*.log file"
-                    );
-                    for (_, begin, at) in &mine {
-                        failed_raw.extend_from_slice(
-                            bytes.get(from + begin..from + at).unwrap_or_default(),
-                        );
-                    }
-                    failed += mine.len() as u64;
-                    false
-                }
-            };
-            if hold {
-                // Held, in order, and retried with backoff (`retry_held`).
-                for (record, begin, at) in &mine {
-                    held_raw
-                        .extend_from_slice(bytes.get(from + begin..from + at).unwrap_or_default());
-                    if let Some(accepted) = record.accepted_at() {
-                        held_oldest = Some(held_oldest.map_or(accepted, |o| o.min(accepted)));
-                    }
-                }
-                held += mine.len() as u64;
-            }
-        }
-        let dir = spool.dir.clone();
-        let offset = (from + stop_at) as u64;
-        let failed_len = failed_raw.len() as u64;
-        let held_len = held_raw.len() as u64;
-        let new_file = blocking(move || {
-            let created = !failed_raw.is_empty() && file::append_failed(&dir, seq, &failed_raw)?;
-            if !held_raw.is_empty() {
-                file::append_held(&dir, &held_raw)?;
-            }
-            file::set_drained(&dir, seq, offset)?;
-            Ok(created)
-        })
-        .await?;
-        {
-            let n = (end - done) as u64;
-            let mut state = spool.state.lock();
-            state.failed_files += u64::from(new_file);
-            state.failed_bytes += failed_len;
-            state.pending = state.pending.saturating_sub(n);
-            state.pending_bytes = state.pending_bytes.saturating_sub((stop_at - start) as u64);
-            state.held += held;
-            state.held_bytes += held_len;
-            if let Some(at) = held_oldest {
-                state.held_oldest = Some(state.held_oldest.map_or(at, |o| o.min(at)));
-            }
-            for key in newly_held {
-                state.held_queues.entry(key).or_insert_with(HeldQueue::now);
-            }
-            state.failed += failed;
-            state.drained += n - failed - held;
-            state.log_front = if state.pending == 0 {
-                None
-            } else {
-                records
-                    .get(end)
-                    .and_then(|(record, _)| record.accepted_at())
-                    .or(state.log_front)
-            };
-        }
-        start = stop_at;
-        done = end;
-    }
-    let dir = spool.dir.clone();
-    blocking(move || file::remove_log(&dir, seq)).await
-}
-
-/// How a retry of one queue's held records ended.
-enum Retried {
-    /// All stored (or, refused for another reason, moved to `failed-*.log`).
-    Done,
-    /// Some stored, the queue is full again.
-    Progress,
-    /// Nothing stored: still full.
-    Stuck,
-    /// The database went away or the broker is stopping.
-    Stopped,
-}
-
-/// Retry the held records of every queue whose retry is due: per queue, in
-/// order, as long a prefix as the queue takes (attempts start at the
-/// queue's remembered size, double after each stored one, and halve when
-/// refused as full, down to one record), then rewrite `held.log` without what was
-/// stored. A crash before the rewrite stores those again: the drain's
-/// duplicate check finds them.
-async fn retry_held(spool: &Spool, store: &Store) -> Result<(), EngineError> {
-    let now = std::time::Instant::now();
-    let due: Vec<(String, usize)> = spool
-        .state
-        .lock()
-        .held_queues
-        .iter()
-        .filter(|(_, held)| held.next_try <= now)
-        .map(|(key, held)| (key.clone(), held.size))
-        .collect();
-    if due.is_empty() {
-        return Ok(());
-    }
-    let dir = spool.dir.clone();
-    let bytes = blocking(move || file::read_held(&dir)).await?;
-    let (records, _) = file::records(&bytes);
-    let keys: Vec<String> = records
-        .iter()
-        .map(|(record, _)| queue_key(&record.tenant, &record.queue).into_owned())
-        .collect();
-    let starts: Vec<usize> = std::iter::once(0)
-        .chain(records.iter().map(|(_, end)| *end))
-        .collect();
-    let range = |i: usize| bytes.get(starts[i]..records[i].1).unwrap_or_default();
-    let pass = Pass::default();
-    let mut keep = vec![true; records.len()];
-    let mut failed_raw: Vec<u8> = Vec::new();
-    let mut failed = 0u64;
-    let mut stored = 0u64;
-    let mut results: Vec<(String, Retried, usize)> = Vec::new();
-    let mut stopped: Option<EngineError> = None;
-    for (key, first) in due {
-        let mine: Vec<usize> = (0..records.len()).filter(|&i| keys[i] == key).collect();
-        let mut at = 0usize;
-        let mut size = first.clamp(1, CHUNK_RECORDS);
-        let mut stored_any = false;
-        let result = loop {
-            if at == mine.len() {
-                break Retried::Done;
-            }
-            let mut take = 0usize;
-            let mut payload = 0usize;
-            while take < size && at + take < mine.len() && (take == 0 || payload < CHUNK_BYTES) {
-                payload += records[mine[at + take]].0.payload.len();
-                take += 1;
-            }
-            let part = &mine[at..at + take];
-            let items: Vec<PushItem> = part.iter().map(|&i| records[i].0.item()).collect();
-            let since = part
-                .iter()
-                .map(|&i| spool.probe_since(&records[i].0))
-                .collect();
-            match store(items, since, Arc::clone(&pass)).await {
-                Ok(_) => {
-                    for &i in part {
-                        keep[i] = false;
-                    }
-                    stored += take as u64;
-                    at += take;
-                    stored_any = true;
-                    size = (take * 2).min(CHUNK_RECORDS);
-                }
-                Err(error) if error.is_unreachable() || is_stopping(&error) => {
-                    stopped = Some(error);
-                    break Retried::Stopped;
-                }
-                Err(error) if is_full(&error) => {
-                    if take == 1 {
-                        break if stored_any {
-                            Retried::Progress
-                        } else {
-                            Retried::Stuck
-                        };
-                    }
-                    size = take / 2;
-                }
-                Err(error) => {
-                    tracing::error!(
-                        error = %crate::error_chain(&error),
-                        queue = %records[mine[at]].0.queue,
-                        records = mine.len() - at,
-                        "held spooled pushes cannot be stored; they are kept in a failed-*.log file"
-                    );
-                    for &i in &mine[at..] {
-                        keep[i] = false;
-                        failed_raw.extend_from_slice(range(i));
-                        failed += 1;
-                    }
-                    break Retried::Done;
-                }
-            }
-        };
-        let stop = matches!(result, Retried::Stopped);
-        results.push((key, result, size));
-        if stop {
-            break;
-        }
-    }
-    let mut kept: Vec<u8> = Vec::new();
-    let mut kept_count = 0u64;
-    let mut oldest: Option<SystemTime> = None;
-    for (i, (record, _)) in records.iter().enumerate() {
-        if keep[i] {
-            kept.extend_from_slice(range(i));
-            kept_count += 1;
-            if let Some(at) = record.accepted_at() {
-                oldest = Some(oldest.map_or(at, |o| o.min(at)));
-            }
-        }
-    }
-    let changed = kept_count < records.len() as u64;
-    let (dir, kept_len, failed_len) = (
-        spool.dir.clone(),
-        kept.len() as u64,
-        failed_raw.len() as u64,
-    );
-    let new_file = blocking(move || {
-        let created = !failed_raw.is_empty() && file::append_failed(&dir, 0, &failed_raw)?;
-        if changed {
-            file::rewrite_held(&dir, &kept)?;
-        }
-        Ok(created)
-    })
-    .await?;
-    {
-        let mut state = spool.state.lock();
-        let now = std::time::Instant::now();
-        state.held = kept_count;
-        state.held_bytes = kept_len;
-        state.held_oldest = oldest;
-        state.failed += failed;
-        state.failed_files += u64::from(new_file);
-        state.failed_bytes += failed_len;
-        state.drained += stored;
-        for (key, result, size) in results {
-            state.held_retries += 1;
-            match result {
-                Retried::Done => {
-                    state.held_queues.remove(&key);
-                }
-                Retried::Progress | Retried::Stuck | Retried::Stopped => {
-                    if let Some(held) = state.held_queues.get_mut(&key) {
-                        held.backoff = match result {
-                            Retried::Stuck => (held.backoff * 2).min(HELD_MAX_RETRY),
-                            _ => HELD_FIRST_RETRY,
-                        };
-                        held.next_try = now + held.backoff;
-                        held.size = size;
-                    }
-                }
-            }
-        }
-    }
-    match stopped {
-        Some(error) => Err(error),
-        None => Ok(()),
-    }
-}
-
-/// Errors of a broker that is stopping: the drain resumes after the restart.
-fn is_stopping(error: &EngineError) -> bool {
-    match error {
-        EngineError::ShuttingDown | EngineError::PushUnresolved => true,
-        EngineError::Shared(inner) => is_stopping(inner),
-        _ => false,
-    }
-}
-
-/// Run file I/O off the async workers.
-async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
-) -> Result<T, EngineError> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|_| EngineError::Internal("a spool file task panicked"))?
-        .map_err(EngineError::SpoolWrite)
-}
-
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
 
     fn config(dir: &Path) -> SpoolConfig {
