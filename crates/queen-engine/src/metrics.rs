@@ -259,6 +259,28 @@ fn gauge<N: prometheus_client::encoding::EncodeGaugeValue + std::fmt::Debug>(
     metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
 }
 
+/// Integer gauges, each (name, help, value).
+fn gauges(
+    encoder: &mut DescriptorEncoder<'_>,
+    list: &[(&str, &str, i64)],
+) -> Result<(), std::fmt::Error> {
+    for &(name, help, value) in list {
+        gauge(encoder, name, help, value)?;
+    }
+    Ok(())
+}
+
+/// Integer counters, each (name, help, value).
+fn counters(
+    encoder: &mut DescriptorEncoder<'_>,
+    list: &[(&str, &str, u64)],
+) -> Result<(), std::fmt::Error> {
+    for &(name, help, value) in list {
+        counter(encoder, name, help, value)?;
+    }
+    Ok(())
+}
+
 fn counter<N: prometheus_client::encoding::EncodeCounterValue + std::fmt::Debug>(
     encoder: &mut DescriptorEncoder<'_>,
     name: &str,
@@ -359,33 +381,33 @@ impl Collector for EngineCollector {
             "Seconds since the broker started",
             p.uptime.as_secs_f64(),
         )?;
-        counter(
+        counters(
             e,
-            "push_requests",
-            "Push requests answered",
-            t.push_requests,
+            &[
+                ("push_requests", "Push requests answered", t.push_requests),
+                (
+                    "push_messages",
+                    "Messages stored or spooled by pushes",
+                    t.push_messages,
+                ),
+                (
+                    "push_buffered_messages",
+                    "Messages spooled to disk",
+                    t.push_buffered,
+                ),
+                ("pop_requests", "Pop requests answered", t.pop_requests),
+                ("pop_messages", "Messages delivered by pops", t.pop_messages),
+                ("pop_empty", "Pops answered with nothing", t.pop_empty),
+                ("ack_requests", "Ack calls", t.ack_requests),
+                ("transactions", "Transactions committed", t.transactions),
+                (
+                    "db_errors",
+                    "Requests failed on a database error",
+                    t.db_errors,
+                ),
+                ("pop_wakeups", "Parked pops a wake gate woke", p.pop_wakeups),
+            ],
         )?;
-        counter(
-            e,
-            "push_messages",
-            "Messages stored or spooled by pushes",
-            t.push_messages,
-        )?;
-        counter(
-            e,
-            "push_buffered_messages",
-            "Messages spooled to disk",
-            t.push_buffered,
-        )?;
-        counter(e, "pop_requests", "Pop requests answered", t.pop_requests)?;
-        counter(
-            e,
-            "pop_messages",
-            "Messages delivered by pops",
-            t.pop_messages,
-        )?;
-        counter(e, "pop_empty", "Pops answered with nothing", t.pop_empty)?;
-        counter(e, "ack_requests", "Ack calls", t.ack_requests)?;
         {
             let mut family =
                 e.encode_descriptor("ack_messages", "Acks by outcome", None, MetricType::Counter)?;
@@ -398,13 +420,6 @@ impl Collector for EngineCollector {
                 ConstCounter::new(value).encode(family.encode_family(&[("outcome", outcome)])?)?;
             }
         }
-        counter(e, "transactions", "Transactions committed", t.transactions)?;
-        counter(
-            e,
-            "db_errors",
-            "Requests failed on a database error",
-            t.db_errors,
-        )?;
         histogram(
             e,
             "fusion_flush_messages",
@@ -417,36 +432,76 @@ impl Collector for EngineCollector {
             "Seconds a push flush's statement took, commit included",
             &scrape.histograms.flush_seconds,
         )?;
-        gauge(
+        let m = &p.memory;
+        gauges(
             e,
-            "db_pool_size",
-            "Connections the pool holds",
-            as_i64(p.pool.0),
-        )?;
-        gauge(
-            e,
-            "db_pool_idle",
-            "Idle connections in the pool",
-            as_i64(p.pool.1),
-        )?;
-        gauge(
-            e,
-            "db_pool_waiting",
-            "Requests waiting for a connection",
-            as_i64(p.pool.2),
-        )?;
-        gauge(e, "db_pool_max", "The pool's bound", as_i64(p.pool_max))?;
-        gauge(
-            e,
-            "limiter_limit",
-            "Pop permits the Vegas limiter allows now",
-            as_i64(p.limiter.limit),
-        )?;
-        gauge(
-            e,
-            "limiter_in_flight",
-            "Pop permits held now",
-            as_i64(p.limiter.in_flight),
+            &[
+                ("db_pool_size", "Connections the pool holds", p.pool.0),
+                ("db_pool_idle", "Idle connections in the pool", p.pool.1),
+                (
+                    "db_pool_waiting",
+                    "Requests waiting for a connection",
+                    p.pool.2,
+                ),
+                ("db_pool_max", "The pool's bound", p.pool_max),
+                (
+                    "limiter_limit",
+                    "Pop permits the Vegas limiter allows now",
+                    p.limiter.limit,
+                ),
+                (
+                    "limiter_in_flight",
+                    "Pop permits held now",
+                    p.limiter.in_flight,
+                ),
+                (
+                    "pops_in_progress",
+                    "Pops waiting or serving now",
+                    p.pops_in_progress,
+                ),
+                (
+                    "pops_parked",
+                    "Pops parked on a wake gate now",
+                    p.parked_total(),
+                ),
+                (
+                    "hotlist_rings",
+                    "Hot-list rings (queue, group)",
+                    p.hotlist.0,
+                ),
+                (
+                    "hotlist_entries",
+                    "Partition names the hot-list rings hold",
+                    p.hotlist.1,
+                ),
+                (
+                    "hotlist_bytes",
+                    "Bytes the hot-list rings take (estimated from their sizes)",
+                    p.hotlist_bytes,
+                ),
+                ("wake_gates", "Wake gates held", m.wake_gates),
+                (
+                    "queue_cache_entries",
+                    "Queue names the pop path's queue cache holds",
+                    m.queue_cache_entries,
+                ),
+                (
+                    "ack_registry_batches",
+                    "Leased batches the ack registry holds",
+                    m.ack_registry_batches,
+                ),
+                (
+                    "ack_registry_bytes",
+                    "Bytes the ack registry holds",
+                    m.ack_registry_bytes,
+                ),
+                (
+                    "dedup_cache_bytes",
+                    "Bytes the push dedup cache holds",
+                    m.dedup_cache_bytes,
+                ),
+            ]
+            .map(|(name, help, value)| (name, help, as_i64(value))),
         )?;
         gauge_family(
             e,
@@ -458,108 +513,56 @@ impl Collector for EngineCollector {
                     Some((vec![("kind", Escaped(kind))], rtt?.as_secs_f64()))
                 }),
         )?;
-        gauge(
-            e,
-            "pops_in_progress",
-            "Pops waiting or serving now",
-            as_i64(p.pops_in_progress),
-        )?;
-        gauge(
-            e,
-            "pops_parked",
-            "Pops parked on a wake gate now",
-            as_i64(p.parked_total()),
-        )?;
-        gauge(
-            e,
-            "hotlist_rings",
-            "Hot-list rings (queue, group)",
-            as_i64(p.hotlist.0),
-        )?;
-        gauge(
-            e,
-            "hotlist_entries",
-            "Partition names the hot-list rings hold",
-            as_i64(p.hotlist.1),
-        )?;
-        gauge(
-            e,
-            "hotlist_bytes",
-            "Bytes the hot-list rings take (estimated from their sizes)",
-            as_i64(p.hotlist_bytes),
-        )?;
-        counter(
-            e,
-            "pop_wakeups",
-            "Parked pops a wake gate woke",
-            p.pop_wakeups,
-        )?;
-        gauge(
-            e,
-            "wake_gates",
-            "Wake gates held",
-            as_i64(p.memory.wake_gates),
-        )?;
-        gauge(
-            e,
-            "queue_cache_entries",
-            "Queue names the pop path's queue cache holds",
-            as_i64(p.memory.queue_cache_entries),
-        )?;
-        gauge(
-            e,
-            "ack_registry_batches",
-            "Leased batches the ack registry holds",
-            as_i64(p.memory.ack_registry_batches),
-        )?;
-        gauge(
-            e,
-            "ack_registry_bytes",
-            "Bytes the ack registry holds",
-            as_i64(p.memory.ack_registry_bytes),
-        )?;
-        gauge(
-            e,
-            "dedup_cache_bytes",
-            "Bytes the push dedup cache holds",
-            as_i64(p.memory.dedup_cache_bytes),
-        )?;
         let spool = p.spool.unwrap_or_default();
-        gauge(
+        gauges(
             e,
-            "spool_pending_messages",
-            "Spooled pushes waiting to be drained",
-            as_i64_u(spool.pending),
+            &[
+                ("spool_pending_messages", "Spooled pushes waiting to be drained", spool.pending),
+                ("spool_pending_bytes", "Their bytes", spool.pending_bytes),
+                (
+                    "spool_failed_messages",
+                    "Spooled pushes the drainer could not store",
+                    spool.failed,
+                ),
+                (
+                    "spool_held_messages",
+                    "Spooled pushes held because their queue was full at drain (retried with backoff; included in spool_pending_messages)",
+                    spool.held,
+                ),
+                ("spool_held_queues", "Queues with held spooled pushes", spool.held_queues),
+                ("process_resident_memory_bytes", "Resident set size", p.rss_bytes),
+            ]
+            .map(|(name, help, value)| (name, help, as_i64_u(value))),
         )?;
-        gauge(
+        gauges(
             e,
-            "spool_pending_bytes",
-            "Their bytes",
-            as_i64_u(spool.pending_bytes),
+            &[
+                (
+                    "maintenance_mode",
+                    "1 while push maintenance mode is on",
+                    i64::from(p.maintenance.0),
+                ),
+                (
+                    "pop_maintenance_mode",
+                    "1 while pop maintenance mode is on",
+                    i64::from(p.maintenance.1),
+                ),
+            ],
         )?;
-        gauge(
+        counters(
             e,
-            "spool_failed_messages",
-            "Spooled pushes the drainer could not store",
-            as_i64_u(spool.failed),
-        )?;
-        gauge(
-            e,
-            "spool_held_messages",
-            "Spooled pushes held because their queue was full at drain (retried with backoff; included in spool_pending_messages)",
-            as_i64_u(spool.held),
-        )?;
-        gauge(
-            e,
-            "spool_held_queues",
-            "Queues with held spooled pushes",
-            as_i64_u(spool.held_queues),
-        )?;
-        counter(
-            e,
-            "spool_held_retries",
-            "Retries of held spooled pushes since start",
-            spool.held_retries,
+            &[
+                (
+                    "spool_held_retries",
+                    "Retries of held spooled pushes since start",
+                    spool.held_retries,
+                ),
+                (
+                    "partitions_removed",
+                    "Empty idle partitions removed since start",
+                    p.retention.partitions_removed,
+                ),
+            ],
         )?;
         gauge(
             e,
@@ -579,42 +582,12 @@ impl Collector for EngineCollector {
                 ConstCounter::new(value).encode(family.encode_family(&[("kind", kind)])?)?;
             }
         }
-        counter(
-            e,
-            "partitions_removed",
-            "Empty idle partitions removed since start",
-            p.retention.partitions_removed,
-        )?;
-        gauge(
-            e,
-            "maintenance_mode",
-            "1 while push maintenance mode is on",
-            i64::from(p.maintenance.0),
-        )?;
-        gauge(
-            e,
-            "pop_maintenance_mode",
-            "1 while pop maintenance mode is on",
-            i64::from(p.maintenance.1),
-        )?;
-        counter(
-            e,
-            "process_cpu_user_seconds",
-            "User CPU time",
-            p.cpu.0.as_secs_f64(),
-        )?;
-        counter(
-            e,
-            "process_cpu_system_seconds",
-            "System CPU time",
-            p.cpu.1.as_secs_f64(),
-        )?;
-        gauge(
-            e,
-            "process_resident_memory_bytes",
-            "Resident set size",
-            as_i64_u(p.rss_bytes),
-        )?;
+        for (name, help, seconds) in [
+            ("process_cpu_user_seconds", "User CPU time", p.cpu.0),
+            ("process_cpu_system_seconds", "System CPU time", p.cpu.1),
+        ] {
+            counter(e, name, help, seconds.as_secs_f64())?;
+        }
 
         if let Some(mesh) = &p.mesh {
             let mut family = e.encode_descriptor(

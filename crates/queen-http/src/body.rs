@@ -176,10 +176,20 @@ pub(crate) fn json<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, 
     serde_json::from_slice(bytes).map_err(|error| HttpError::InvalidJson(error.to_string()))
 }
 
+/// The body of `req`, read within the limits (see [`read`]).
+pub(crate) async fn of(req: crate::context::Request) -> Result<ReadBody, HttpError> {
+    let (parts, body) = req.into_parts();
+    read(&parts, body).await
+}
+
+/// The body of `req` as JSON; an empty body is `EmptyBody`.
+pub(crate) async fn value(req: crate::context::Request) -> Result<serde_json::Value, HttpError> {
+    json(&of(req).await?)
+}
+
 /// The body of `req` as a JSON object; an empty body counts as `{}`.
 pub(crate) async fn object(req: crate::context::Request) -> Result<serde_json::Value, HttpError> {
-    let (parts, body) = req.into_parts();
-    let bytes = read(&parts, body).await?;
+    let bytes = of(req).await?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(serde_json::Value::Object(serde_json::Map::new()));
     }

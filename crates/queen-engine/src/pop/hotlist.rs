@@ -583,6 +583,12 @@ mod tests {
         assert_eq!(names(&hot.take("q", "g", 10, now)), ["b", "c"]);
     }
 
+    /// Check `partition` of q/g in as held by its window until `until`.
+    fn hold_window(hot: &HotList, partition: &str, until: Instant, now: Instant) {
+        let verdict = [(partition.into(), Outcome::WindowUntil(until))];
+        hot.check_in("q", "g", &verdict, vec![], now);
+    }
+
     #[test]
     fn window_holds_come_back_on_their_own_with_skip_window() {
         let hot = HotList::default();
@@ -590,13 +596,7 @@ mod tests {
         hot.reseed("q", "g", vec!["w".into(), "x".into()], now);
         let _ = hot.take("q", "g", 1, now);
         let until = now + Duration::from_secs(2);
-        hot.check_in(
-            "q",
-            "g",
-            &[("w".into(), Outcome::WindowUntil(until))],
-            vec![],
-            now,
-        );
+        hold_window(&hot, "w", until, now);
         let before = hot.take("q", "g", 10, now);
         assert_eq!((names(&before), before.skip_window), (vec!["x"], false));
         let due = hot.take("q", "g", 10, until);
@@ -610,13 +610,7 @@ mod tests {
         hot.reseed("q", "g", vec!["w".into()], now);
         let _ = hot.take("q", "g", 1, now);
         let until = now + Duration::from_secs(1);
-        hot.check_in(
-            "q",
-            "g",
-            &[("w".into(), Outcome::WindowUntil(until))],
-            vec![],
-            now,
-        );
+        hold_window(&hot, "w", until, now);
         assert_eq!(hot.promote_due(until), ["q"]);
         // A push lands after the wheel ended the hold: not quiet any more.
         hot.mark_ready("q", "w");

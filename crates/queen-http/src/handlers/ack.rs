@@ -94,9 +94,7 @@ pub(crate) async fn single(
     req: Request,
     tenant: &str,
 ) -> Result<Response, HttpError> {
-    let (parts, body) = req.into_parts();
-    let bytes = crate::body::read(&parts, body).await?;
-    let body: Value = crate::body::json(&bytes)?;
+    let body = crate::body::value(req).await?;
     let input = AckInput::from_value(&body);
     let (group, transaction_id, item) = parse_single(&input)?;
     let outcomes = apply(engine, tenant, vec![(group, item)]).await?;
@@ -123,8 +121,7 @@ pub(crate) async fn batch(
     req: Request,
     tenant: &str,
 ) -> Result<Response, HttpError> {
-    let (parts, body) = req.into_parts();
-    let bytes = crate::body::read(&parts, body).await?;
+    let bytes = crate::body::of(req).await?;
     let mut careful = None;
     let (inputs, top_group) = parse_batch(&bytes, &mut careful)?;
     if inputs.is_empty() {

@@ -44,9 +44,7 @@ pub(crate) async fn post(
     req: Request,
     tenant: &str,
 ) -> Result<Response, HttpError> {
-    let (parts, body) = req.into_parts();
-    let bytes = crate::body::read(&parts, body).await?;
-    let body: Value = crate::body::json(&bytes)?;
+    let body = crate::body::value(req).await?;
     let mut command = Command::parse(&body)?;
     tenant.clone_into(&mut command.request.tenant);
     let queue = command.request.queue.clone();

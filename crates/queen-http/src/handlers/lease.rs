@@ -26,8 +26,7 @@ pub(crate) async fn extend(
     tenant: &str,
     lease: &str,
 ) -> Result<Response, HttpError> {
-    let (parts, body) = req.into_parts();
-    let bytes = crate::body::read(&parts, body).await?;
+    let bytes = crate::body::of(req).await?;
     let body: Value = if bytes.iter().all(u8::is_ascii_whitespace) {
         json!({})
     } else {

@@ -37,8 +37,7 @@ pub(crate) async fn post(
     req: Request,
     who: &Caller,
 ) -> Result<Response, HttpError> {
-    let (parts, body) = req.into_parts();
-    let bytes = crate::body::read(&parts, body).await?;
+    let bytes = crate::body::of(req).await?;
     let mut items = parse(&bytes)?;
     who.stamp(&mut items);
     if items.is_empty() {

@@ -19,9 +19,7 @@ pub(crate) async fn post(
     req: Request,
     tenant: &str,
 ) -> Result<Response, HttpError> {
-    let (parts, body) = req.into_parts();
-    let bytes = crate::body::read(&parts, body).await?;
-    let body: Value = crate::body::json(&bytes)?;
+    let body = crate::body::value(req).await?;
     let text = |field: &str| {
         body.get(field)
             .and_then(Value::as_str)

@@ -38,8 +38,7 @@ pub(crate) async fn post(
     req: Request,
     who: &Caller,
 ) -> Result<Response, HttpError> {
-    let (parts, body) = req.into_parts();
-    let bytes = crate::body::read(&parts, body).await?;
+    let bytes = crate::body::of(req).await?;
     let mut ops = parse(&bytes)?;
     for op in &mut ops {
         if let TxnOp::Push(items) = op {
