@@ -348,7 +348,7 @@ BEGIN
 END;
 $$;
 
--- log_dlq_head_v1 with the lease guard (issue 12, D8): the filing runs in its
+-- log_dlq_head_v1 with the lease guard: the filing runs in its
 -- own statement after log_ack_v1 decided it, so in between the lease may have
 -- ended and another worker re-claimed the batch. v2 takes the lease the
 -- decision was made under and refuses (o_applied false, nothing filed, the

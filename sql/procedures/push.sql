@@ -126,8 +126,9 @@ BEGIN
     -- statements whatever its slot count: one lock, at most one probe check,
     -- the known rows, one allocate-and-insert. Per-slot statements cost more
     -- than the rows they write (planning, executor start-up, the CHECK
-    -- constraints compiled again per statement: issue 20 measured 174 us of
-    -- PostgreSQL CPU per single-message segment with the loop below).
+    -- constraints compiled again per statement: 174 us of
+    -- PostgreSQL CPU per single-message segment with the loop below, over
+    -- 100 partitions).
     --
     -- The lock takes the partition rows in slot order, as the loop does. It
     -- skips rows of bounded queues (whose queue row must be locked first):
@@ -137,7 +138,13 @@ BEGIN
     -- deadlock there is detected by PostgreSQL and the broker retries the
     -- flush. Once every row is locked the loop is always safe, so any slot
     -- that needs a probe sends the whole flush through it.
-    IF v_n > 0 THEN
+    --
+    -- A flush of one slot takes the loop: there the loop's five small
+    -- statements cost PostgreSQL about half of what these set statements do
+    -- (one partition, single-message pushes from 50 producers: 33 us of
+    -- PostgreSQL CPU per message this way, 18 us by the loop;
+    -- docs/performance.md), and one partition's flushes are one slot each.
+    IF v_n > 1 THEN
         WITH locked AS (
             SELECT s.i, p.id AS pid, p.ctid AS tid, p.last_offset AS last, q.id AS qid,
                    q.encryption_enabled AS enc, q.dedup_window_seconds AS win

@@ -281,7 +281,7 @@ BEGIN
     --    (idx_log_partitions_oldest_txn) from the oldest finds the due
     --    partitions, whatever the queue count: it used to probe every
     --    queue's list (10,000 queues: 10,000 index probes a step with
-    --    nothing to do, issue 20).
+    --    nothing to do).
     FOR v_part IN
         SELECT p.id,
                v_now - make_interval(secs => greatest(q.dedup_window_seconds,

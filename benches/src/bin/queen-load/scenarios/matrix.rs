@@ -39,9 +39,15 @@ pub(crate) const WIDE: &[Shape] = &[
     Shape::new(100, 10_000, 16),
 ];
 
+/// Single-message producers, 50 at once (web handlers emitting events): the
+/// shapes the single-message targets are about.
+pub(crate) const SINGLE: &[Shape] = &[Shape::new(1, 1, 50), Shape::new(1, 100, 50)];
+
 /// The `--quick` shapes: a smoke test that still feeds every push target.
 pub(crate) const QUICK: &[Shape] = &[
     Shape::new(1, 1, 1),
+    Shape::new(1, 1, 50),
+    Shape::new(1, 100, 50),
     Shape::new(100, 100, 16),
     Shape::new(1000, 1, 1),
     Shape::new(1000, 100, 16),
@@ -71,13 +77,14 @@ impl Axes {
 
     /// The shapes to run: the product of the given axes (defaults for the
     /// others) when any is given; otherwise [`QUICK`] with `quick`, else the
-    /// default product plus [`WIDE`].
+    /// default product plus [`SINGLE`] and [`WIDE`].
     pub(crate) fn shapes(&self, quick: bool) -> Vec<Shape> {
         if !self.explicit() {
             if quick {
                 return QUICK.to_vec();
             }
             let mut shapes = product(BATCHES, PARTITIONS, CONCURRENCY);
+            shapes.extend_from_slice(SINGLE);
             shapes.extend_from_slice(WIDE);
             return shapes;
         }
@@ -116,7 +123,8 @@ mod tests {
     fn defaults_are_the_product_plus_wide_shapes_and_axes_replace_them() {
         let axes = Axes::default();
         let shapes = axes.shapes(false);
-        assert_eq!(shapes.len(), 12 + WIDE.len());
+        assert_eq!(shapes.len(), 12 + SINGLE.len() + WIDE.len());
+        assert!(shapes.contains(&Shape::new(1, 1, 50)));
         assert!(shapes.contains(&Shape::new(1000, 10_000, 16)));
         assert_eq!(axes.shapes(true), QUICK.to_vec());
         let axes = Axes {
