@@ -17,9 +17,10 @@
 -- queen.delete_queue_v1: delete the queue (p_tenant, p_name) and everything it
 -- owns, in one transaction. Returns whether it existed.
 --
--- log_txns, log_dlq and message_traces carry no foreign key (storage model),
--- so their rows are deleted here explicitly; the queue row's ON DELETE CASCADE
--- removes partitions, segments, cursors and subscription metadata.
+-- log_segments, log_txns, log_dlq and message_traces carry no foreign key
+-- (storage model; 001_log_schema.sql says why for segments), so their rows
+-- are deleted here explicitly; the queue row's ON DELETE CASCADE removes
+-- partitions, cursors and subscription metadata.
 --
 -- Order, and why:
 --   1. the queue row FOR UPDATE: a push creating a new partition of this queue
@@ -30,7 +31,7 @@
 --   2. every partition row FOR UPDATE, in name order (the order push flushes
 --      lock them in): waits out in-flight pushes, and no push can write a
 --      segment or a sidecar row until we commit;
---   3. the sidecar rows, complete under those locks;
+--   3. the segments and the sidecar rows, complete under those locks;
 --   4. the queue row: the cascade waits out pops and acks holding cursor rows;
 --   5. dead letters and traces last, in new statements, so one filed by an ack
 --      that was in flight until step 4 is seen and deleted too.
@@ -58,6 +59,7 @@ BEGIN
              ORDER BY p.name
                FOR UPDATE) AS l;
 
+    DELETE FROM queen.log_segments s WHERE s.partition_id = ANY (v_pids);
     DELETE FROM queen.log_txns t WHERE t.partition_id = ANY (v_pids);
     DELETE FROM queen.queues q WHERE q.id = v_qid;
     DELETE FROM queen.log_dlq d WHERE d.partition_id = ANY (v_pids);

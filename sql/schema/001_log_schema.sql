@@ -91,8 +91,18 @@ $$;
 -- ZERO secondary indexes, on purpose: the primary key is also the pop path.
 -- Every read is a range scan or a backward step on (partition_id, base_offset).
 -- Do not add an index here.
+--
+-- No foreign key on partition_id either, like log_txns: its check is a
+-- trigger firing once per inserted segment, and a flush of single messages
+-- over many partitions inserts a segment per message (100 partitions, 50
+-- single-message producers: 35 -> 31 us of PostgreSQL CPU per message without
+-- it, docs/performance.md). Every insert already holds the partition row's
+-- lock (push), so the row exists. The obligation it leaves: whatever deletes a
+-- partition deletes its segments first or refuses a partition that has any
+-- (delete_queue_v1 deletes them; partition cleanup only takes a partition
+-- with none, log_partition_dead_v1).
 CREATE TABLE IF NOT EXISTS queen.log_segments (
-    partition_id uuid        NOT NULL REFERENCES queen.log_partitions (id) ON DELETE CASCADE,
+    partition_id uuid        NOT NULL,
     base_offset  bigint      NOT NULL,
     end_offset   bigint      NOT NULL,
     msg_count    integer     NOT NULL,
@@ -102,6 +112,22 @@ CREATE TABLE IF NOT EXISTS queen.log_segments (
     CONSTRAINT log_segments_range_ck CHECK (base_offset >= 0 AND end_offset >= base_offset),
     CONSTRAINT log_segments_count_ck CHECK (msg_count = end_offset - base_offset + 1)
 );
+
+-- The foreign key of the schema before it was dropped (see above): removed
+-- once, by the first boot of a broker of this version. Guarded by the catalog,
+-- so a re-apply takes no lock; the one drop takes ACCESS EXCLUSIVE on both
+-- tables for an instant.
+DO $$
+DECLARE
+    v_name name;
+BEGIN
+    FOR v_name IN SELECT c.conname FROM pg_catalog.pg_constraint c
+                   WHERE c.conrelid = 'queen.log_segments'::regclass AND c.contype = 'f'
+    LOOP
+        EXECUTE format('ALTER TABLE queen.log_segments DROP CONSTRAINT %I', v_name);
+    END LOOP;
+END
+$$;
 
 -- blob is already zstd-compressed by the broker: EXTERNAL stores it out of line
 -- without TOAST spending CPU trying to compress it again. Guarded because

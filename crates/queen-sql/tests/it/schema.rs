@@ -346,10 +346,6 @@ async fn check_foreign_keys(client: &tokio_postgres::Client) {
         ["queen.queues|c|FOREIGN KEY (queue_id) REFERENCES queen.queues(id) ON DELETE CASCADE"]
     );
     assert_eq!(
-        texts(client, FOREIGN_KEYS_SQL, "queen.log_segments").await[..],
-        ["queen.log_partitions|c|FOREIGN KEY (partition_id) REFERENCES queen.log_partitions(id) ON DELETE CASCADE"]
-    );
-    assert_eq!(
         texts(client, FOREIGN_KEYS_SQL, "queen.log_consumers").await[..],
         ["queen.log_partitions|c|FOREIGN KEY (partition_id) REFERENCES queen.log_partitions(id) ON DELETE CASCADE"]
     );
@@ -357,15 +353,48 @@ async fn check_foreign_keys(client: &tokio_postgres::Client) {
         texts(client, FOREIGN_KEYS_SQL, "queen.consumer_groups_metadata").await[..],
         ["queen.queues|c|FOREIGN KEY (queue_id) REFERENCES queen.queues(id) ON DELETE CASCADE"]
     );
-    // Deliberately none: the purge path must not pay trigger cost, and a dead
-    // letter outlives its segment.
-    for table in ["queen.log_txns", "queen.log_dlq", "queen.queues"] {
+    // Deliberately none: a push must not pay a trigger per segment, the purge
+    // path must not pay trigger cost, and a dead letter outlives its segment.
+    for table in [
+        "queen.log_segments",
+        "queen.log_txns",
+        "queen.log_dlq",
+        "queen.queues",
+    ] {
         assert_eq!(
             texts(client, FOREIGN_KEYS_SQL, table).await,
             Vec::<String>::new(),
             "{table}"
         );
     }
+}
+
+#[tokio::test]
+async fn an_apply_over_an_older_schema_drops_the_segments_foreign_key() {
+    let db = TestDb::empty().await;
+    let client = db.client().await;
+    apply(&client).await;
+    // The schema before the key was dropped, as a broker of that version
+    // left it.
+    client
+        .batch_execute(
+            "ALTER TABLE queen.log_segments ADD CONSTRAINT log_segments_partition_id_fkey \
+             FOREIGN KEY (partition_id) REFERENCES queen.log_partitions (id) ON DELETE CASCADE",
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        texts(&client, FOREIGN_KEYS_SQL, "queen.log_segments")
+            .await
+            .len(),
+        1
+    );
+    apply(&client).await;
+    assert_eq!(
+        texts(&client, FOREIGN_KEYS_SQL, "queen.log_segments").await,
+        Vec::<String>::new()
+    );
+    check_foreign_keys(&client).await;
 }
 
 #[tokio::test]
@@ -501,8 +530,8 @@ async fn check_constraints_reject_inconsistent_segment_and_sidecar_rows() {
         .await
         .unwrap();
 
-    // A partition delete cascades to its segments but, with no foreign key, not
-    // to its sidecar: whoever deletes a partition must delete those rows first.
+    // With no foreign key, a partition delete cascades to neither its segments
+    // nor its sidecar: whoever deletes a partition must delete those rows first.
     client
         .execute("DELETE FROM queen.queues WHERE id = $1", &[&queue_id])
         .await
@@ -517,7 +546,7 @@ async fn check_constraints_reject_inconsistent_segment_and_sidecar_rows() {
             .unwrap();
         (row.get(0), row.get(1))
     };
-    assert_eq!(counts, (0, 1));
+    assert_eq!(counts, (1, 1));
 }
 
 #[tokio::test]
