@@ -6,7 +6,10 @@
 //! - no ignored or should-panic tests, and no `todo!`/`unimplemented!` stubs;
 //! - every `.sql` file under `sql/` is listed in `queen-sql`'s registry, and every
 //!   file the registry names exists;
-//! - no crate's `src/` but `queen-sql`'s (and the test kit's) holds SQL text.
+//! - no crate's `src/` but `queen-sql`'s (and the test kit's) holds SQL text;
+//! - `ARCHITECTURE.md` is a codemap: under 3,000 words, no procedure version
+//!   suffixes, no measured figures; no issue numbers under `crates/` or in
+//!   the headings of `docs/`.
 
 use std::path::{Path, PathBuf};
 
@@ -65,11 +68,113 @@ pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
     check_sql_only_in_queen_sql(root, &files, &mut problems);
     check_statuses_only_in_error_rs(root, &files, &mut problems);
     check_engine_boundary(root, &files, &mut problems);
+    check_codemap_and_history(root, &files, &mut problems);
     if problems.is_empty() {
         Ok(())
     } else {
         Err(problems)
     }
+}
+
+/// The codemap names things and states invariants: figures live in `docs/`
+/// (they go stale), procedure names without their `_vN` suffix (it changes),
+/// and history lives in commit messages, not in code comments or doc titles.
+fn check_codemap_and_history(root: &Path, files: &[PathBuf], problems: &mut Vec<String>) {
+    const MAX_WORDS: usize = 3_000;
+    const UNITS: &[&str] = &["ms", "us", "µs", "msg/s", "MB", "MiB", "GiB", "KiB", "%"];
+    let codemap = root.join("ARCHITECTURE.md");
+    if let Ok(text) = std::fs::read_to_string(&codemap) {
+        let words = text.split_whitespace().count();
+        if words >= MAX_WORDS {
+            problems.push(format!(
+                "ARCHITECTURE.md: {words} words, keep it under {MAX_WORDS}"
+            ));
+        }
+        for (idx, line) in text.lines().enumerate() {
+            let tokens: Vec<&str> = line
+                .split(|c: char| c.is_whitespace() || matches!(c, '(' | ')' | ',' | ';'))
+                .filter(|t| !t.is_empty())
+                .collect();
+            let suffixed = tokens.iter().any(|t| {
+                let t = t.trim_matches(|c: char| matches!(c, '`' | '.' | ':'));
+                t.rsplit_once("_v")
+                    .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            });
+            if suffixed {
+                problems.push(format!(
+                    "ARCHITECTURE.md:{}: a procedure's version suffix",
+                    idx + 1
+                ));
+            }
+            let figure = tokens.windows(2).any(|w| {
+                w[0].bytes().all(|b| b.is_ascii_digit() || b == b'.')
+                    && w[0].bytes().any(|b| b.is_ascii_digit())
+                    && UNITS.contains(&w[1].trim_end_matches('.'))
+            }) || tokens.iter().any(|t| {
+                UNITS.iter().any(|u| {
+                    t.strip_suffix(u).is_some_and(|n| {
+                        !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+                    })
+                })
+            });
+            if figure {
+                problems.push(format!(
+                    "ARCHITECTURE.md:{}: a measured figure (figures live in docs/)",
+                    idx + 1
+                ));
+            }
+        }
+    }
+    let issue = format!("{} #", "issue");
+    for file in files {
+        let relative = rel(root, file);
+        if !relative.starts_with("crates/") {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(file) else {
+            continue;
+        };
+        for (idx, line) in text.lines().enumerate() {
+            let lower = line.to_lowercase();
+            if lower.contains(&issue) || mentions_issue_number(&lower) {
+                problems.push(format!("{relative}:{}: names an issue number", idx + 1));
+            }
+        }
+    }
+    let mut docs = Vec::new();
+    collect(&root.join("docs"), &mut docs);
+    for file in docs
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "md"))
+    {
+        let Ok(text) = std::fs::read_to_string(file) else {
+            continue;
+        };
+        for (idx, line) in text.lines().enumerate() {
+            if line.starts_with('#') && mentions_issue_number(&line.to_lowercase()) {
+                problems.push(format!(
+                    "{}:{}: a heading names an issue number",
+                    rel(root, file),
+                    idx + 1
+                ));
+            }
+        }
+    }
+}
+
+/// `issue 12`, `issues 12 and 20`: the word followed by a number.
+fn mentions_issue_number(lower: &str) -> bool {
+    let mut rest = lower;
+    while let Some(at) = rest.find("issue") {
+        let after = rest[at + "issue".len()..]
+            .trim_start_matches('s')
+            .trim_start();
+        if after.bytes().next().is_some_and(|b| b.is_ascii_digit()) {
+            return true;
+        }
+        rest = &rest[at + "issue".len()..];
+    }
+    false
 }
 
 /// SQL text lives in `sql/` and `queen-sql` only: a crate's `src/` that
@@ -289,5 +394,50 @@ mod tests {
             text.contains("lib.rs:2: SQL text outside queen-sql"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn tidy_catches_figures_suffixes_and_issue_numbers() {
+        let dir = std::env::temp_dir().join(format!("xtask-codemap-{}", std::process::id()));
+        let src = dir.join("crates/x/src");
+        std::fs::create_dir_all(&src).unwrap();
+        std::fs::create_dir_all(dir.join("crates/queen-sql/src")).unwrap();
+        std::fs::create_dir_all(dir.join("sql")).unwrap();
+        std::fs::create_dir_all(dir.join("docs")).unwrap();
+        std::fs::write(src.join("lib.rs"), "//! x\n// as issue 12 asked\n").unwrap();
+        std::fs::write(dir.join("crates/queen-sql/src/registry.rs"), "//! r\n").unwrap();
+        std::fs::write(dir.join("docs/a.md"), "# Issue 7: pushes\n").unwrap();
+        std::fs::write(
+            dir.join("ARCHITECTURE.md"),
+            "`log_push_v1` flushes\na flush takes 1.2 ms\nreseeds at 40% of\n",
+        )
+        .unwrap();
+        for extra in ["README.md", "Cargo.toml"] {
+            std::fs::write(dir.join(extra), "x\n").unwrap();
+        }
+        let problems = super::check(&dir).unwrap_err();
+        let too_long = "word ".repeat(3_000);
+        std::fs::write(dir.join("ARCHITECTURE.md"), too_long).unwrap();
+        let long = super::check(&dir).unwrap_err().join("\n");
+        let _ = std::fs::remove_dir_all(&dir);
+        let text = problems.join("\n");
+        assert!(
+            text.contains("ARCHITECTURE.md:1: a procedure's version suffix"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ARCHITECTURE.md:2: a measured figure"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ARCHITECTURE.md:3: a measured figure"),
+            "{text}"
+        );
+        assert!(text.contains("lib.rs:2: names an issue number"), "{text}");
+        assert!(
+            text.contains("docs/a.md:1: a heading names an issue number"),
+            "{text}"
+        );
+        assert!(long.contains("3000 words, keep it under 3000"), "{long}");
     }
 }
