@@ -125,18 +125,9 @@ fn check_codemap_and_history(root: &Path, files: &[PathBuf], problems: &mut Vec<
             }
         }
     }
-    let issue = format!("{} #", "issue");
-    for file in files {
-        let relative = rel(root, file);
-        if !relative.starts_with("crates/") {
-            continue;
-        }
-        let Ok(text) = std::fs::read_to_string(file) else {
-            continue;
-        };
+    for (relative, text) in texts_under(root, files, "crates/") {
         for (idx, line) in text.lines().enumerate() {
-            let lower = line.to_lowercase();
-            if lower.contains(&issue) || mentions_issue_number(&lower) {
+            if mentions_issue_number(&line.to_lowercase()) {
                 problems.push(format!("{relative}:{}: names an issue number", idx + 1));
             }
         }
@@ -162,13 +153,28 @@ fn check_codemap_and_history(root: &Path, files: &[PathBuf], problems: &mut Vec<
     }
 }
 
-/// `issue 12`, `issues 12 and 20`: the word followed by a number.
+/// The files of `files` whose path under `root` starts with `prefix`, with
+/// their text (unreadable ones skipped: the main pass reports them).
+fn texts_under<'a>(
+    root: &'a Path,
+    files: &'a [PathBuf],
+    prefix: &'a str,
+) -> impl Iterator<Item = (String, String)> + 'a {
+    files
+        .iter()
+        .map(|file| (rel(root, file), file))
+        .filter(move |(relative, _)| relative.starts_with(prefix))
+        .filter_map(|(relative, file)| Some((relative, std::fs::read_to_string(file).ok()?)))
+}
+
+/// `issue 12`, `issues 12 and 20`, `issue #12`: the word followed by a number.
 fn mentions_issue_number(lower: &str) -> bool {
     let mut rest = lower;
     while let Some(at) = rest.find("issue") {
         let after = rest[at + "issue".len()..]
             .trim_start_matches('s')
-            .trim_start();
+            .trim_start()
+            .trim_start_matches('#');
         if after.bytes().next().is_some_and(|b| b.is_ascii_digit()) {
             return true;
         }
@@ -272,14 +278,7 @@ fn check_engine_boundary(root: &Path, files: &[PathBuf], problems: &mut Vec<Stri
         "Subscription",
     ];
     let needle = format!("pub use {}::", "queen_sql");
-    for file in files {
-        let relative = rel(root, file);
-        if !relative.starts_with("crates/queen-engine/src/") {
-            continue;
-        }
-        let Ok(text) = std::fs::read_to_string(file) else {
-            continue;
-        };
+    for (relative, text) in texts_under(root, files, "crates/queen-engine/src/") {
         for (idx, line) in text.lines().enumerate() {
             let Some(at) = line.find(needle.as_str()) else {
                 continue;
@@ -404,7 +403,11 @@ mod tests {
         std::fs::create_dir_all(dir.join("crates/queen-sql/src")).unwrap();
         std::fs::create_dir_all(dir.join("sql")).unwrap();
         std::fs::create_dir_all(dir.join("docs")).unwrap();
-        std::fs::write(src.join("lib.rs"), "//! x\n// as issue 12 asked\n").unwrap();
+        std::fs::write(
+            src.join("lib.rs"),
+            "//! x\n// as issue 12 asked\n// see issue #4\n",
+        )
+        .unwrap();
         std::fs::write(dir.join("crates/queen-sql/src/registry.rs"), "//! r\n").unwrap();
         std::fs::write(dir.join("docs/a.md"), "# Issue 7: pushes\n").unwrap();
         std::fs::write(
@@ -434,6 +437,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("lib.rs:2: names an issue number"), "{text}");
+        assert!(text.contains("lib.rs:3: names an issue number"), "{text}");
         assert!(
             text.contains("docs/a.md:1: a heading names an issue number"),
             "{text}"
