@@ -1039,6 +1039,62 @@ async fn the_dedup_cache_spares_the_full_probe_and_deduplication_holds_without_i
     broker.stop().await;
 }
 
+/// Pushes without transaction ids (the broker generates fresh UUIDv7s) leave
+/// nothing in the dedup cache: it once learned their hashes too, and bench
+/// pushes without ids filled the whole 256 MiB budget. Deduplication still
+/// holds: a client id equal to a generated one, or to an earlier client id
+/// on a partition that mixed both kinds, is a duplicate.
+#[tokio::test]
+async fn generated_ids_leave_nothing_in_the_dedup_cache_and_deduplication_holds() {
+    let broker = TestBroker::start().await;
+    let push = |item: serde_json::Value| {
+        let client = broker.client.clone();
+        async move {
+            let reply = client
+                .post_json("/api/v1/push", &json!({ "items": [item] }))
+                .await;
+            assert_eq!(reply.status, 201, "{:?}", reply.body);
+            reply.json()[0].clone()
+        }
+    };
+    let mut generated = Vec::new();
+    for i in 0..20 {
+        let answer = push(json!({"queue": "gen", "partition": "p", "payload": i})).await;
+        assert_eq!(answer["status"], "queued", "{answer}");
+        let id = answer["transactionId"]
+            .as_str()
+            .or(answer["transaction_id"].as_str())
+            .unwrap_or_default();
+        generated.push(id.to_owned());
+    }
+    let stats = broker.engine.observe().push_stats();
+    assert_eq!(stats.dedup_cache_hashes, 0, "{stats:?}");
+    assert_eq!(stats.dedup_cache_bytes, 0, "{stats:?}");
+    assert!(generated.iter().all(|id| id.len() == 36), "{generated:?}");
+    // A client repeating a generated id is told it is a duplicate.
+    let again = push(
+        json!({"queue": "gen", "partition": "p", "transactionId": generated[3], "payload": 0}),
+    )
+    .await;
+    assert_eq!(again["status"], "duplicate", "{again}");
+    // Mixed: client ids (learned), a generated row (ends the coverage), then
+    // an earlier client id again.
+    for i in 0..3 {
+        let answer = push(json!({"queue": "gen", "partition": "p", "transactionId": format!("c-{i}"), "payload": i})).await;
+        assert_eq!(answer["status"], "queued", "{answer}");
+    }
+    assert!(broker.engine.observe().push_stats().dedup_cache_hashes > 0);
+    let answer = push(json!({"queue": "gen", "partition": "p", "payload": 9})).await;
+    assert_eq!(answer["status"], "queued", "{answer}");
+    assert_eq!(broker.engine.observe().push_stats().dedup_cache_hashes, 0);
+    let again =
+        push(json!({"queue": "gen", "partition": "p", "transactionId": "c-1", "payload": 1})).await;
+    assert_eq!(again["status"], "duplicate", "{again}");
+    let sql = broker.sql().await;
+    assert_eq!(stored(&sql, "gen").await.len(), 24);
+    broker.stop().await;
+}
+
 /// Issue 14, item 10: once the engine has shut down, a push answers an error
 /// at once instead of waiting forever on flushers that are gone.
 #[tokio::test]

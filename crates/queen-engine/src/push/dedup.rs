@@ -39,6 +39,12 @@
 //! The budget counts each partition's entry too (its names and bookkeeping,
 //! [`ENTRY_OVERHEAD`]), and an entry whose generations all expired is
 //! dropped, so partitions written once with client ids do not linger.
+//!
+//! Only rows with a client transaction id are learned: a row whose ids the
+//! broker generated (fresh UUIDv7s, which need no duplicate check) ends the
+//! partition's coverage instead, so the cache's size follows the client-id
+//! traffic inside the window, not the push rate. A partition that mixes both
+//! kinds takes the full probe after each generated row.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -287,9 +293,13 @@ impl DedupCache {
         inner.enforce(self.budget, now);
     }
 
-    /// Forget one partition (its window went to 0).
-    fn forget(&self, key: &Key) {
-        self.inner.lock().remove(key);
+    /// Forget one partition: its window went to 0, or it took a row of
+    /// broker-generated ids only, whose hashes the cache does not hold.
+    pub(crate) fn forget(&self, key: &Key) {
+        let mut inner = self.inner.lock();
+        if !inner.partitions.is_empty() {
+            inner.remove(key);
+        }
     }
 
     /// Forget every partition of `queue` (reconfigured or deleted).

@@ -778,17 +778,27 @@ fn apply_outcome(
             known,
             ..
         } => {
-            shared.dedup.record(
-                &(
-                    Arc::clone(&lane.key.scoped),
-                    Arc::clone(&lane.key.partition),
-                ),
-                partition_id,
-                window_seconds,
-                &known,
-                (base_offset, &segment.hashes),
-                SystemTime::now(),
+            let key = (
+                Arc::clone(&lane.key.scoped),
+                Arc::clone(&lane.key.partition),
             );
+            if segment.probe {
+                shared.dedup.record(
+                    &key,
+                    partition_id,
+                    window_seconds,
+                    &known,
+                    (base_offset, &segment.hashes),
+                    SystemTime::now(),
+                );
+            } else {
+                // Every id of the slot is a fresh broker UUIDv7: no duplicate
+                // check needs its hashes, so the cache holds none of them (it
+                // once did, and pushes without ids filled the whole budget).
+                // The coverage must stay contiguous, so it ends here; a later
+                // client id on this partition probes SQL from its own row.
+                shared.dedup.forget(&key);
+            }
             for &idx in &segment.frame_entries {
                 lane.results[idx] = Some(EntryResult::Queued { partition_id });
             }
