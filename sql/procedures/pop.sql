@@ -405,6 +405,9 @@ BEGIN
         VALUES (p_pid, p_group,
                 queen.log_seed_position_v1(p_pid, p_qid, p_group, p_sub_mode, p_sub_from))
         ON CONFLICT (partition_id, consumer_group) DO NOTHING;
+        -- A seeded position is not soft state ('new' seeds where the log ends
+        -- now): this transaction commits durably (log_pop_list_v1).
+        PERFORM set_config('queen.pop_durable', 'on', true);
         -- Re-claim.
         SELECT c.committed INTO v_committed
           FROM queen.log_consumers c
@@ -614,6 +617,18 @@ BEGIN
             v_claimed := v_claimed + 1;
         END IF;
     END LOOP;
+    -- A lease is soft state: lost in a PostgreSQL crash before its WAL is
+    -- flushed, its batch is pending again and delivered again, as after a
+    -- lease expiry (at least once), and the consumer's ack commits durably,
+    -- flushing the lease's WAL with its own. So a leased claim with no cursor
+    -- created commits without waiting for its flush: at batch 1 a partition
+    -- serves one pop and one ack per message in turn, and the flush was a
+    -- third of that turn. Auto-acked claims move the cursor and stay durable.
+    -- This is the caller's whole transaction (every caller runs it alone).
+    IF NOT p_auto_ack AND v_claimed > 0
+       AND current_setting('queen.pop_durable', true) IS DISTINCT FROM 'on' THEN
+        PERFORM set_config('synchronous_commit', 'off', true);
+    END IF;
 END;
 $$;
 

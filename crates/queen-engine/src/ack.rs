@@ -223,9 +223,13 @@ impl Acks {
                     if acked.acked {
                         self.positional.fetch_add(1, Ordering::Relaxed);
                         self.registry.forget(lease, partition_id);
-                        if acked.pending {
-                            self.ready.promoted(tenant, queue, group, &served.partition);
-                        }
+                        self.ready.lease_ended(
+                            tenant,
+                            queue,
+                            group,
+                            &served.partition,
+                            acked.pending,
+                        );
                         let outcome = AckOutcome {
                             success: true,
                             error: None,
@@ -346,10 +350,9 @@ impl Acks {
             if let Some(lease) = lease {
                 self.registry.forget(lease, partition_id);
             }
-            if results.pending {
-                if let (Some(queue), Some(partition)) = (&results.queue, &results.partition) {
-                    self.ready.promoted(tenant, queue, group, partition);
-                }
+            if let (Some(queue), Some(partition)) = (&results.queue, &results.partition) {
+                self.ready
+                    .lease_ended(tenant, queue, group, partition, results.pending);
             }
         }
         outcomes

@@ -95,17 +95,19 @@ impl Serving {
             self.hotlist.forget_queue(&queue.key);
             return Ok(Popped::default());
         }
-        self.check_in(queue, group, &rows, candidates);
+        self.check_in(queue, group, &rows, candidates, !request.auto_ack);
         self.render(queue, request, worker, &rows).await
     }
 
-    /// Check verdicts back into the ring.
+    /// Check verdicts back into the ring; `leased`: the pop leased what it
+    /// took (no `autoAck`).
     pub(super) fn check_in(
         &self,
         queue: &QueueRef<'_>,
         group: &str,
         rows: &[PopRow],
         candidates: Vec<String>,
+        leased: bool,
     ) {
         let now = Instant::now();
         let wall = SystemTime::now();
@@ -123,11 +125,13 @@ impl Serving {
             };
             let outcome = match verdict {
                 // A leased batch locks the partition for the group until its
-                // ack (whose promote brings the name back) or its expiry: no
-                // other pop could claim it meanwhile, so it waits instead of
+                // ack (which releases the name here) or its expiry: no other
+                // pop could claim it meanwhile, so it waits instead of
                 // drawing every parked consumer to a partition they cannot
-                // have. Auto-acked, there may be more for anyone: keep it.
+                // have, and a local push meanwhile does not ready it.
+                // Auto-acked, there may be more for anyone: keep it.
                 Verdict::Delivered => match to_instant(*revisit_at) {
+                    Some(at) if leased => Outcome::LeasedUntil(at),
                     Some(at) => Outcome::RevisitAt(at),
                     None => Outcome::Delivered,
                 },
@@ -135,14 +139,21 @@ impl Serving {
                 // at its lease expiry in case it is never acked, an auto-acked
                 // one when its hidden delayedProcessing tail shows.
                 Verdict::Drained => match to_instant(*revisit_at) {
+                    Some(at) if leased => Outcome::LeasedUntil(at),
                     Some(at) => Outcome::RevisitAt(at),
                     None => Outcome::Empty,
                 },
                 // A name with no partition leaves the ring like an empty one.
                 Verdict::Empty | Verdict::Missing => Outcome::Empty,
-                // A lease's expiry, or when a delayedProcessing tail shows;
-                // the latter goes through every gate again (no window skip).
-                Verdict::Leased | Verdict::Delayed => Outcome::RevisitAt(
+                // Another worker's lease, until its expiry (or its release:
+                // an ack here, or a peer's hint).
+                Verdict::Leased => match to_instant(*revisit_at) {
+                    Some(at) => Outcome::LeasedUntil(at),
+                    None => Outcome::RevisitAt(HotList::busy_revisit(now)),
+                },
+                // When a delayedProcessing tail shows; it goes through every
+                // gate again (no window skip).
+                Verdict::Delayed => Outcome::RevisitAt(
                     to_instant(*revisit_at).unwrap_or_else(|| HotList::busy_revisit(now)),
                 ),
                 Verdict::Busy => Outcome::RevisitAt(HotList::busy_revisit(now)),
@@ -189,7 +200,8 @@ impl Drop for Taken<'_> {
     fn drop(&mut self) {
         if !self.names.is_empty() {
             let names = std::mem::take(&mut self.names);
-            self.serving.check_in(self.queue, self.group, &[], names);
+            self.serving
+                .check_in(self.queue, self.group, &[], names, false);
         }
     }
 }

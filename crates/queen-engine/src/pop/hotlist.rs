@@ -9,8 +9,9 @@
 //! most one reseed period, never a stranded message.
 //!
 //! After each `log_pop_list_v1`, the verdicts are checked back in: delivered
-//! (keep, there may be more), empty (drop), leased or busy (revisit at lease
-//! expiry, or shortly), deferred by windowBuffer (revisit when quiet, skipping
+//! (keep, there may be more), empty (drop), leased (wait for the lease's
+//! release or expiry: a local push meanwhile readies nothing, see
+//! [`HotList::mark_pushed`]), busy (revisit shortly), deferred by windowBuffer (revisit when quiet, skipping
 //! the SQL debounce unless a push came since), delayed by delayedProcessing
 //! (revisit when visible, debounce and all), missing (drop). Candidates a
 //! pop took but never reached go back to the front.
@@ -37,6 +38,12 @@ pub(super) const IDLE_RING_EXPIRY: Duration = Duration::from_secs(300);
 /// claimed by a concurrent pop).
 const BUSY_REVISIT: Duration = Duration::from_millis(100);
 
+/// The latest a local push to a leased partition is looked at, when no ack
+/// here releases the lease first (it was acked through another broker with
+/// nothing left behind, so no hint came): the bound on what a missed release
+/// costs. Until then pushes to it wake no pop that could not claim it.
+pub(super) const LEASED_PUSH_RECHECK: Duration = Duration::from_millis(100);
+
 /// What a pop found in one partition, as the ring needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Outcome {
@@ -44,8 +51,11 @@ pub(super) enum Outcome {
     Delivered,
     /// Nothing pending: drop it.
     Empty,
-    /// Look again at `at` (a lease expiry, a busy row).
+    /// Look again at `at` (a busy row, a delayedProcessing tail).
     RevisitAt(Instant),
+    /// A lease holds it for the group until `at` (its expiry) or its release
+    /// (an ack): a local push meanwhile readies nothing no pop could claim.
+    LeasedUntil(Instant),
     /// Hidden by windowBuffer until `at`: revisit then, and bypass the SQL
     /// debounce on that visit (the wheel owns the hold).
     WindowUntil(Instant),
@@ -69,8 +79,8 @@ struct Ring {
     in_ready: HashSet<String>,
     /// Names whose windowBuffer hold ended (promoted by the wheel).
     window_due: HashSet<String>,
-    /// Names waiting for a revisit time.
-    waiting: HashMap<String, (Instant, bool)>,
+    /// Names waiting for a revisit time, and why.
+    waiting: HashMap<String, Wait>,
     wheel: BTreeMap<Instant, Vec<String>>,
     reseeded_at: Option<Instant>,
     used_at: Instant,
@@ -79,6 +89,26 @@ struct Ring {
     /// A pop found nothing ready while names were out: the next check-in
     /// that puts names back should wake the queue's parked pops.
     starved: bool,
+}
+
+/// Why a name waits for its revisit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// Any other revisit (busy, delayedProcessing).
+    Plain(Instant),
+    /// A windowBuffer hold: its visit may skip the SQL debounce.
+    Window(Instant),
+    /// A lease; `pushed`: a local push came while it was held, so its release
+    /// readies the name even when the ack saw nothing behind the cursor.
+    Lease { at: Instant, pushed: bool },
+}
+
+impl Wait {
+    fn at(self) -> Instant {
+        match self {
+            Wait::Plain(at) | Wait::Window(at) | Wait::Lease { at, .. } => at,
+        }
+    }
 }
 
 impl Ring {
@@ -113,12 +143,61 @@ impl Ring {
         self.ready.push_front(name);
     }
 
-    fn schedule(&mut self, name: &str, at: Instant, window: bool) {
+    fn schedule(&mut self, name: &str, wait: Wait) {
         if self.in_ready.contains(name) {
             return;
         }
-        self.waiting.insert(name.to_owned(), (at, window));
-        self.wheel.entry(at).or_default().push(name.to_owned());
+        self.waiting.insert(name.to_owned(), wait);
+        self.wheel
+            .entry(wait.at())
+            .or_default()
+            .push(name.to_owned());
+    }
+
+    /// A local push made `name` pending. Returns the revisit it scheduled
+    /// instead of readying the name, if a lease holds it.
+    fn pushed(&mut self, name: &str, now: Instant) -> Option<Instant> {
+        self.window_due.remove(name);
+        match self.waiting.get(name).copied() {
+            Some(Wait::Lease { at, pushed }) => {
+                let recheck = at.min(now + LEASED_PUSH_RECHECK);
+                let wait = Wait::Lease {
+                    at: recheck,
+                    pushed: true,
+                };
+                if recheck == at {
+                    // Already on the wheel then: one entry, however many pushes.
+                    if !pushed {
+                        self.waiting.insert(name.to_owned(), wait);
+                    }
+                } else {
+                    self.schedule(name, wait);
+                }
+                Some(recheck)
+            }
+            _ => {
+                self.push_back(name);
+                None
+            }
+        }
+    }
+
+    /// An ack here released `name`'s lease with nothing behind the cursor
+    /// when it looked. True when the name became ready (a push came during
+    /// the lease, perhaps after the ack looked).
+    fn released(&mut self, name: &str) -> bool {
+        match self.waiting.get(name).copied() {
+            Some(Wait::Lease { pushed: true, .. }) => {
+                self.push_back(name);
+                true
+            }
+            // The wheel's entry goes stale: only the latest schedule counts.
+            Some(Wait::Lease { pushed: false, .. }) => {
+                self.waiting.remove(name);
+                false
+            }
+            _ => false,
+        }
     }
 
     /// Move every revisit due at `now` into the ready queue.
@@ -130,10 +209,10 @@ impl Ring {
             let (at, names) = entry.remove_entry();
             for name in names {
                 // Only the latest schedule of a name counts.
-                if let Some(&(scheduled, window)) = self.waiting.get(&name) {
-                    if scheduled == at {
+                if let Some(&wait) = self.waiting.get(&name) {
+                    if wait.at() == at {
                         self.waiting.remove(&name);
-                        if window {
+                        if matches!(wait, Wait::Window(_)) {
                             self.window_due.insert(name.clone());
                         }
                         self.push_back(&name);
@@ -286,10 +365,12 @@ impl HotList {
         rings.count += after - before;
     }
 
-    /// A local push made `partition` of `queue` pending for every group that
-    /// has a ring. A push also restarts the partition's windowBuffer quiet
-    /// period, so a hold the wheel already ended no longer lets the next
-    /// visit skip the SQL debounce.
+    /// A peer's hint (a push or an ack-promote there) made `partition` of
+    /// `queue` pending for every group that has a ring, leased here or not:
+    /// the hint may be the release of a lease this ring waits on. A push
+    /// also restarts the partition's windowBuffer quiet period, so a hold the
+    /// wheel already ended no longer lets the next visit skip the SQL
+    /// debounce.
     pub(super) fn mark_ready(&self, queue: &str, partition: &str) {
         let mut rings = self.rings.lock();
         if let Some(groups) = rings.by_queue.get_mut(queue) {
@@ -298,6 +379,36 @@ impl HotList {
                 ring.push_back(partition);
             }
         }
+    }
+
+    /// A local push made `partition` of `queue` pending: what
+    /// [`HotList::mark_ready`] does, except in a ring where a lease holds the
+    /// partition. There the name waits for the lease's release (an ack here),
+    /// at most [`LEASED_PUSH_RECHECK`]: with batch 1 on a busy partition,
+    /// nearly every push lands during a lease, and readying it drew every
+    /// parked consumer to a claim that could only answer `leased`.
+    pub(super) fn mark_pushed(&self, queue: &str, partition: &str, now: Instant) {
+        let mut rings = self.rings.lock();
+        let mut earliest: Option<Instant> = None;
+        if let Some(groups) = rings.by_queue.get_mut(queue) {
+            for ring in groups.values_mut() {
+                if let Some(at) = ring.pushed(partition, now) {
+                    earliest = Some(earliest.map_or(at, |e| e.min(at)));
+                }
+            }
+        }
+        if let Some(at) = earliest {
+            rings.scheduled(at);
+        }
+    }
+
+    /// An ack here released (queue, group)'s lease on `partition`, with
+    /// nothing behind the cursor when it looked. True when the name became
+    /// ready because a push came during the lease: the caller opens the gate.
+    pub(super) fn release_for(&self, queue: &str, group: &str, partition: &str) -> bool {
+        self.with_ring(queue, group, |ring| {
+            ring.is_some_and(|ring| ring.released(partition))
+        })
     }
 
     /// Mark one (queue, group)'s partition pending (ack-promote).
@@ -407,9 +518,14 @@ impl HotList {
                     readied = true;
                 }
                 Outcome::Empty => {}
-                Outcome::RevisitAt(at) | Outcome::WindowUntil(at) => {
+                Outcome::RevisitAt(at) | Outcome::WindowUntil(at) | Outcome::LeasedUntil(at) => {
                     let at = at.max(now);
-                    ring.schedule(name, at, matches!(outcome, Outcome::WindowUntil(_)));
+                    let wait = match outcome {
+                        Outcome::WindowUntil(_) => Wait::Window(at),
+                        Outcome::LeasedUntil(_) => Wait::Lease { at, pushed: false },
+                        _ => Wait::Plain(at),
+                    };
+                    ring.schedule(name, wait);
                     earliest = Some(earliest.map_or(at, |e| e.min(at)));
                 }
             }
@@ -709,6 +825,65 @@ mod tests {
             vec![],
             now
         ));
+    }
+
+    /// Check `partition` of q/g (taken) in as leased until `until`.
+    fn lease(hot: &HotList, partition: &str, until: Instant, now: Instant) {
+        let verdict = [(partition.into(), Outcome::LeasedUntil(until))];
+        hot.check_in("q", "g", &verdict, vec![], now);
+    }
+
+    #[test]
+    fn a_local_push_to_a_leased_partition_waits_for_the_release() {
+        let hot = HotList::default();
+        let now = Instant::now();
+        let expiry = now + Duration::from_secs(30);
+        hot.reseed("q", "g", vec!["p".into()], now);
+        assert_eq!(names(&hot.take("q", "g", 16, now)), ["p"]);
+        lease(&hot, "p", expiry, now);
+        // Pushes during the lease ready nothing a pop could not claim...
+        hot.mark_pushed("q", "p", now);
+        hot.mark_pushed("q", "p", now);
+        assert!(!hot.has_ready("q", "g", now));
+        // ...until the ack here releases it: a push came, so it is ready.
+        assert!(hot.release_for("q", "g", "p"));
+        assert_eq!(names(&hot.take("q", "g", 16, now)), ["p"]);
+        // Released with no push meanwhile: the wait ends, nothing is ready,
+        // and the next push readies it at once.
+        lease(&hot, "p", expiry, now);
+        assert!(!hot.release_for("q", "g", "p"));
+        assert!(!hot.has_ready("q", "g", now));
+        hot.mark_pushed("q", "p", now);
+        assert_eq!(names(&hot.take("q", "g", 16, now)), ["p"]);
+        // A release that never comes here (acked through another broker):
+        // the push is looked at within LEASED_PUSH_RECHECK, once.
+        lease(&hot, "p", expiry, now);
+        hot.mark_pushed("q", "p", now);
+        let recheck = now + LEASED_PUSH_RECHECK;
+        hot.mark_pushed("q", "p", recheck - Duration::from_millis(1));
+        assert!(!hot.has_ready("q", "g", recheck - Duration::from_millis(1)));
+        assert_eq!(hot.promote_due(recheck), ["q"]);
+        assert_eq!(names(&hot.take("q", "g", 16, recheck)), ["p"]);
+        hot.promote_due(expiry);
+        assert!(
+            !hot.has_ready("q", "g", expiry),
+            "the stale expiry readied it again"
+        );
+        // A peer's hint may be the release: it readies the name at once.
+        lease(&hot, "p", expiry, now);
+        hot.mark_ready("q", "p");
+        assert_eq!(names(&hot.take("q", "g", 16, now)), ["p"]);
+        // A release for a name that waits on no lease changes nothing.
+        hot.check_in("q", "g", &[("p".into(), Outcome::Empty)], vec![], now);
+        hot.check_in(
+            "q",
+            "g",
+            &[("p".into(), Outcome::RevisitAt(expiry))],
+            vec![],
+            now,
+        );
+        assert!(!hot.release_for("q", "g", "p"));
+        assert!(!hot.has_ready("q", "g", now));
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! each announcement is also sent to the other brokers as a hint.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::mesh::{Hint, MeshOut};
 use crate::naming::queue_key;
@@ -56,9 +57,12 @@ impl Ready {
     }
 
     /// After a push committed: every group's ring of the queue offers the
-    /// partition, then parked pops of the queue (and discovery pops) wake.
+    /// partition (unless a lease here holds it: then at its release), then
+    /// parked pops of the queue (and discovery pops) wake.
     pub(crate) fn pushed(&self, tenant: &str, queue: &str, partition: &str) {
-        self.hinted(tenant, queue, partition);
+        let key = queue_key(tenant, queue);
+        self.hotlist.mark_pushed(&key, partition, Instant::now());
+        self.gates.open_partition(&key, partition);
         self.tell(tenant, queue, partition);
     }
 
@@ -70,5 +74,35 @@ impl Ready {
         self.gates.open_partition(&key, partition);
         // Peers' rings may have dropped the partition while it was leased.
         self.tell(tenant, queue, partition);
+    }
+
+    /// After an ack released a lease with nothing behind the cursor: the
+    /// acking group's ring stops waiting on the lease, and offers the
+    /// partition if a push came meanwhile (perhaps after the ack looked).
+    /// Peers are not told: a ring of theirs waiting on this lease rechecks
+    /// at their next local push, within `LEASED_PUSH_RECHECK`, or at a
+    /// peer's push hint.
+    pub(crate) fn released(&self, tenant: &str, queue: &str, group: &str, partition: &str) {
+        let key = queue_key(tenant, queue);
+        if self.hotlist.release_for(&key, group, partition) {
+            self.gates.open_partition(&key, partition);
+        }
+    }
+
+    /// After an ack released a lease: [`Ready::promoted`] when it left data
+    /// behind the cursor, [`Ready::released`] otherwise.
+    pub(crate) fn lease_ended(
+        &self,
+        tenant: &str,
+        queue: &str,
+        group: &str,
+        partition: &str,
+        pending: bool,
+    ) {
+        if pending {
+            self.promoted(tenant, queue, group, partition);
+        } else {
+            self.released(tenant, queue, group, partition);
+        }
     }
 }

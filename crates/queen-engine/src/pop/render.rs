@@ -138,9 +138,14 @@ impl Serving {
         };
         for (partition_id, partition, end) in hidden {
             match queen_sql::ack::ack_batch(&client, partition_id, group, lease, end).await {
-                Ok(acked) if acked.acked && acked.pending => {
-                    self.ready()
-                        .promoted(queue.tenant, queue.name, group, partition);
+                Ok(acked) if acked.acked => {
+                    self.ready().lease_ended(
+                        queue.tenant,
+                        queue.name,
+                        group,
+                        partition,
+                        acked.pending,
+                    );
                 }
                 Ok(_) => {}
                 Err(error) => {

@@ -2,6 +2,7 @@
 //! (`queen-testkit`): one binary, suites as modules.
 
 mod errors;
+mod pop_commit;
 mod push_flush;
 mod push_probe;
 mod queues;
