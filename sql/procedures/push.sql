@@ -92,6 +92,11 @@ CREATE OR REPLACE FUNCTION queen.log_push_v1(
 )
 LANGUAGE plpgsql
 VOLATILE
+-- Generic plans, always. A custom plan of the set statement costs more to
+-- plan than to run (the plan cache kept choosing one and replanned it on
+-- every call), and the generic plan is the one written for: index lookups
+-- by key and an UPDATE by tid, whatever the partition count.
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_n       integer := coalesce(array_length(p_queues, 1), 0);
@@ -110,144 +115,132 @@ DECLARE
     v_has_dup boolean;
     v_cached  boolean;
     v_known   record;
-    v_pids    uuid[];
-    v_qids    uuid[];
-    v_encs    boolean[];
-    v_windows integer[];
-    v_tids    tid[];
-    v_lasts   bigint[];
-    v_locked  integer;
-    v_distinct integer;
-    v_need    integer;
+    v_row     record;
+    v_done    boolean[];
+    v_written integer := 0;
+    v_fresh_pids uuid[];
+    v_fresh_at   timestamptz[];
 BEGIN
-    -- The set-based path: every slot's queue and partition exist, no queue is
-    -- bounded, every encryption flag matches and no slot needs a sidecar
-    -- probe (the steady state). Then the whole flush is a handful of
-    -- statements whatever its slot count: one lock, at most one probe check,
-    -- the known rows, one allocate-and-insert. Per-slot statements cost more
-    -- than the rows they write (planning, executor start-up, the CHECK
-    -- constraints compiled again per statement: 174 us of
-    -- PostgreSQL CPU per single-message segment with the loop below, over
-    -- 100 partitions).
+    -- The set path: one statement locks, allocates and inserts every slot
+    -- that needs nothing else (the steady state), and the loop below takes
+    -- the rest. Per-slot statements cost more than the rows they write
+    -- (planning, executor start-up, the CHECK constraints compiled again per
+    -- statement), and a lock taken apart from the allocator UPDATE visits
+    -- each partition row twice and writes a lock record for it; one UPDATE
+    -- takes the row lock itself (docs/performance.md has the figures).
     --
-    -- The lock takes the partition rows in slot order, as the loop does. It
-    -- skips rows of bounded queues (whose queue row must be locked first):
-    -- when it locks fewer rows than there are slots, the loop below runs
-    -- holding them. Holding locks the loop would take later only matters in
-    -- a race with a concurrent creator of one of the missing partitions; a
-    -- deadlock there is detected by PostgreSQL and the broker retries the
-    -- flush. Once every row is locked the loop is always safe, so any slot
-    -- that needs a probe sends the whole flush through it.
+    -- A slot is written here when its queue exists, is not bounded and
+    -- matches its encryption flag, its partition exists, and it needs no
+    -- duplicate probe: no client transaction id, or a dedup window of 0, or
+    -- the broker's coverage holds every sidecar row the probe would read.
+    -- That last test has two halves. Rows below the coverage in the window
+    -- are checked before the lock: rows below an offset never appear later,
+    -- and time only takes them out of the window, so an early "none" stays
+    -- true. Rows above the coverage (another broker wrote) are checked in the
+    -- UPDATE's WHERE on the locked row: when the row was locked by another
+    -- writer, PostgreSQL re-evaluates the condition on the version it then
+    -- updates. A slot that fails any test is not touched and goes to the
+    -- loop, which probes, returns the known rows, creates what is missing.
     --
-    -- A flush of one slot takes the loop: there the loop's five small
-    -- statements cost PostgreSQL about half of what these set statements do
-    -- (one partition, single-message pushes from 50 producers: 33 us of
-    -- PostgreSQL CPU per message this way, 18 us by the loop;
-    -- docs/performance.md), and one partition's flushes are one slot each.
+    -- created_at is clock_timestamp() in RETURNING, evaluated after the row
+    -- is updated and so after its lock (invariant 2). Rows are locked in
+    -- slot order: the UPDATE runs a nested loop over the slots in order
+    -- (the broker sorts them by queue and partition name). The loop's slots
+    -- are then locked after the set path's, out of that order: two brokers
+    -- whose flushes share two such partitions can deadlock, which PostgreSQL
+    -- detects and the broker retries.
+    --
+    -- A flush of one slot takes the loop: one partition's flushes are one
+    -- slot each (a lane has one flush in flight).
     IF v_n > 1 THEN
-        WITH locked AS (
-            SELECT s.i, p.id AS pid, p.ctid AS tid, p.last_offset AS last, q.id AS qid,
-                   q.encryption_enabled AS enc, q.dedup_window_seconds AS win
-              FROM unnest(p_queues, p_partitions, p_encrypted) WITH ORDINALITY AS s(qn, pn, enc, i)
-              -- LIMIT 1 keeps each lookup an index probe of its own key (as
-              -- a join, a generic plan read every queue of the tenant).
-              CROSS JOIN LATERAL (
-                    SELECT q.id, q.encryption_enabled, q.dedup_window_seconds
-                      FROM queen.queues q
-                     WHERE q.tenant_id = p_tenant AND q.name = s.qn AND q.max_queue_size = 0
-                       AND q.encryption_enabled IS NOT DISTINCT FROM s.enc
-                     LIMIT 1) q
-              JOIN queen.log_partitions p ON p.queue_id = q.id AND p.name = s.pn
-             ORDER BY s.i
-               FOR UPDATE OF p
-        )
-        SELECT count(*), count(DISTINCT l.pid),
-               array_agg(l.pid ORDER BY l.i), array_agg(l.qid ORDER BY l.i),
-               array_agg(l.enc ORDER BY l.i), array_agg(l.win ORDER BY l.i),
-               array_agg(l.tid ORDER BY l.i), array_agg(l.last ORDER BY l.i)
-          INTO v_locked, v_distinct, v_pids, v_qids, v_encs, v_windows, v_tids, v_lasts
-          FROM locked l;
-        IF v_locked = v_n AND v_distinct = v_n THEN
-            v_need := 0;
-            IF true = ANY (p_probe) THEN
-                -- What the loop's step 4 would probe: a slot without coverage,
-                -- with sidecar rows below its coverage still in the window, or
-                -- with rows above it (another broker wrote).
-                SELECT count(*) INTO v_need
-                  FROM unnest(v_pids, v_windows, v_lasts, p_probe, p_cache_pids, p_cover_from, p_known_to)
-                       AS k(pid, win, last, probe, cpid, cf, kt)
-                 WHERE k.win > 0 AND k.probe
-                   AND (k.cpid IS DISTINCT FROM k.pid OR k.kt IS NULL
-                        OR k.last > k.kt
-                        OR coalesce((SELECT t.created_at >= clock_timestamp() - make_interval(secs => k.win)
-                                       FROM queen.log_txns t
-                                      WHERE t.partition_id = k.pid AND t.base_offset < k.cf
-                                      ORDER BY t.base_offset DESC
-                                      LIMIT 1), false));
+        v_now := clock_timestamp();
+        FOR v_row IN
+            WITH s AS (
+                SELECT s.i, pp.tid, s.cnt, s.blob, s.hashes, q.id AS qid, q.encryption_enabled AS enc,
+                       q.dedup_window_seconds AS win, s.probe, s.cpid, s.kt,
+                       -- The probe is needed below the coverage: the newest
+                       -- sidecar row under it is still in the window.
+                       s.probe AND q.dedup_window_seconds > 0
+                           AND (s.kt IS NULL
+                                OR coalesce((SELECT t.created_at >= v_now - make_interval(secs => q.dedup_window_seconds)
+                                               FROM queen.log_txns t
+                                              WHERE t.partition_id = s.cpid AND t.base_offset < s.cf
+                                              ORDER BY t.base_offset DESC
+                                              LIMIT 1), false)) AS below
+                  FROM unnest(p_queues, p_partitions, p_encrypted, p_counts, p_blobs, p_hashes,
+                              p_probe, p_cache_pids, p_cover_from, p_known_to)
+                       WITH ORDINALITY AS s(qn, pn, enc, cnt, blob, hashes, probe, cpid, cf, kt, i)
+                  -- LIMIT 1 keeps each lookup an index probe of its own key
+                  -- (as a join, a generic plan read every queue of the tenant).
+                  CROSS JOIN LATERAL (
+                        SELECT q.id, q.encryption_enabled, q.dedup_window_seconds
+                          FROM queen.queues q
+                         WHERE q.tenant_id = p_tenant AND q.name = s.qn AND q.max_queue_size = 0
+                           AND q.encryption_enabled IS NOT DISTINCT FROM s.enc
+                         LIMIT 1) q
+                  -- The partition row's current version, by its key; the
+                  -- UPDATE reaches it by tid. Had another writer updated it
+                  -- since, the UPDATE waits for its lock and follows the
+                  -- update chain to the version it then changes.
+                  CROSS JOIN LATERAL (
+                        SELECT p.ctid AS tid
+                          FROM queen.log_partitions p
+                         WHERE p.queue_id = q.id AND p.name = s.pn
+                         LIMIT 1) pp
+            ), alloc AS (
+                UPDATE queen.log_partitions p
+                   SET last_offset   = p.last_offset + s.cnt,
+                       last_write_at = CASE WHEN p.last_write_at < v_now - interval '1 second'
+                                            THEN v_now ELSE p.last_write_at END
+                  FROM s
+                 WHERE p.ctid = s.tid
+                   AND NOT s.below
+                   AND (NOT s.probe OR s.win = 0 OR (p.id = s.cpid AND p.last_offset <= s.kt))
+                RETURNING s.i, p.id AS pid, s.qid, s.enc, s.win, s.cnt, s.blob, s.hashes,
+                          p.last_offset - s.cnt + 1 AS base, p.last_offset AS last,
+                          clock_timestamp() AS at,
+                          p.oldest_live_at IS NULL OR p.oldest_txn_at IS NULL AS fresh
+            ), seg AS (
+                INSERT INTO queen.log_segments (partition_id, base_offset, end_offset, msg_count, created_at, blob)
+                SELECT a.pid, a.base, a.last, a.cnt, a.at, a.blob FROM alloc a
+            ), txn AS (
+                INSERT INTO queen.log_txns (partition_id, base_offset, end_offset, created_at, hashes)
+                SELECT a.pid, a.base, a.last, a.at, a.hashes FROM alloc a
+            )
+            SELECT a.i::integer AS i, a.qid, a.pid, a.enc, a.win, a.base, a.at, a.fresh FROM alloc a
+        LOOP
+            v_done[v_row.i] := true;
+            v_written := v_written + 1;
+            IF v_row.fresh THEN
+                v_fresh_pids := v_fresh_pids || v_row.pid;
+                v_fresh_at := v_fresh_at || v_row.at;
             END IF;
-            IF v_need = 0 THEN
-                -- The known rows of covered slots (rows another broker wrote
-                -- above the coverage), as step 4 returns them. The locked
-                -- row's last offset says which slots have any: with one
-                -- broker per partition, none, and no index is read.
-                IF EXISTS (SELECT 1 FROM unnest(v_windows, v_lasts, p_known_to) AS k(win, last, kt)
-                            WHERE k.win > 0 AND k.last > k.kt) THEN
-                    RETURN QUERY
-                    SELECT (k.i - 1)::integer, 'known'::text, k.qid, k.pid, NULL::bigint, NULL::timestamptz,
-                           k.enc, NULL::integer, NULL::integer, NULL::bytea,
-                           t.base_offset, t.end_offset, t.hashes, k.win
-                      FROM unnest(v_pids, v_qids, v_encs, v_windows, v_lasts, p_cache_pids, p_known_to)
-                           WITH ORDINALITY AS k(pid, qid, enc, win, last, cpid, kt, i)
-                      JOIN queen.log_txns t ON t.partition_id = k.pid AND t.base_offset > k.kt
-                     WHERE k.win > 0 AND k.cpid = k.pid AND k.last > k.kt
-                     ORDER BY k.i, t.base_offset;
-                END IF;
-                -- Step 5 for every slot in one statement.
-                v_now := clock_timestamp();
-                RETURN QUERY
-                -- The UPDATE finds each row by the tid the lock returned (the
-                -- row cannot move while this transaction holds its lock): no
-                -- index is read again.
-                WITH s AS (
-                    SELECT * FROM unnest(v_pids, v_tids, v_qids, v_encs, v_windows, p_counts, p_blobs, p_hashes)
-                           WITH ORDINALITY AS s(pid, tid, qid, enc, win, cnt, blob, hashes, i)
-                ), alloc AS (
-                    UPDATE queen.log_partitions p
-                       SET last_offset    = p.last_offset + s.cnt,
-                           last_write_at  = CASE WHEN p.last_write_at < v_now - interval '1 second'
-                                                 THEN v_now ELSE p.last_write_at END,
-                           oldest_live_at = COALESCE(p.oldest_live_at, v_now),
-                           oldest_txn_at  = COALESCE(p.oldest_txn_at, v_now)
-                      FROM s
-                     WHERE p.ctid = s.tid AND p.id = s.pid
-                    RETURNING s.i, p.last_offset
-                ), seg AS (
-                    INSERT INTO queen.log_segments (partition_id, base_offset, end_offset, msg_count, created_at, blob)
-                    SELECT s.pid, a.last_offset - s.cnt + 1, a.last_offset, s.cnt, v_now, s.blob
-                      FROM alloc a JOIN s ON s.i = a.i
-                ), txn AS (
-                    INSERT INTO queen.log_txns (partition_id, base_offset, end_offset, created_at, hashes)
-                    SELECT s.pid, a.last_offset - s.cnt + 1, a.last_offset, v_now, s.hashes
-                      FROM alloc a JOIN s ON s.i = a.i
-                )
-                SELECT (s.i - 1)::integer, 'queued'::text, s.qid, s.pid, a.last_offset - s.cnt + 1, v_now,
-                       s.enc, NULL::integer, NULL::integer, NULL::bytea,
-                       NULL::bigint, NULL::bigint, NULL::bytea, s.win
-                  FROM alloc a JOIN s ON s.i = a.i
-                 ORDER BY s.i;
-                GET DIAGNOSTICS v_locked = ROW_COUNT;
-                IF v_locked <> v_n THEN
-                    -- A locked row not found by its tid: never expected; the
-                    -- whole call rolls back and the broker retries it.
-                    RAISE EXCEPTION 'log_push_v1: % of % locked partitions allocated', v_locked, v_n
-                        USING ERRCODE = 'serialization_failure';
-                END IF;
-                RETURN;
-            END IF;
+            o_slot := v_row.i - 1; o_status := 'queued';
+            o_queue_id := v_row.qid; o_partition_id := v_row.pid;
+            o_base_offset := v_row.base; o_created_at := v_row.at;
+            o_encryption_enabled := v_row.enc; o_window := v_row.win;
+            o_dup_item := NULL; o_dup_frame := NULL; o_dup_blob := NULL;
+            o_known_base := NULL; o_known_end := NULL; o_known_hashes := NULL;
+            RETURN NEXT;
+        END LOOP;
+        -- The empty-to-non-empty transition (rare): the retention work-list
+        -- columns take the created_at of the row now at the watermark.
+        IF v_fresh_pids IS NOT NULL THEN
+            UPDATE queen.log_partitions p
+               SET oldest_live_at = COALESCE(p.oldest_live_at, f.at),
+                   oldest_txn_at  = COALESCE(p.oldest_txn_at, f.at)
+              FROM unnest(v_fresh_pids, v_fresh_at) AS f(pid, at)
+             WHERE p.id = f.pid;
+        END IF;
+        IF v_written = v_n THEN
+            RETURN;
         END IF;
     END IF;
 
     FOR v_i IN 1 .. v_n LOOP
+        IF v_done[v_i] THEN
+            CONTINUE;
+        END IF;
         o_slot := v_i - 1;
         o_queue_id := NULL; o_partition_id := NULL; o_base_offset := NULL;
         o_created_at := NULL; o_encryption_enabled := NULL;

@@ -152,7 +152,9 @@ async fn rows_another_writer_added_above_the_coverage_come_back_known() {
             .await
             .unwrap();
     }
-    // This broker still covers only offset 0 everywhere.
+    // This broker still covers only offset 0 everywhere, and its slots carry
+    // client ids (new ones), so each needs the rows above its coverage.
+    let fresh = [4u8; 16];
     let writes: Vec<_> = names
         .iter()
         .zip(&ids)
@@ -162,7 +164,10 @@ async fn rows_another_writer_added_above_the_coverage_come_back_known() {
                 cover_from: 0,
                 known_to: 0,
             };
-            slot(p, &one, 1, Some(coverage))
+            SegmentWrite {
+                probe: true,
+                ..slot(p, &fresh, 1, Some(coverage))
+            }
         })
         .collect();
     let outcomes = push_segments(&client, "", &writes).await.unwrap();
@@ -212,4 +217,143 @@ async fn a_new_partition_among_existing_ones_is_written_in_the_same_call() {
     .unwrap();
     let offsets: Vec<i64> = outcomes.iter().map(|o| queued(o).1).collect();
     assert_eq!(offsets, vec![1, 0, 1]);
+}
+
+#[tokio::test]
+async fn covered_client_ids_take_the_set_path_and_an_uncovered_duplicate_is_still_caught() {
+    let db = TestDb::new().await;
+    let client = db.client().await;
+    let names = names();
+    // First flush: client ids, nothing covered: every slot is probed.
+    let firsts: Vec<[u8; 16]> = (0..SLOTS).map(|i| [u8::try_from(i).unwrap(); 16]).collect();
+    let writes: Vec<_> = names
+        .iter()
+        .zip(&firsts)
+        .map(|(p, h)| SegmentWrite {
+            probe: true,
+            ..slot(p, h, 1, None)
+        })
+        .collect();
+    let ids: Vec<Uuid> = push_segments(&client, "", &writes)
+        .await
+        .unwrap()
+        .iter()
+        .map(|o| queued(o).0)
+        .collect();
+    // Second flush: new client ids, covered, except slot 5, which has no
+    // coverage and repeats its first id.
+    let seconds: Vec<[u8; 16]> = (0..SLOTS)
+        .map(|i| [u8::try_from(100 + i).unwrap(); 16])
+        .collect();
+    let writes: Vec<_> = names
+        .iter()
+        .zip(&ids)
+        .enumerate()
+        .map(|(i, (p, &partition_id))| {
+            if i == 5 {
+                return SegmentWrite {
+                    probe: true,
+                    ..slot(p, &firsts[5], 1, None)
+                };
+            }
+            let coverage = Coverage {
+                partition_id,
+                cover_from: 0,
+                known_to: 0,
+            };
+            SegmentWrite {
+                probe: true,
+                ..slot(p, &seconds[i], 1, Some(coverage))
+            }
+        })
+        .collect();
+    client.batch_execute("BEGIN").await.unwrap();
+    let before = scans(&client).await;
+    let outcomes = push_segments(&client, "", &writes).await.unwrap();
+    let after = scans(&client).await;
+    client.batch_execute("COMMIT").await.unwrap();
+    for (i, outcome) in outcomes.iter().enumerate() {
+        if i == 5 {
+            let SlotOutcome::Duplicates { duplicates, .. } = outcome else {
+                panic!("slot 5: {outcome:?}");
+            };
+            assert_eq!(duplicates.len(), 1);
+            assert_eq!(duplicates[0].winner_base, Some(0));
+        } else {
+            assert_eq!(queued(outcome), (ids[i], 1), "slot {i}");
+        }
+    }
+    // The covered slots each read one sidecar row below their coverage (is
+    // it still in the window?) and nothing else; slot 5 takes the loop.
+    assert!(
+        after.0 - before.0 <= SLOTS as i64 + 2,
+        "sidecar index scans: {}",
+        after.0 - before.0
+    );
+    let stored: i64 = client
+        .query_one("SELECT count(*) FROM queen.log_segments", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(stored, 2 * SLOTS as i64 - 1);
+}
+
+#[tokio::test]
+async fn an_emptied_partition_written_by_the_set_path_gets_its_retention_work_list_back() {
+    let db = TestDb::new().await;
+    let client = db.client().await;
+    let names = names();
+    let one = [6u8; 16];
+    let writes: Vec<_> = names.iter().map(|p| slot(p, &one, 1, None)).collect();
+    push_segments(&client, "", &writes).await.unwrap();
+    // Retention emptied the first partition: no segment, no sidecar row,
+    // watermarks past the end, work-list columns NULL.
+    client
+        .batch_execute(&format!(
+            "DELETE FROM queen.log_segments s USING queen.log_partitions p
+              WHERE p.id = s.partition_id AND p.name = '{0}';
+             DELETE FROM queen.log_txns t USING queen.log_partitions p
+              WHERE p.id = t.partition_id AND p.name = '{0}';
+             UPDATE queen.log_partitions SET log_start = last_offset + 1,
+                    txns_start = last_offset + 1, oldest_live_at = NULL, oldest_txn_at = NULL
+              WHERE name = '{0}';",
+            names[0]
+        ))
+        .await
+        .unwrap();
+    let writes: Vec<_> = names.iter().map(|p| slot(p, &one, 1, None)).collect();
+    let outcomes = push_segments(&client, "", &writes).await.unwrap();
+    assert!(outcomes.iter().all(|o| queued(o).1 == 1));
+    let row = client
+        .query_one(
+            "SELECT p.oldest_live_at = s.created_at, p.oldest_txn_at = t.created_at,
+                    s.created_at = t.created_at
+               FROM queen.log_partitions p
+               JOIN queen.log_segments s ON s.partition_id = p.id
+               JOIN queen.log_txns t ON t.partition_id = p.id AND t.base_offset = s.base_offset
+              WHERE p.name = $1",
+            &[&names[0]],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            row.get::<_, bool>(0),
+            row.get::<_, bool>(1),
+            row.get::<_, bool>(2)
+        ),
+        (true, true, true)
+    );
+    // The others kept the created_at of their first segment.
+    let kept: i64 = client
+        .query_one(
+            "SELECT count(*) FROM queen.log_partitions p
+               JOIN queen.log_segments s ON s.partition_id = p.id AND s.base_offset = 0
+              WHERE p.oldest_live_at = s.created_at AND p.oldest_txn_at = s.created_at",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(kept, SLOTS as i64 - 1);
 }
