@@ -1,6 +1,6 @@
 //! `queen`, the operator's command-line tool. It is an HTTP client of the
-//! broker like any other (it depends on no other crate of the workspace), so
-//! it works against any broker that speaks Queen's API.
+//! broker like any other (it depends on no other crate of the workspace;
+//! tidy checks), so it works against any broker that speaks Queen's API.
 //!
 //! Its verbs and flags are the reference CLI's (`queenctl`) where that has
 //! them: `ping`, `status`, `queue list|describe` (`queues`), `cg
