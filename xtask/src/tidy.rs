@@ -9,7 +9,9 @@
 //! - no crate's `src/` but `queen-sql`'s (and the test kit's) holds SQL text;
 //! - `ARCHITECTURE.md` is a codemap: under 3,000 words, no procedure version
 //!   suffixes, no measured figures; no issue numbers under `crates/` or in
-//!   the headings of `docs/`.
+//!   the headings of `docs/`;
+//! - the CLI (`queen-cli`) is an HTTP client: no workspace crate among its
+//!   dependencies (its tests may serve a broker in process).
 
 use std::path::{Path, PathBuf};
 
@@ -69,6 +71,7 @@ pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
     check_statuses_only_in_error_rs(root, &files, &mut problems);
     check_engine_boundary(root, &files, &mut problems);
     check_codemap_and_history(root, &files, &mut problems);
+    check_cli_speaks_http_only(root, &files, &mut problems);
     if problems.is_empty() {
         Ok(())
     } else {
@@ -148,6 +151,51 @@ fn check_codemap_and_history(root: &Path, files: &[PathBuf], problems: &mut Vec<
                     rel(root, file),
                     idx + 1
                 ));
+            }
+        }
+    }
+}
+
+/// `queen-cli` talks to brokers over HTTP like any client: its
+/// `[dependencies]` name no workspace crate and its `src/` uses none, so it
+/// cannot reach around the API (its `[dev-dependencies]` may: the tests
+/// serve a broker in process).
+fn check_cli_speaks_http_only(root: &Path, files: &[PathBuf], problems: &mut Vec<String>) {
+    const CRATES: &[&str] = &[
+        "queen-frame",
+        "queen-sql",
+        "queen-pg",
+        "queen-engine",
+        "queen-http",
+        "queen-server",
+        "queen-testkit",
+        "queen-tests",
+    ];
+    for (relative, text) in texts_under(root, files, "crates/queen-cli/") {
+        if relative == "crates/queen-cli/Cargo.toml" {
+            let mut in_dependencies = false;
+            for (idx, line) in text.lines().enumerate() {
+                let line = line.trim();
+                if line.starts_with('[') {
+                    in_dependencies = line == "[dependencies]";
+                } else if in_dependencies && CRATES.iter().any(|c| line.starts_with(c)) {
+                    problems.push(format!(
+                        "{relative}:{}: the CLI depends on a workspace crate; it speaks HTTP only",
+                        idx + 1
+                    ));
+                }
+            }
+        } else if relative.starts_with("crates/queen-cli/src/") {
+            for (idx, line) in text.lines().enumerate() {
+                if CRATES
+                    .iter()
+                    .any(|c| line.contains(&format!("{}::", c.replace('-', "_"))))
+                {
+                    problems.push(format!(
+                        "{relative}:{}: the CLI uses a workspace crate; it speaks HTTP only",
+                        idx + 1
+                    ));
+                }
             }
         }
     }
@@ -380,6 +428,17 @@ mod tests {
         .unwrap();
         std::fs::write(dir.join("sql/schema/001_x.sql"), "SELECT 1;\n").unwrap();
         std::fs::write(dir.join("crates/queen-sql/src/registry.rs"), "//! r\n").unwrap();
+        std::fs::create_dir_all(dir.join("crates/queen-cli/src")).unwrap();
+        std::fs::write(
+            dir.join("crates/queen-cli/Cargo.toml"),
+            "[dependencies]\nclap = \"4\"\nqueen-engine.workspace = true\n\n[dev-dependencies]\nqueen-http.workspace = true\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("crates/queen-cli/src/main.rs"),
+            "//! m\nuse queen_sql::x;\n",
+        )
+        .unwrap();
         for extra in ["README.md", "ARCHITECTURE.md", "Cargo.toml"] {
             std::fs::write(dir.join(extra), "x\n").unwrap();
         }
@@ -391,6 +450,18 @@ mod tests {
         assert!(text.contains("sql/schema/001_x.sql: not listed"), "{text}");
         assert!(
             text.contains("lib.rs:2: SQL text outside queen-sql"),
+            "{text}"
+        );
+        assert!(
+            text.contains("crates/queen-cli/Cargo.toml:3: the CLI depends on a workspace crate"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("crates/queen-cli/Cargo.toml:6"),
+            "dev-dependencies are allowed: {text}"
+        );
+        assert!(
+            text.contains("crates/queen-cli/src/main.rs:2: the CLI uses a workspace crate"),
             "{text}"
         );
     }
