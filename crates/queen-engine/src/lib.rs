@@ -57,7 +57,8 @@ pub use lifecycle::messages::{
     MAX_PAGE_SEGMENTS,
 };
 pub use lifecycle::streams::{
-    QueryRegistration, Registered, StateRow, MAX_CONFIG_HASH_BYTES, MAX_STATE_KEY_BYTES,
+    QueryRegistration, Registered, StateFilter, StateRow, MAX_CONFIG_HASH_BYTES,
+    MAX_STATE_KEY_BYTES,
 };
 pub use lifecycle::traces::TraceEvent;
 pub use lifecycle::{
