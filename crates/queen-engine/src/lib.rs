@@ -74,7 +74,7 @@ pub use push::{PushItem, PushOutcome, PushStats, PushStatus, Pushed, DEFAULT_DED
 pub use queen_sql::{error_chain, SqlError};
 pub use retention::RetentionStats;
 pub use spool::{Buffered, SpoolConfig, SpoolStats};
-pub use stats::{LagWindow, QueueMinute, TotalsSnapshot, MAX_QUEUES_PER_MINUTE};
+pub use stats::{DeliveryLag, LagWindow, QueueMinute, TotalsSnapshot, MAX_QUEUES_PER_MINUTE};
 pub use txn::{CycleAck, CycleDone, Replayed, StateOp, StreamCycle, TxnOp, TxnResult, MAX_REPLAY};
 
 /// Engine-wide settings.
