@@ -53,8 +53,8 @@ pub use lifecycle::configure::{ConfigureQueue, Configured, QueueSettings, MAX_NA
 pub use lifecycle::dlq::{DeadLetter, DlqFilter, DlqTake};
 pub use lifecycle::groups::{GroupDeletion, GroupSummary, SeekTarget, Seeked};
 pub use lifecycle::messages::{
-    GroupView, ListedMessage, MessageDetail, MessageFilter, MessagePage, MessageStatus, MovedToDlq,
-    MAX_PAGE_SEGMENTS,
+    DeleteBlock, GroupView, ListedMessage, MessageDeletion, MessageDetail, MessageFilter,
+    MessagePage, MessageStatus, MovedToDlq, MAX_PAGE_SEGMENTS,
 };
 pub use lifecycle::streams::{
     QueryRegistration, Registered, StateFilter, StateRow, MAX_CONFIG_HASH_BYTES,
