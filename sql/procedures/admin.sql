@@ -682,7 +682,7 @@ BEGIN
                           AND (p_queue IS NULL OR s.queue_name = p_queue)
                           AND (p_namespace IS NULL OR q.namespace = p_namespace)
                           AND (p_task IS NULL OR q.task = p_task))),
-           jsonb_build_object('dbErrors', 0, 'ackFailed', COALESCE(sum(a.o_ack_failed), 0),
+           jsonb_build_object('ackFailed', COALESCE(sum(a.o_ack_failed), 0),
                               'dlq', COALESCE(sum(a.o_dlq), 0))
       INTO v_efficiency, v_errors
       FROM queen.admin_queue_series(p_tenant, p_from, p_to, v_minutes, p_queue, p_namespace, p_task) a;
