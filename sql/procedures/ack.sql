@@ -576,7 +576,8 @@ $$;
 --               the later items answer 'not_applied';
 --   retry       releases without charging budget, and stops the same way.
 -- The retry budget counts failures of the message at the cursor's head: it
--- starts again from 0 whenever the cursor moves.
+-- starts again from 0 whenever the cursor moves. attempt_offset (where the
+-- leased batch began) is kept while the lease is still held.
 --
 -- Two things need the broker, which alone can decode frames, and the call
 -- then changes nothing and answers what it needs instead, for a second call
@@ -830,7 +831,13 @@ BEGIN
                                         ELSE c.lease_acquired_at END,
                batch_retry_count = v_retries,
                attempt_count = CASE WHEN v_committed > v_start THEN 0 ELSE c.attempt_count END,
-               attempt_offset = CASE WHEN v_committed > v_start THEN NULL ELSE c.attempt_offset END
+               -- Kept while a live lease stays held after a partial ack: the
+               -- admin views read where that batch began (the next delivery
+               -- starts past it, so attempt_count restarts just the same).
+               attempt_offset = CASE WHEN v_committed > v_start
+                                      AND (v_worker IS NULL
+                                           OR v_worker = '00000000-0000-0000-0000-000000000000'::uuid)
+                                     THEN NULL ELSE c.attempt_offset END
          WHERE c.partition_id = p_pid AND c.consumer_group = p_group;
     END IF;
     IF cardinality(v_dlq_offs) > 0 AND COALESCE(v_dlq_enabled, true) THEN

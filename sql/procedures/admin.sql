@@ -16,8 +16,12 @@
 --   processing  leased by that cursor now (committed, batch_end]
 --   pending     the rest of total
 --   deadLetter  dead letters filed from the partition (any group)
---   failed      0: a failed message is retried (pending) or dead-lettered
+--   failed      the messages whose processing failed, per group: every dead
+--               letter (deadLetter) plus each group's head message waiting
+--               for a retry after a failed ack (its cursor's
+--               batch_retry_count > 0); so failed >= deadLetter
 -- A partition no group has a cursor on yet counts all its messages pending.
+-- docs/admin-api.md says field by field what each view answers.
 -- These views read every partition (and its cursors) of the queues they
 -- cover: meant for the operator's occasional look, not for a hot loop.
 
@@ -30,10 +34,19 @@ AS $$
     SELECT to_char(p_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
 $$;
 
--- queen.admin_partition_stats_v1: one row per partition of the tenant's
+-- queen.admin_partition_stats_v2: one row per partition of the tenant's
 -- queues (of p_queue only, unless NULL; of p_namespace / p_task when given),
--- with the counts described above.
-CREATE OR REPLACE FUNCTION queen.admin_partition_stats_v1(
+-- with the counts described above, and of the live leases on it:
+--   o_leases         how many
+--   o_lease_messages what they still hold (committed, batch_end]
+--   o_lease_batch    the batches as popped: from the first offset the pop
+--                    delivered (attempt_offset, kept while the lease is
+--                    held) to batch_end
+--   o_lease_acked    what of those batches is acked already (a partial ack
+--                    moves the cursor and keeps the lease)
+-- A lease whose attempt_offset is unknown (claimed by an older broker, or
+-- partly acked through one) counts its remaining span as its batch, acked 0.
+CREATE OR REPLACE FUNCTION queen.admin_partition_stats_v2(
     p_tenant    text,
     p_queue     text,
     p_namespace text,
@@ -55,7 +68,10 @@ CREATE OR REPLACE FUNCTION queen.admin_partition_stats_v1(
     o_total_consumed   bigint,
     o_last_consumed_at timestamptz,
     o_leases           bigint,
-    o_lease_messages   bigint
+    o_lease_messages   bigint,
+    o_failed           bigint,
+    o_lease_batch      bigint,
+    o_lease_acked      bigint
 )
 LANGUAGE plpgsql
 STABLE
@@ -70,7 +86,9 @@ BEGIN
            t.processing, t.completed,
            COALESCE(d.n, 0),
            COALESCE(c.total_consumed, 0), c.last_consumed_at,
-           COALESCE(c.leases, 0), COALESCE(c.lease_messages, 0)
+           COALESCE(c.leases, 0), COALESCE(c.lease_messages, 0),
+           COALESCE(d.n, 0) + COALESCE(c.retrying, 0),
+           COALESCE(c.lease_batch, 0), COALESCE(c.lease_acked, 0)
       FROM queen.queues q
       JOIN queen.log_partitions p ON p.queue_id = q.id
       LEFT JOIN LATERAL (
@@ -78,8 +96,15 @@ BEGIN
                  sum(x.total_consumed)::bigint AS total_consumed,
                  max(x.last_consumed_at) AS last_consumed_at,
                  count(*) FILTER (WHERE x.live)::bigint AS leases,
-                 COALESCE(sum(x.batch_end - x.committed) FILTER (WHERE x.live), 0)::bigint AS lease_messages
+                 COALESCE(sum(x.batch_end - x.committed) FILTER (WHERE x.live), 0)::bigint AS lease_messages,
+                 COALESCE(sum(x.batch_end - x.base) FILTER (WHERE x.live), 0)::bigint AS lease_batch,
+                 COALESCE(sum(greatest(x.committed - x.base, 0)) FILTER (WHERE x.live), 0)::bigint AS lease_acked,
+                 count(*) FILTER (WHERE x.batch_retry_count > 0)::bigint AS retrying
             FROM (SELECT lc.committed, lc.total_consumed, lc.last_consumed_at, lc.batch_end,
+                         lc.batch_retry_count,
+                         -- The offset before the batch: its first offset
+                         -- less one, never above the cursor.
+                         least(COALESCE(lc.attempt_offset - 1, lc.committed), lc.committed) AS base,
                          lc.worker_id IS NOT NULL
                            AND lc.worker_id <> '00000000-0000-0000-0000-000000000000'::uuid
                            AND lc.lease_expires_at > v_now AND lc.batch_end IS NOT NULL AS live
@@ -114,8 +139,50 @@ BEGIN
 END
 $$;
 
+-- queen.admin_partition_stats_v1: admin_partition_stats_v2 without its
+-- last columns; no view calls it any more (kept, as re-applied files drop
+-- nothing).
+CREATE OR REPLACE FUNCTION queen.admin_partition_stats_v1(
+    p_tenant    text,
+    p_queue     text,
+    p_namespace text,
+    p_task      text
+) RETURNS TABLE (
+    o_queue_id         uuid,
+    o_queue            text,
+    o_namespace        text,
+    o_task             text,
+    o_partition_id     uuid,
+    o_partition        text,
+    o_created_at       timestamptz,
+    o_last_write_at    timestamptz,
+    o_total            bigint,
+    o_pending          bigint,
+    o_processing       bigint,
+    o_completed        bigint,
+    o_dead_letter      bigint,
+    o_total_consumed   bigint,
+    o_last_consumed_at timestamptz,
+    o_leases           bigint,
+    o_lease_messages   bigint
+)
+LANGUAGE plpgsql
+STABLE
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT a.o_queue_id, a.o_queue, a.o_namespace, a.o_task, a.o_partition_id, a.o_partition,
+           a.o_created_at, a.o_last_write_at, a.o_total, a.o_pending, a.o_processing,
+           a.o_completed, a.o_dead_letter, a.o_total_consumed, a.o_last_consumed_at,
+           a.o_leases, a.o_lease_messages
+      FROM queen.admin_partition_stats_v2(p_tenant, p_queue, p_namespace, p_task) a;
+END
+$$;
+
 -- queen.admin_counts: the messages object of a set of partition rows.
--- (numeric, so sums of bigint columns fit without casts).
+-- (numeric, so sums of bigint columns fit without casts). Superseded by
+-- admin_message_counts, which knows failed; kept, as re-applied files drop
+-- nothing.
 CREATE OR REPLACE FUNCTION queen.admin_counts(
     p_total numeric, p_pending numeric, p_processing numeric, p_completed numeric, p_dead numeric
 ) RETURNS jsonb
@@ -126,6 +193,22 @@ AS $$
         'total', COALESCE(p_total, 0), 'pending', COALESCE(p_pending, 0),
         'processing', COALESCE(p_processing, 0), 'completed', COALESCE(p_completed, 0),
         'failed', 0, 'deadLetter', COALESCE(p_dead, 0))
+$$;
+
+-- queen.admin_message_counts: the messages object of a set of partition
+-- rows, failed included (admin_counts, which answered failed 0, is no
+-- longer called).
+CREATE OR REPLACE FUNCTION queen.admin_message_counts(
+    p_total numeric, p_pending numeric, p_processing numeric, p_completed numeric,
+    p_failed numeric, p_dead numeric
+) RETURNS jsonb
+LANGUAGE sql
+IMMUTABLE
+AS $$
+    SELECT jsonb_build_object(
+        'total', COALESCE(p_total, 0), 'pending', COALESCE(p_pending, 0),
+        'processing', COALESCE(p_processing, 0), 'completed', COALESCE(p_completed, 0),
+        'failed', COALESCE(p_failed, 0), 'deadLetter', COALESCE(p_dead, 0))
 $$;
 
 -- queen.admin_queue_config: a queue's configuration as the views show it.
@@ -168,14 +251,15 @@ BEGIN
                    'priority', q.priority,
                    'createdAt', queen.admin_iso(q.created_at),
                    'partitions', COALESCE(s.partitions, 0),
-                   'messages', queen.admin_counts(s.total, s.pending, s.processing, s.completed, s.dead))
+                   'messages', queen.admin_message_counts(s.total, s.pending, s.processing, s.completed, s.failed, s.dead))
                  ORDER BY q.name)
           FROM queen.queues q
           LEFT JOIN (
               SELECT a.o_queue_id AS id, count(*) AS partitions, sum(a.o_total) AS total,
                      sum(a.o_pending) AS pending, sum(a.o_processing) AS processing,
-                     sum(a.o_completed) AS completed, sum(a.o_dead_letter) AS dead
-                FROM queen.admin_partition_stats_v1(p_tenant, NULL, NULL, NULL) a
+                     sum(a.o_completed) AS completed, sum(a.o_failed) AS failed,
+                     sum(a.o_dead_letter) AS dead
+                FROM queen.admin_partition_stats_v2(p_tenant, NULL, NULL, NULL) a
                GROUP BY a.o_queue_id) AS s ON s.id = q.id
          WHERE q.tenant_id = p_tenant), '[]'::jsonb));
 END
@@ -201,15 +285,16 @@ BEGIN
                'id', a.o_partition_id, 'name', a.o_partition,
                'createdAt', queen.admin_iso(a.o_created_at),
                'lastActivity', queen.admin_iso(a.o_last_write_at),
-               'messages', queen.admin_counts(a.o_total, a.o_pending, a.o_processing, a.o_completed, a.o_dead_letter),
-               'stats', queen.admin_counts(a.o_total, a.o_pending, a.o_processing, a.o_completed, a.o_dead_letter),
+               'messages', queen.admin_message_counts(a.o_total, a.o_pending, a.o_processing, a.o_completed, a.o_failed, a.o_dead_letter),
+               'stats', queen.admin_message_counts(a.o_total, a.o_pending, a.o_processing, a.o_completed, a.o_failed, a.o_dead_letter),
                'cursor', jsonb_build_object('totalConsumed', a.o_total_consumed,
                                             'lastConsumedAt', queen.admin_iso(a.o_last_consumed_at)))
              ORDER BY a.o_partition), '[]'::jsonb),
-           queen.admin_counts(sum(a.o_total)::bigint, sum(a.o_pending)::bigint, sum(a.o_processing)::bigint,
-                              sum(a.o_completed)::bigint, sum(a.o_dead_letter)::bigint)
+           queen.admin_message_counts(sum(a.o_total)::bigint, sum(a.o_pending)::bigint,
+                                      sum(a.o_processing)::bigint, sum(a.o_completed)::bigint,
+                                      sum(a.o_failed)::bigint, sum(a.o_dead_letter)::bigint)
       INTO v_partitions, v_totals
-      FROM queen.admin_partition_stats_v1(p_tenant, p_queue, NULL, NULL) a;
+      FROM queen.admin_partition_stats_v2(p_tenant, p_queue, NULL, NULL) a;
     RETURN jsonb_build_object(
         'id', v_queue.id, 'name', v_queue.name, 'namespace', v_queue.namespace,
         'task', v_queue.task, 'priority', v_queue.priority,
@@ -234,7 +319,7 @@ DECLARE
 BEGIN
     SELECT COALESCE(jsonb_agg(jsonb_build_object(
                p_by, g.key, 'queues', g.queues, 'partitions', g.partitions,
-               'messages', queen.admin_counts(g.total, g.pending, g.processing, g.completed, g.dead))
+               'messages', queen.admin_message_counts(g.total, g.pending, g.processing, g.completed, g.failed, g.dead))
              ORDER BY g.key), '[]'::jsonb)
       INTO v_list
       FROM (SELECT CASE WHEN p_by = 'task' THEN q.task ELSE q.namespace END AS key,
@@ -242,13 +327,14 @@ BEGIN
                    COALESCE(sum(s.partitions), 0)::bigint AS partitions,
                    sum(s.total)::bigint AS total, sum(s.pending)::bigint AS pending,
                    sum(s.processing)::bigint AS processing, sum(s.completed)::bigint AS completed,
-                   sum(s.dead)::bigint AS dead
+                   sum(s.failed)::bigint AS failed, sum(s.dead)::bigint AS dead
               FROM queen.queues q
               LEFT JOIN (
                   SELECT a.o_queue_id AS id, count(*) AS partitions, sum(a.o_total) AS total,
                          sum(a.o_pending) AS pending, sum(a.o_processing) AS processing,
-                         sum(a.o_completed) AS completed, sum(a.o_dead_letter) AS dead
-                    FROM queen.admin_partition_stats_v1(p_tenant, NULL, NULL, NULL) a
+                         sum(a.o_completed) AS completed, sum(a.o_failed) AS failed,
+                     sum(a.o_dead_letter) AS dead
+                    FROM queen.admin_partition_stats_v2(p_tenant, NULL, NULL, NULL) a
                    GROUP BY a.o_queue_id) AS s ON s.id = q.id
              WHERE q.tenant_id = p_tenant
                AND (CASE WHEN p_by = 'task' THEN q.task ELSE q.namespace END) <> ''
@@ -289,10 +375,11 @@ DECLARE
     v_acked bigint;
 BEGIN
     SELECT count(*),
-           queen.admin_counts(sum(a.o_total)::bigint, sum(a.o_pending)::bigint, sum(a.o_processing)::bigint,
-                              sum(a.o_completed)::bigint, sum(a.o_dead_letter)::bigint)
+           queen.admin_message_counts(sum(a.o_total)::bigint, sum(a.o_pending)::bigint,
+                                      sum(a.o_processing)::bigint, sum(a.o_completed)::bigint,
+                                      sum(a.o_failed)::bigint, sum(a.o_dead_letter)::bigint)
       INTO v_partitions, v_counts
-      FROM queen.admin_partition_stats_v1(p_tenant, NULL, NULL, NULL) a;
+      FROM queen.admin_partition_stats_v2(p_tenant, NULL, NULL, NULL) a;
     SELECT array_agg(c.o_time_lag_seconds::double precision) FILTER (WHERE c.o_offset_lag > 0),
            array_agg(c.o_offset_lag::double precision) FILTER (WHERE c.o_offset_lag > 0)
       INTO v_time, v_offset
@@ -359,7 +446,7 @@ BEGIN
                        'id', q.id, 'name', q.name, 'namespace', q.namespace, 'task', q.task,
                        'priority', q.priority, 'createdAt', queen.admin_iso(q.created_at),
                        'partitions', COALESCE(s.partitions, 0),
-                       'messages', queen.admin_counts(s.total, s.pending, s.processing, s.completed, s.dead),
+                       'messages', queen.admin_message_counts(s.total, s.pending, s.processing, s.completed, s.failed, s.dead),
                        'throughput', jsonb_build_object(
                            'pushed', COALESCE(st.pushed, 0), 'popped', COALESCE(st.popped, 0),
                            'acked', COALESCE(st.acked, 0), 'failed', COALESCE(st.failed, 0))) AS row
@@ -367,8 +454,9 @@ BEGIN
               LEFT JOIN (
                   SELECT a.o_queue_id AS id, count(*) AS partitions, sum(a.o_total)::bigint AS total,
                          sum(a.o_pending)::bigint AS pending, sum(a.o_processing)::bigint AS processing,
-                         sum(a.o_completed)::bigint AS completed, sum(a.o_dead_letter)::bigint AS dead
-                    FROM queen.admin_partition_stats_v1(p_tenant, p_queue, p_namespace, p_task) a
+                         sum(a.o_completed)::bigint AS completed, sum(a.o_failed)::bigint AS failed,
+                         sum(a.o_dead_letter)::bigint AS dead
+                    FROM queen.admin_partition_stats_v2(p_tenant, p_queue, p_namespace, p_task) a
                    GROUP BY a.o_queue_id) AS s ON s.id = q.id
               LEFT JOIN (
                   SELECT sq.queue_name, sum(sq.pushed)::bigint AS pushed, sum(sq.popped)::bigint AS popped,
@@ -538,14 +626,15 @@ BEGIN
       LEFT JOIN q ON q.bucket = k.bucket
       LEFT JOIN b ON b.bucket = k.bucket;
 
-    SELECT queen.admin_counts(sum(a.o_total)::bigint, sum(a.o_pending)::bigint, sum(a.o_processing)::bigint,
-                              sum(a.o_completed)::bigint, sum(a.o_dead_letter)::bigint),
+    SELECT queen.admin_message_counts(sum(a.o_total)::bigint, sum(a.o_pending)::bigint,
+                                      sum(a.o_processing)::bigint, sum(a.o_completed)::bigint,
+                                      sum(a.o_failed)::bigint, sum(a.o_dead_letter)::bigint),
            jsonb_build_object('active', COALESCE(sum(a.o_leases), 0),
                               'partitionsWithLeases', count(*) FILTER (WHERE a.o_leases > 0),
-                              'totalBatchSize', COALESCE(sum(a.o_lease_messages), 0),
-                              'totalAcked', 0)
+                              'totalBatchSize', COALESCE(sum(a.o_lease_batch), 0),
+                              'totalAcked', COALESCE(sum(a.o_lease_acked), 0))
       INTO v_counts, v_leases
-      FROM queen.admin_partition_stats_v1(p_tenant, p_queue, p_namespace, p_task) a;
+      FROM queen.admin_partition_stats_v2(p_tenant, p_queue, p_namespace, p_task) a;
 
     SELECT jsonb_build_object(
                'totalMessages', count(*),
@@ -581,12 +670,19 @@ BEGIN
               FROM queen.admin_queue_series(p_tenant, p_from, p_to, v_minutes, p_queue, p_namespace, p_task) a
              GROUP BY a.o_queue) AS x;
 
-    -- Messages per request: how well batching works.
+    -- Messages per request: how well batching works (acks: the items an ack
+    -- call applied, from the queue rows' ack counts).
     SELECT jsonb_build_object(
                'push', COALESCE(round(sum(a.o_pushed)::numeric / NULLIF(sum(a.o_push_requests), 0), 2), 0),
                'pop', COALESCE(round(sum(a.o_popped)::numeric / NULLIF(sum(a.o_pop_requests) - sum(a.o_pop_empty), 0), 2), 0),
-               'ack', 0),
-           jsonb_build_object('dbErrors', 0, 'ackFailed', COALESCE(sum(a.o_ack_failed), 0),
+               'ack', (SELECT COALESCE(round(sum(s.ack_messages)::numeric / NULLIF(sum(s.ack_requests), 0), 2), 0)
+                         FROM queen.stats_queue_minute s
+                         LEFT JOIN queen.queues q ON q.tenant_id = s.tenant_id AND q.name = s.queue_name
+                        WHERE s.tenant_id = p_tenant AND s.bucket >= p_from AND s.bucket < p_to
+                          AND (p_queue IS NULL OR s.queue_name = p_queue)
+                          AND (p_namespace IS NULL OR q.namespace = p_namespace)
+                          AND (p_task IS NULL OR q.task = p_task))),
+           jsonb_build_object('ackFailed', COALESCE(sum(a.o_ack_failed), 0),
                               'dlq', COALESCE(sum(a.o_dlq), 0))
       INTO v_efficiency, v_errors
       FROM queen.admin_queue_series(p_tenant, p_from, p_to, v_minutes, p_queue, p_namespace, p_task) a;
@@ -625,7 +721,9 @@ $$;
 -- queen.admin_system_metrics_v1: GET /api/v1/analytics/system-metrics, one
 -- series per broker. cpu.user_us and cpu.system_us are CPU time per wall
 -- time in hundredths of a percent of one core (the dashboard shows
--- value / 100 as a percentage).
+-- value / 100 as a percentage). threadpool.db.queue_size is the requests
+-- waiting for a pooled connection; the broker has no other thread pool, so
+-- there is no threadpool.system.
 CREATE OR REPLACE FUNCTION queen.admin_system_metrics_v1(
     p_from timestamptz, p_to timestamptz, p_hostname text
 ) RETURNS jsonb
@@ -666,8 +764,7 @@ BEGIN
                                                         (array_agg(m.size ORDER BY m.minute DESC))[1])),
                        'threadpool', jsonb_build_object(
                            'db', jsonb_build_object('queue_size', queen.admin_agg(avg(m.waiting), max(m.waiting),
-                                                    min(m.waiting), (array_agg(m.waiting ORDER BY m.minute DESC))[1])),
-                           'system', jsonb_build_object('queue_size', queen.admin_agg(0, 0, 0, 0))))) AS point
+                                                    min(m.waiting), (array_agg(m.waiting ORDER BY m.minute DESC))[1]))))) AS point
           FROM m
          GROUP BY m.broker, m.bucket)
     SELECT COALESCE(jsonb_agg(r.replica ORDER BY r.broker), '[]'::jsonb) INTO v_replicas
@@ -688,6 +785,8 @@ $$;
 
 -- queen.admin_worker_metrics_v1: GET /api/v1/analytics/worker-metrics, every
 -- broker summed per bucket (newest first) and the brokers' latest figures.
+-- avgLagMs and maxLagMs: how long the messages the brokers delivered in the
+-- bucket had waited since their commit (pop_lag_*).
 CREATE OR REPLACE FUNCTION queen.admin_worker_metrics_v1(p_from timestamptz, p_to timestamptz)
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -704,7 +803,8 @@ BEGIN
                'pushPerSecond', round(x.pushed / v_seconds, 3),
                'popPerSecond', round(x.popped / v_seconds, 3),
                'ackPerSecond', round(x.acked / v_seconds, 3),
-               'avgLagMs', 0, 'maxLagMs', 0,
+               'avgLagMs', COALESCE(round(x.lag_sum / NULLIF(x.lag_count, 0)), 0),
+               'maxLagMs', x.lag_max,
                'avgEventLoopLagMs', round(x.loop_avg / 1000.0, 3),
                'maxEventLoopLagMs', round(x.loop_max / 1000.0, 3),
                'avgFreeSlots', round(x.free_slots, 2),
@@ -719,7 +819,9 @@ BEGIN
                    avg(s.limiter_limit - s.limiter_in_flight) AS free_slots,
                    avg(s.pool_size) AS db_connections,
                    avg(s.pool_waiting) AS waiting_avg, max(s.pool_waiting) AS waiting_max,
-                   sum(s.db_errors) AS db_errors, sum(s.ack_failed) AS ack_failed, sum(s.dlq) AS dlq
+                   sum(s.db_errors) AS db_errors, sum(s.ack_failed) AS ack_failed, sum(s.dlq) AS dlq,
+                   sum(s.pop_lag_sum_ms) AS lag_sum, sum(s.pop_lag_count) AS lag_count,
+                   max(s.pop_lag_max_ms) AS lag_max
               FROM queen.stats_broker_minute s
              WHERE s.bucket >= p_from AND s.bucket < p_to
              GROUP BY 1) AS x;
@@ -847,7 +949,8 @@ END
 $$;
 
 -- queen.admin_postgres_stats_v1: GET /api/v1/analytics/postgres-stats, from
--- PostgreSQL's own statistics views, for Queen's schemas.
+-- PostgreSQL's own statistics views, for Queen's schemas; bufferUsage only
+-- where pg_buffercache is installed.
 CREATE OR REPLACE FUNCTION queen.admin_postgres_stats_v1()
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -856,7 +959,28 @@ AS $$
 DECLARE
     v_db jsonb;
     v_summary jsonb;
+    v_buffers jsonb;
 BEGIN
+    -- What of shared_buffers each Queen relation holds needs the
+    -- pg_buffercache extension, which Queen does not install: without it
+    -- there is no bufferUsage. (EXECUTE: the view does not exist otherwise.)
+    IF EXISTS (SELECT 1 FROM pg_extension e WHERE e.extname = 'pg_buffercache') THEN
+        EXECUTE $q$
+            SELECT COALESCE(jsonb_agg(jsonb_build_object(
+                       'object', x.object, 'bufferedSize', pg_size_pretty(x.buffers * current_setting('block_size')::bigint),
+                       'bufferedBytes', x.buffers * current_setting('block_size')::bigint,
+                       'percentOfCache', round(100.0 * x.buffers / NULLIF(x.total, 0), 2))
+                     ORDER BY x.buffers DESC, x.object), '[]'::jsonb)
+              FROM (SELECT n.nspname || '.' || c.relname AS object, count(*) AS buffers,
+                           (SELECT count(*) FROM pg_buffercache) AS total
+                      FROM pg_buffercache b
+                      JOIN pg_class c ON pg_relation_filenode(c.oid) = b.relfilenode
+                      JOIN pg_namespace n ON n.oid = c.relnamespace
+                     WHERE b.reldatabase = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+                       AND n.nspname IN ('queen', 'queen_streams')
+                     GROUP BY 1) AS x
+        $q$ INTO v_buffers;
+    END IF;
     SELECT jsonb_build_object(
                'name', d.datname, 'size', pg_size_pretty(pg_database_size(d.datname)),
                'sizeBytes', pg_database_size(d.datname), 'connections', d.numbackends,
@@ -888,7 +1012,6 @@ BEGIN
                 'cacheHitRatio', round(100.0 * i.idx_blks_hit / NULLIF(i.idx_blks_hit + i.idx_blks_read, 0), 2),
                 'cacheHits', i.idx_blks_hit, 'diskReads', i.idx_blks_read) ORDER BY i.indexrelname)
               FROM pg_statio_user_indexes i WHERE i.schemaname IN ('queen', 'queen_streams')), '[]'::jsonb),
-        'bufferUsage', '[]'::jsonb,
         'tableSizes', COALESCE((SELECT jsonb_agg(jsonb_build_object(
                 'table', t.schemaname || '.' || t.relname,
                 'totalSize', pg_size_pretty(pg_total_relation_size(t.relid)),
@@ -918,11 +1041,14 @@ BEGIN
                 'table', t.schemaname || '.' || t.relname,
                 'lastAutovacuum', queen.admin_iso(t.last_autovacuum),
                 'autovacuumCount', t.autovacuum_count, 'deadTuples', t.n_dead_tup) ORDER BY t.relname)
-              FROM pg_stat_user_tables t WHERE t.schemaname IN ('queen', 'queen_streams')), '[]'::jsonb));
+              FROM pg_stat_user_tables t WHERE t.schemaname IN ('queen', 'queen_streams')), '[]'::jsonb))
+        || CASE WHEN v_buffers IS NULL THEN '{}'::jsonb
+                ELSE jsonb_build_object('bufferUsage', v_buffers) END;
 END
 $$;
 
--- queen.admin_trace_row: one trace as the trace views show it.
+-- queen.admin_trace_row: one trace as the trace views show it. No worker_id:
+-- a trace records no worker (the clients send none).
 CREATE OR REPLACE FUNCTION queen.admin_trace_row(p_id uuid)
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -935,7 +1061,7 @@ BEGIN
     RETURN jsonb_build_object(
         'id', t.id, 'transaction_id', t.transaction_id, 'partition_id', t.partition_id,
         'event_type', t.event_type, 'data', t.data, 'consumer_group', t.consumer_group,
-        'worker_id', NULL, 'created_at', queen.admin_iso(t.created_at),
+        'created_at', queen.admin_iso(t.created_at),
         'trace_names', to_jsonb(t.trace_names));
 END
 $$;
@@ -959,7 +1085,8 @@ END
 $$;
 
 -- queen.admin_traces_by_name_v1: GET /api/v1/traces/by-name/:name, newest
--- first (through idx_message_traces_names).
+-- first (through idx_message_traces_names). Each row's message_payload is
+-- added by the broker, which decodes the message's frame (admin.rs).
 CREATE OR REPLACE FUNCTION queen.admin_traces_by_name_v1(
     p_tenant text, p_name text, p_limit integer, p_offset integer
 ) RETURNS jsonb
@@ -978,7 +1105,7 @@ BEGIN
     SELECT COALESCE(jsonb_agg(x.row ORDER BY x.created_at DESC, x.id), '[]'::jsonb) INTO v_list
       FROM (SELECT t.created_at, t.id,
                    queen.admin_trace_row(t.id) || jsonb_build_object(
-                       'queue_name', q.name, 'partition_name', p.name, 'message_payload', NULL) AS row
+                       'queue_name', q.name, 'partition_name', p.name) AS row
               FROM queen.message_traces t
               JOIN queen.log_partitions p ON p.id = t.partition_id
               JOIN queen.queues q ON q.id = p.queue_id
@@ -1058,7 +1185,7 @@ BEGIN
 END
 $$;
 
--- queen.admin_message_segments_v1: the segments holding one page of the
+-- queen.admin_message_segments_v2: the segments holding one page of the
 -- message listing (GET /api/v1/messages), newest first: of the filtered
 -- queues' partitions written since p_from, the segments committed in
 -- [p_from, p_to], in created_at order from the newest, as many as cover
@@ -1066,14 +1193,15 @@ $$;
 -- backwards along its primary key (created_at is monotone in offset), and
 -- only partitions written since p_from are visited (last_write_at is
 -- quantised to a second, hence the slack), so the cost is the window's
--- segments, never a whole partition. o_more: the cap cut the page short.
-CREATE OR REPLACE FUNCTION queen.admin_message_segments_v1(
+-- segments, never a whole partition. o_more: the cap cut the page short;
+-- o_priority the queue's priority (the listing's queuePriority).
+CREATE OR REPLACE FUNCTION queen.admin_message_segments_v2(
     p_tenant text, p_queue text, p_partition text, p_namespace text, p_task text,
     p_from timestamptz, p_to timestamptz, p_need integer, p_max_segments integer
 ) RETURNS TABLE (
     o_partition_id uuid, o_queue text, o_partition text, o_namespace text, o_task text,
     o_base_offset bigint, o_end_offset bigint, o_created_at timestamptz, o_blob bytea,
-    o_more boolean
+    o_more boolean, o_priority integer
 )
 LANGUAGE plpgsql
 STABLE
@@ -1082,6 +1210,7 @@ BEGIN
     RETURN QUERY
     WITH candidates AS (
         SELECT p.id AS pid, q.name AS queue, p.name AS partition, q.namespace, q.task,
+               q.priority,
                s.base_offset, s.end_offset, s.msg_count, s.created_at
           FROM queen.queues q
           JOIN queen.log_partitions p ON p.queue_id = q.id
@@ -1107,11 +1236,33 @@ BEGIN
     more AS (
         SELECT EXISTS (SELECT 1 FROM ranked r WHERE r.before < p_need AND r.n > p_max_segments) AS cut)
     SELECT c.pid, c.queue, c.partition, c.namespace, c.task, c.base_offset, c.end_offset,
-           c.created_at, seg.blob, more.cut
+           c.created_at, seg.blob, more.cut, c.priority
       FROM chosen c
       JOIN queen.log_segments seg ON seg.partition_id = c.pid AND seg.base_offset = c.base_offset
       CROSS JOIN more
      ORDER BY c.created_at DESC, c.pid, c.base_offset DESC;
+END
+$$;
+
+-- queen.admin_message_segments_v1: admin_message_segments_v2 without
+-- o_priority, for brokers of the previous version.
+CREATE OR REPLACE FUNCTION queen.admin_message_segments_v1(
+    p_tenant text, p_queue text, p_partition text, p_namespace text, p_task text,
+    p_from timestamptz, p_to timestamptz, p_need integer, p_max_segments integer
+) RETURNS TABLE (
+    o_partition_id uuid, o_queue text, o_partition text, o_namespace text, o_task text,
+    o_base_offset bigint, o_end_offset bigint, o_created_at timestamptz, o_blob bytea,
+    o_more boolean
+)
+LANGUAGE plpgsql
+STABLE
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT a.o_partition_id, a.o_queue, a.o_partition, a.o_namespace, a.o_task, a.o_base_offset,
+           a.o_end_offset, a.o_created_at, a.o_blob, a.o_more
+      FROM queen.admin_message_segments_v2(p_tenant, p_queue, p_partition, p_namespace, p_task,
+                                           p_from, p_to, p_need, p_max_segments) a;
 END
 $$;
 

@@ -67,7 +67,8 @@ $$;
 --   p_queues  an array of objects: queue_name (and tenant_id, else p_tenant:
 --             brokers before tenants send none) and the stats_queue_minute
 --             counters (push_requests, pushed, ..., parked, lag_messages,
---             lag_seconds, retention_msgs, ..., partitions_deleted)
+--             lag_seconds, retention_msgs, ..., partitions_deleted,
+--             ack_requests, ack_messages)
 -- A queue row also records the queue's partition count and how many of its
 -- partitions were created in the minute (read here, one pass over each named
 -- queue's partitions). Rows of the same (bucket, broker) add up.
@@ -88,7 +89,8 @@ BEGIN
         pool_size, pool_idle, pool_waiting, limiter_limit, limiter_in_flight,
         event_loop_lag_avg_us, event_loop_lag_max_us, parked,
         push_requests, pushed, pop_requests, popped, pop_empty, acked, ack_failed, dlq,
-        db_errors, retention_msgs, eviction_msgs, partitions_deleted, dropped_counts)
+        db_errors, retention_msgs, eviction_msgs, partitions_deleted, dropped_counts,
+        pop_lag_count, pop_lag_sum_ms, pop_lag_max_ms)
     SELECT p_bucket, p_broker_id, COALESCE(b.hostname, ''), COALESCE(b.port, 0), COALESCE(b.pid, 0),
            COALESCE(b.cpu_user_us, 0), COALESCE(b.cpu_system_us, 0), COALESCE(b.rss_bytes, 0),
            COALESCE(b.pool_size, 0), COALESCE(b.pool_idle, 0), COALESCE(b.pool_waiting, 0),
@@ -99,7 +101,8 @@ BEGIN
            COALESCE(b.popped, 0), COALESCE(b.pop_empty, 0), COALESCE(b.acked, 0),
            COALESCE(b.ack_failed, 0), COALESCE(b.dlq, 0), COALESCE(b.db_errors, 0),
            COALESCE(b.retention_msgs, 0), COALESCE(b.eviction_msgs, 0),
-           COALESCE(b.partitions_deleted, 0), COALESCE(b.dropped_counts, 0)
+           COALESCE(b.partitions_deleted, 0), COALESCE(b.dropped_counts, 0),
+           COALESCE(b.pop_lag_count, 0), COALESCE(b.pop_lag_sum_ms, 0), COALESCE(b.pop_lag_max_ms, 0)
       FROM jsonb_to_record(p_broker) AS b (
                hostname text, port integer, pid integer, cpu_user_us bigint, cpu_system_us bigint,
                rss_bytes bigint, pool_size integer, pool_idle integer, pool_waiting integer,
@@ -107,7 +110,8 @@ BEGIN
                event_loop_lag_max_us bigint, parked integer, push_requests bigint, pushed bigint,
                pop_requests bigint, popped bigint, pop_empty bigint, acked bigint,
                ack_failed bigint, dlq bigint, db_errors bigint, retention_msgs bigint,
-               eviction_msgs bigint, partitions_deleted bigint, dropped_counts bigint)
+               eviction_msgs bigint, partitions_deleted bigint, dropped_counts bigint,
+               pop_lag_count bigint, pop_lag_sum_ms bigint, pop_lag_max_ms bigint)
     ON CONFLICT (bucket, broker) DO UPDATE SET
         cpu_user_us = s.cpu_user_us + EXCLUDED.cpu_user_us,
         cpu_system_us = s.cpu_system_us + EXCLUDED.cpu_system_us,
@@ -132,13 +136,16 @@ BEGIN
         retention_msgs = s.retention_msgs + EXCLUDED.retention_msgs,
         eviction_msgs = s.eviction_msgs + EXCLUDED.eviction_msgs,
         partitions_deleted = s.partitions_deleted + EXCLUDED.partitions_deleted,
-        dropped_counts = s.dropped_counts + EXCLUDED.dropped_counts;
+        dropped_counts = s.dropped_counts + EXCLUDED.dropped_counts,
+        pop_lag_count = s.pop_lag_count + EXCLUDED.pop_lag_count,
+        pop_lag_sum_ms = s.pop_lag_sum_ms + EXCLUDED.pop_lag_sum_ms,
+        pop_lag_max_ms = greatest(s.pop_lag_max_ms, EXCLUDED.pop_lag_max_ms);
 
     INSERT INTO queen.stats_queue_minute AS s (
         bucket, broker, tenant_id, queue_name, push_requests, pushed, pop_requests, popped,
         pop_empty, acked, ack_failed, dlq, transactions, parked, lag_messages, lag_seconds,
         partitions, partitions_created, retention_msgs, completed_retention_msgs, eviction_msgs,
-        partitions_deleted)
+        partitions_deleted, ack_requests, ack_messages)
     SELECT p_bucket, p_broker_id, COALESCE(r.tenant_id, p_tenant), r.queue_name,
            COALESCE(r.push_requests, 0), COALESCE(r.pushed, 0), COALESCE(r.pop_requests, 0),
            COALESCE(r.popped, 0), COALESCE(r.pop_empty, 0), COALESCE(r.acked, 0),
@@ -146,13 +153,14 @@ BEGIN
            COALESCE(r.parked, 0), COALESCE(r.lag_messages, 0), COALESCE(r.lag_seconds, 0),
            COALESCE(pc.partitions, 0), COALESCE(pc.created, 0),
            COALESCE(r.retention_msgs, 0), COALESCE(r.completed_retention_msgs, 0),
-           COALESCE(r.eviction_msgs, 0), COALESCE(r.partitions_deleted, 0)
+           COALESCE(r.eviction_msgs, 0), COALESCE(r.partitions_deleted, 0),
+           COALESCE(r.ack_requests, 0), COALESCE(r.ack_messages, 0)
       FROM jsonb_to_recordset(p_queues) AS r (
                tenant_id text, queue_name text, push_requests bigint, pushed bigint, pop_requests bigint,
                popped bigint, pop_empty bigint, acked bigint, ack_failed bigint, dlq bigint,
                transactions bigint, parked integer, lag_messages bigint, lag_seconds bigint,
                retention_msgs bigint, completed_retention_msgs bigint, eviction_msgs bigint,
-               partitions_deleted bigint)
+               partitions_deleted bigint, ack_requests bigint, ack_messages bigint)
       LEFT JOIN LATERAL (
           SELECT count(*)::integer AS partitions,
                  (count(*) FILTER (WHERE p.created_at >= p_bucket
@@ -180,7 +188,9 @@ BEGIN
         retention_msgs = s.retention_msgs + EXCLUDED.retention_msgs,
         completed_retention_msgs = s.completed_retention_msgs + EXCLUDED.completed_retention_msgs,
         eviction_msgs = s.eviction_msgs + EXCLUDED.eviction_msgs,
-        partitions_deleted = s.partitions_deleted + EXCLUDED.partitions_deleted;
+        partitions_deleted = s.partitions_deleted + EXCLUDED.partitions_deleted,
+        ack_requests = s.ack_requests + EXCLUDED.ack_requests,
+        ack_messages = s.ack_messages + EXCLUDED.ack_messages;
     GET DIAGNOSTICS v_rows = ROW_COUNT;
     RETURN v_rows;
 END

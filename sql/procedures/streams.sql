@@ -3,6 +3,8 @@
 --
 --   queen_streams.register_query_v1  register a query, or find it again
 --   queen_streams.state_get_v1       a (query, partition)'s state rows
+--   queen_streams.state_get_v2       the same, also filtered by window end
+--                                    (the idle flush's ripe windows)
 
 -- Register query (tenant, name) reading p_source (writing p_sink) with
 -- operator configuration hash p_hash. o_status:
@@ -85,6 +87,42 @@ BEGIN
        AND s.query_id = p_query AND s.partition_id = p_partition
        AND (coalesce(cardinality(p_keys), 0) = 0 OR s.key = ANY (p_keys))
        AND (coalesce(p_prefix, '') = '' OR starts_with(s.key, p_prefix))
+     ORDER BY s.key;
+END;
+$$;
+
+-- state_get_v1 with the idle flush's filter: p_ripe NOT NULL keeps only the
+-- rows whose value has a numeric windowEnd at or before p_ripe (epoch ms), as
+-- the SDK runners ask for windows whose end plus grace period has passed; a
+-- row without a numeric windowEnd (a session, a watermark) is not ripe. The
+-- comparison is numeric, so a windowEnd beyond float8's range cannot fail
+-- the read; the CASE keeps the cast off non-numbers. v1 stays for brokers of
+-- the previous version during a rolling upgrade.
+CREATE OR REPLACE FUNCTION queen_streams.state_get_v2(
+    p_tenant    text,
+    p_query     uuid,
+    p_partition uuid,
+    p_keys      text[],
+    p_prefix    text,
+    p_ripe      double precision
+) RETURNS TABLE (o_key text, o_value jsonb, o_updated_at timestamptz)
+LANGUAGE plpgsql
+STABLE
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT s.key, s.value, s.updated_at
+      FROM queen_streams.state s
+      JOIN queen_streams.queries q ON q.id = s.query_id
+     WHERE q.tenant_id = p_tenant
+       AND s.query_id = p_query AND s.partition_id = p_partition
+       AND (coalesce(cardinality(p_keys), 0) = 0 OR s.key = ANY (p_keys))
+       AND (coalesce(p_prefix, '') = '' OR starts_with(s.key, p_prefix))
+       AND (p_ripe IS NULL
+            OR CASE WHEN jsonb_typeof(s.value -> 'windowEnd') = 'number'
+                    THEN (s.value -> 'windowEnd')::numeric <= p_ripe::numeric
+                    ELSE false
+               END)
      ORDER BY s.key;
 END;
 $$;

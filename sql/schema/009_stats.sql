@@ -73,5 +73,34 @@ CREATE TABLE IF NOT EXISTS queen.stats_broker_minute (
     PRIMARY KEY (bucket, broker)
 );
 
+-- Added after the tables' first release, so guarded (sql/README.md, rule 2):
+--   stats_queue_minute.ack_requests, ack_messages   ack calls that applied
+--                                    to the queue and the items they applied
+--                                    (the status view's ack batch efficiency);
+--   stats_broker_minute.pop_lag_*    how long the messages this broker
+--                                    delivered had waited since their commit
+--                                    (count, sum and largest, ms): the
+--                                    worker-metrics view's lag.
+DO $$
+DECLARE
+    v_col record;
+BEGIN
+    FOR v_col IN
+        SELECT * FROM (VALUES ('queen.stats_queue_minute', 'ack_requests'),
+                              ('queen.stats_queue_minute', 'ack_messages'),
+                              ('queen.stats_broker_minute', 'pop_lag_count'),
+                              ('queen.stats_broker_minute', 'pop_lag_sum_ms'),
+                              ('queen.stats_broker_minute', 'pop_lag_max_ms')) AS c (tbl, col)
+    LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                        WHERE attrelid = v_col.tbl::regclass
+                          AND attname = v_col.col AND NOT attisdropped) THEN
+            EXECUTE format('ALTER TABLE %s ADD COLUMN %I bigint NOT NULL DEFAULT 0',
+                           v_col.tbl, v_col.col);
+        END IF;
+    END LOOP;
+END
+$$;
+
 SELECT queen.schema_set_reloptions('queen.stats_queue_minute', ARRAY['vacuum_truncate=off']);
 SELECT queen.schema_set_reloptions('queen.stats_broker_minute', ARRAY['vacuum_truncate=off']);

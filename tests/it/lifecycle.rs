@@ -931,10 +931,12 @@ async fn dead_letters_filter_by_time_and_are_deleted_by_address() {
     let path = format!("/api/v1/messages/{pid}/{txn}");
     let deleted = broker.client.delete(&path).await;
     assert_eq!(deleted.status, 200);
+    // Both groups' cursors are past it already: no cursor moves.
     assert_eq!(
         deleted.json(),
         json!({"success": true, "partitionId": pid, "transactionId": txn,
-               "message": "Message deleted"})
+               "message": "Message deleted", "offset": 1, "consumerGroups": [],
+               "deadLetters": 2})
     );
     // Both groups' rows of that message went; the other message's stayed.
     let left = broker.client.get("/api/v1/dlq?queue=letters").await.json();
@@ -944,10 +946,183 @@ async fn dead_letters_filter_by_time_and_are_deleted_by_address() {
         .unwrap()
         .iter()
         .all(|m| m["transactionId"] != txn));
-    let again = broker.client.delete(&path).await.json();
-    assert_eq!(again["success"], false);
-    assert_eq!(again["message"], "Message not found");
+    // Again: consumed by every group, no dead letter left: nothing to do.
+    let again = broker.client.delete(&path).await;
+    assert_eq!(again.status, 200);
+    assert_eq!(
+        (
+            again.json()["consumerGroups"].clone(),
+            again.json()["deadLetters"].clone()
+        ),
+        (json!([]), json!(0))
+    );
+    let unknown = broker
+        .client
+        .delete(&format!("/api/v1/messages/{pid}/no-such-message"))
+        .await;
+    assert_eq!(unknown.status, 404);
+    assert_eq!(unknown.json(), json!({"error": "Message not found"}));
     let malformed = broker.client.delete("/api/v1/messages/not-a-uuid/t").await;
     assert_eq!(malformed.status, 400);
     assert_eq!(malformed.json()["error"], "partitionId must be a UUID");
+}
+
+/// `DELETE /api/v1/messages/:partitionId/:transactionId` of a live message:
+/// it is marked consumed for every group reading the partition, only while
+/// that moves no cursor over another message and nobody holds it; otherwise
+/// 409 naming the group in the way, and nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_message_is_deleted_for_every_group_or_refused_naming_why() {
+    let broker = TestBroker::start().await;
+    push(
+        &broker,
+        "live",
+        "p",
+        &[json!(0), json!(1), json!(2), json!(3)],
+    )
+    .await;
+    let path = |group: &str, batch: usize| {
+        format!("/api/v1/pop/queue/live?consumerGroup={group}&batch={batch}")
+    };
+    let queue_mode = "/api/v1/pop/queue/live?batch=1";
+    let first = pop(&broker, queue_mode).await.unwrap();
+    ack_all(&broker, &first, "completed", None).await;
+    let first_g = pop(&broker, &path("g", 1)).await.unwrap();
+    ack_all(&broker, &first_g, "completed", Some("g")).await;
+    // `slow` holds a cursor but has consumed nothing (a retry gives it back).
+    let first_slow = pop(&broker, &path("slow", 1)).await.unwrap();
+    ack_all(&broker, &first_slow, "retry", Some("slow")).await;
+
+    let m1 = messages(&first).clone();
+    let pid = m1[0]["partitionId"].as_str().unwrap().to_owned();
+    let listed = broker
+        .client
+        .get("/api/v1/messages?queue=live")
+        .await
+        .json();
+    let txn_of = |offset: i64| {
+        listed["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["offset"] == offset)
+            .unwrap()["transactionId"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let target = format!("/api/v1/messages/{pid}/{}", txn_of(1));
+    let sql = broker.sql().await;
+    let cursors = || {
+        let sql = &sql;
+        async move {
+            sql.query(
+                "SELECT c.consumer_group, c.committed FROM queen.log_consumers c \
+                   JOIN queen.log_partitions p ON p.id = c.partition_id \
+                  WHERE p.name = 'p' ORDER BY 1",
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| (row.get::<_, String>(0), row.get::<_, i64>(1)))
+            .collect::<Vec<_>>()
+        }
+    };
+    let at_start = vec![
+        ("__QUEUE_MODE__".to_owned(), 0),
+        ("g".to_owned(), 0),
+        ("slow".to_owned(), -1),
+    ];
+    assert_eq!(cursors().await, at_start);
+
+    // Refused: `slow` has offset 0 to read first.
+    let refused = broker.client.delete(&target).await;
+    assert_eq!(refused.status, 409);
+    let error = refused.json()["error"].as_str().unwrap().to_owned();
+    assert!(
+        error.contains("offset 1")
+            && error.contains("consumer group slow has not consumed offsets 0 to 0 before it"),
+        "{error}"
+    );
+    assert_eq!(cursors().await, at_start, "nothing changed");
+
+    // Refused: `g` holds it in a live lease.
+    let next_slow = pop(&broker, &path("slow", 1)).await.unwrap();
+    ack_all(&broker, &next_slow, "completed", Some("slow")).await;
+    let leased = pop(&broker, &path("g", 1)).await.unwrap();
+    let refused = broker.client.delete(&target).await;
+    assert_eq!(refused.status, 409);
+    assert!(
+        refused.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("consumer group g holds it in a live lease"),
+        "{}",
+        refused.json()
+    );
+    ack_all(&broker, &leased, "retry", Some("g")).await;
+
+    // Deleted: every group's next message, nobody holds it.
+    let deleted = broker.client.delete(&target).await;
+    assert_eq!(deleted.status, 200);
+    assert_eq!(
+        deleted.json(),
+        json!({"success": true, "partitionId": pid, "transactionId": txn_of(1),
+               "message": "Message deleted", "offset": 1,
+               "consumerGroups": ["__QUEUE_MODE__", "g", "slow"], "deadLetters": 0})
+    );
+    // Every group reads on from offset 2, in order; nothing is skipped.
+    for (pop_path, group) in [
+        ("/api/v1/pop/queue/live?batch=10".to_owned(), None),
+        (path("g", 10), Some("g")),
+        (path("slow", 10), Some("slow")),
+    ] {
+        let rest = pop(&broker, &pop_path).await.unwrap();
+        assert_eq!(data(&rest), [json!(2), json!(3)], "{group:?}");
+        ack_all(&broker, &rest, "completed", group).await;
+        assert!(pop(&broker, &pop_path).await.is_none(), "{group:?}");
+    }
+    let detail = broker.client.get(&target).await.json();
+    assert_eq!(detail["status"], "completed", "{detail}");
+    // A group that starts reading the partition later starts where its
+    // subscription says: from the beginning, so it reads the message.
+    let late = pop(&broker, &path("late", 10)).await.unwrap();
+    assert_eq!(data(&late), [json!(0), json!(1), json!(2), json!(3)]);
+
+    // No group reads a partition yet: nothing to mark consumed on, refused.
+    push(&broker, "fresh", "p", &[json!("x")]).await;
+    let fresh = broker
+        .client
+        .get("/api/v1/messages?queue=fresh")
+        .await
+        .json();
+    let fresh_path = format!(
+        "/api/v1/messages/{}/{}",
+        fresh["messages"][0]["partitionId"].as_str().unwrap(),
+        fresh["messages"][0]["transactionId"].as_str().unwrap()
+    );
+    let refused = broker.client.delete(&fresh_path).await;
+    assert_eq!(refused.status, 409);
+    assert!(
+        refused.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("no consumer group reads its partition yet"),
+        "{}",
+        refused.json()
+    );
+    assert_eq!(
+        crate::support::pop_data(&broker, "/api/v1/pop/queue/fresh?autoAck=true").await,
+        Some(vec![json!("x")]),
+        "still there"
+    );
+    // Malformed ids.
+    let malformed = broker
+        .client
+        .delete(&format!("/api/v1/messages/{pid}x/{}", txn_of(2)))
+        .await;
+    assert_eq!(malformed.status, 400);
+    assert_eq!(malformed.json()["error"], "partitionId must be a UUID");
+    broker.stop().await;
 }

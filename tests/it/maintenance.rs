@@ -28,6 +28,7 @@ fn spooled(dir: &Path, max_bytes: u64) -> EngineConfig {
             dir: dir.to_owned(),
             max_bytes,
             push_timeout: Duration::from_secs(5),
+            adopt: None,
         }),
         maintenance_refresh: Duration::from_millis(100),
         ..EngineConfig::default()

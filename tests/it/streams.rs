@@ -209,6 +209,125 @@ async fn state_is_read_by_keys_by_prefix_or_whole_and_leaves_with_its_query() {
     broker.stop().await;
 }
 
+/// The SDK runners' idle flush asks for the windows whose end plus grace
+/// period has passed: `ripe_at_or_before` keeps only rows whose value holds
+/// a numeric `windowEnd` at or before it, with the other filters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_get_returns_only_ripe_windows_and_refuses_a_malformed_ripe_time() {
+    let broker = TestBroker::start().await;
+    let (_, created) = register(
+        &broker,
+        json!({"name": "ripe", "source_queue": "src-r", "config_hash": "h"}),
+    )
+    .await;
+    let id = created["query_id"].as_str().unwrap().to_owned();
+    let partition = uuid::Uuid::now_v7().to_string();
+    let sql = broker.sql().await;
+    for (key, value) in [
+        (
+            "tumb:1\u{1f}a",
+            json!({"acc": 1, "windowStart": 0, "windowEnd": 1000}),
+        ),
+        (
+            "tumb:1\u{1f}b",
+            json!({"acc": 2, "windowStart": 1000, "windowEnd": 2000}),
+        ),
+        (
+            "tumb:1\u{1f}c",
+            json!({"acc": 3, "windowStart": 1000, "windowEnd": 2000.5}),
+        ),
+        ("tumb:1\u{1f}d", json!({"acc": 4, "windowEnd": "1000"})),
+        ("tumb:1\u{1f}e", json!({"acc": 5})),
+        ("tumb:1\u{1f}f", json!([1000])),
+        ("tumb:1\u{1f}g", json!(7)),
+        ("tumb:1\u{1f}h", json!({"windowEnd": 1e300})),
+        ("other\u{1f}a", json!({"windowEnd": 10})),
+        ("__wm__", json!({"eventTimeMs": 5})),
+    ] {
+        sql.execute(
+            "INSERT INTO queen_streams.state (query_id, partition_id, key, value) \
+             VALUES ($1::text::uuid, $2::text::uuid, $3, $4)",
+            &[&id, &partition, &key, &value],
+        )
+        .await
+        .unwrap();
+    }
+    let keys = |body: Value| {
+        let client = broker.client.clone();
+        async move {
+            let reply = client.post_json("/streams/v1/state/get", &body).await;
+            assert_eq!(reply.status, 200, "{body}");
+            let reply = reply.json();
+            reply["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|row| row["key"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    // As the Python runner asks: the operator's prefix and the ripe time.
+    assert_eq!(
+        keys(
+            json!({"query_id": id, "partition_id": partition, "keys": [],
+                    "key_prefix": "tumb:1\u{1f}", "ripe_at_or_before": 2000})
+        )
+        .await,
+        ["tumb:1\u{1f}a", "tumb:1\u{1f}b"]
+    );
+    assert_eq!(
+        keys(json!({"query_id": id, "partition_id": partition,
+                    "key_prefix": "tumb:1\u{1f}", "ripe_at_or_before": 2000.5}))
+        .await,
+        ["tumb:1\u{1f}a", "tumb:1\u{1f}b", "tumb:1\u{1f}c"]
+    );
+    assert!(
+        keys(json!({"query_id": id, "partition_id": partition,
+                    "key_prefix": "tumb:1\u{1f}", "ripe_at_or_before": 999}))
+        .await
+        .is_empty(),
+        "no window ends at or before 999"
+    );
+    // Without a prefix every ripe row of the partition; with keys, those.
+    assert_eq!(
+        keys(json!({"query_id": id, "partition_id": partition, "ripe_at_or_before": 1000})).await,
+        ["other\u{1f}a", "tumb:1\u{1f}a"]
+    );
+    assert_eq!(
+        keys(json!({"query_id": id, "partition_id": partition,
+                    "keys": ["tumb:1\u{1f}b", "tumb:1\u{1f}e"], "ripe_at_or_before": 5000}))
+        .await,
+        ["tumb:1\u{1f}b"]
+    );
+    // null is no filter.
+    assert_eq!(
+        keys(json!({"query_id": id, "partition_id": partition, "ripe_at_or_before": null}))
+            .await
+            .len(),
+        10
+    );
+    for bad in [
+        json!("2000"),
+        json!(true),
+        json!({"ms": 2000}),
+        json!([2000]),
+    ] {
+        let reply = broker
+            .client
+            .post_json(
+                "/streams/v1/state/get",
+                &json!({"query_id": id, "partition_id": partition, "ripe_at_or_before": bad}),
+            )
+            .await;
+        assert_eq!(reply.status, 400, "{bad}");
+        assert_eq!(
+            reply.json()["error"],
+            "ripe_at_or_before must be a number (epoch milliseconds)"
+        );
+    }
+    broker.stop().await;
+}
+
 /// A stream's consumer pops with group `streams.<queryId>` and reads these
 /// per-message fields (wire-api.md §6).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -336,6 +455,68 @@ async fn a_cycle_commits_state_sink_and_ack_together() {
     assert_eq!(committed(&broker, "src", &id).await, 2);
     let sink = pop(&broker, "/api/v1/pop/queue/sink?batch=10&wait=false").await;
     assert!(sink.is_some(), "the sink messages are consumable");
+
+    // The rest of the contract's fields: a dead-lettering ack answers count
+    // 0, an upsert without a value stores {}, a sink item keeps its
+    // payload's bytes and its traceId, and a messageId is the broker's.
+    let (id2, popped2) = leased_batch(&broker, "sum2", "src2", 2).await;
+    let first = popped2["messages"][0].clone();
+    let trace = uuid::Uuid::now_v7().to_string();
+    let given_id = uuid::Uuid::now_v7().to_string();
+    let body = format!(
+        r#"{{"query_id": "{id2}", "partition_id": "{pid}", "consumer_group": "streams.{id2}",
+            "state_ops": [{{"type": "upsert", "key": "bare"}}],
+            "push_items": [{{"queue": "sink2", "payload": {{"b": 1, "a": 2.50}},
+                             "traceId": "{trace}", "messageId": "{given_id}"}}],
+            "ack": {{"transactionId": "{txn}", "leaseId": "{lease}", "status": "dlq",
+                     "error": "bad input", "count": 1}}}}"#,
+        pid = first["partitionId"].as_str().unwrap(),
+        txn = first["transactionId"].as_str().unwrap(),
+        lease = first["leaseId"].as_str().unwrap(),
+    );
+    let reply = broker
+        .client
+        .send(
+            hyper::Method::POST,
+            "/streams/v1/cycle",
+            bytes::Bytes::from(body),
+        )
+        .await;
+    assert_eq!(reply.status, 200);
+    let done = reply.json();
+    assert_eq!(done["success"], true, "{done}");
+    assert_eq!(
+        done["ack_result"],
+        json!({"success": true, "count": 0, "lease_released": true, "dlq": true})
+    );
+    assert_ne!(done["push_results"][0]["message_id"], json!(given_id));
+    assert_eq!(done["push_results"][0]["trace_id"], json!(trace));
+    let state = broker
+        .client
+        .post_json(
+            "/streams/v1/state/get",
+            &json!({"query_id": id2, "partition_id": first["partitionId"], "keys": ["bare"]}),
+        )
+        .await
+        .json();
+    assert_eq!(state["rows"][0]["value"], json!({}));
+    let raw = broker
+        .client
+        .get("/api/v1/pop/queue/sink2?batch=10&wait=false")
+        .await;
+    assert_eq!(raw.status, 200);
+    let text = String::from_utf8_lossy(&raw.body).into_owned();
+    assert!(
+        text.contains(r#"{"b": 1, "a": 2.50}"#),
+        "the payload as the client sent it: {text}"
+    );
+    assert!(text.contains(&trace), "{text}");
+    let dead = select_i64(
+        &broker.sql().await,
+        "SELECT count(*) FROM queen.log_dlq WHERE error = 'bad input'",
+    )
+    .await;
+    assert_eq!(dead, 1, "the dlq ack filed the message with its error");
     broker.stop().await;
 }
 
@@ -454,6 +635,131 @@ async fn a_partial_ack_keeps_or_gives_back_the_lease_and_bad_cycles_are_400() {
         assert_eq!(reply.status, 400, "{body}");
         assert_eq!(reply.json()["error"], error, "{body}");
     }
+
+    // Every other field of the contract is checked the same way, and a
+    // refused body writes nothing: each of these carries a state op and a
+    // sink item that would otherwise be written.
+    let third = popped["messages"][2].clone();
+    let ack = |extra: Value| {
+        let mut ack = json!({"transactionId": third["transactionId"], "leaseId": third["leaseId"]});
+        for (key, value) in extra.as_object().unwrap() {
+            ack[key] = value.clone();
+        }
+        ack
+    };
+    let with = |field: &str, value: Value| {
+        let mut body = json!({"query_id": id, "partition_id": partition_id, "consumer_group": group,
+                              "state_ops": [{"type": "upsert", "key": "refused", "value": 1}],
+                              "push_items": [{"queue": "sink", "payload": {"refused": true}}],
+                              "ack": ack(json!({}))});
+        body[field] = value;
+        body
+    };
+    for (body, error) in [
+        (
+            with("ack", ack(json!({"status": "retry"}))),
+            "ack.status must be completed, success, failed or dlq",
+        ),
+        (
+            with("ack", ack(json!({"status": "done"}))),
+            "ack.status must be completed, success, failed or dlq",
+        ),
+        (
+            with("ack", ack(json!({"status": 1}))),
+            "ack.status must be completed, success, failed or dlq",
+        ),
+        (
+            with("ack", ack(json!({"count": -1}))),
+            "ack.count must be a non-negative integer",
+        ),
+        (
+            with("ack", ack(json!({"count": "3"}))),
+            "ack.count must be a non-negative integer",
+        ),
+        (
+            with("ack", ack(json!({"count": 1.5}))),
+            "ack.count must be a non-negative integer",
+        ),
+        (
+            with("ack", ack(json!({"error": 5}))),
+            "ack.error must be a string",
+        ),
+        (
+            with("ack", ack(json!({"leaseId": 5}))),
+            "ack.leaseId must be a UUID",
+        ),
+        (
+            with("ack", ack(json!({"leaseId": "nope"}))),
+            "ack.leaseId must be a UUID",
+        ),
+        (with("ack", json!([1])), "ack must be an object"),
+        (
+            with("push_items", json!({"queue": "sink"})),
+            "push_items must be an array",
+        ),
+        (
+            with("push_items", json!([{"queue": "sink", "traceId": "nope"}])),
+            "push_items[0].traceId must be a UUID",
+        ),
+        (
+            with("push_items", json!([{"queue": "sink", "transactionId": 5}])),
+            "push_items[0].transactionId must be a string",
+        ),
+        (
+            with("push_items", json!([{"queue": "sink", "partition": 5}])),
+            "push_items[0].partition must be a string",
+        ),
+        (
+            with("push_items", json!([7])),
+            "push_items[0] must be an object",
+        ),
+        (
+            with("state_ops", json!([{"type": "upsert", "key": ""}])),
+            "state_ops[0].key must be a non-empty string of at most 1024 bytes",
+        ),
+        (
+            with("state_ops", json!({"type": "upsert"})),
+            "state_ops must be an array",
+        ),
+        (
+            with("release_lease", json!("sometimes")),
+            "release_lease must be a boolean",
+        ),
+        (
+            with("consumer_group", json!(5)),
+            "consumer_group must be a string",
+        ),
+        (
+            with("partition_id", json!("nope")),
+            "partition_id must be a UUID",
+        ),
+        (json!([1, 2]), "request body must be a JSON object"),
+    ] {
+        let reply = broker.client.post_json("/streams/v1/cycle", &body).await;
+        assert_eq!(reply.status, 400, "{body}");
+        assert_eq!(reply.json()["error"], error, "{body}");
+    }
+    let sql = broker.sql().await;
+    assert_eq!(
+        select_i64(
+            &sql,
+            "SELECT count(*) FROM queen_streams.state WHERE key = 'refused'"
+        )
+        .await,
+        0,
+        "a refused cycle wrote no state"
+    );
+    assert_eq!(
+        select_i64(
+            &sql,
+            "SELECT count(*) FROM queen.log_segments s JOIN queen.log_partitions p \
+               ON p.id = s.partition_id JOIN queen.queues q ON q.id = p.queue_id \
+              WHERE q.name = 'sink'"
+        )
+        .await,
+        0,
+        "a refused cycle pushed nothing"
+    );
     broker.stop().await;
 }
 

@@ -356,13 +356,18 @@ impl Engine {
     }
 
     /// Answer an admin view (`procedures/admin.sql`); `None` when what it
-    /// names does not exist.
+    /// names does not exist. The traces by name also carry each message's
+    /// payload, decoded here from its segment.
     pub async fn admin_view(
         &self,
         tenant: &str,
         view: crate::AdminView<'_>,
     ) -> Result<Option<serde_json::Value>, EngineError> {
-        crate::admin::read(&self.pool, tenant, view).await
+        let mut answer = crate::admin::read(&self.pool, tenant, view).await?;
+        if let (crate::AdminView::TracesByName { .. }, Some(body)) = (view, answer.as_mut()) {
+            self.messages.add_trace_payloads(tenant, body).await?;
+        }
+        Ok(answer)
     }
 
     // ---- shutdown ----

@@ -53,11 +53,12 @@ pub use lifecycle::configure::{ConfigureQueue, Configured, QueueSettings, MAX_NA
 pub use lifecycle::dlq::{DeadLetter, DlqFilter, DlqTake};
 pub use lifecycle::groups::{GroupDeletion, GroupSummary, SeekTarget, Seeked};
 pub use lifecycle::messages::{
-    GroupView, ListedMessage, MessageDetail, MessageFilter, MessagePage, MessageStatus, MovedToDlq,
-    MAX_PAGE_SEGMENTS,
+    DeleteBlock, GroupView, ListedMessage, MessageDeletion, MessageDetail, MessageFilter,
+    MessagePage, MessageStatus, MovedToDlq, MAX_PAGE_SEGMENTS,
 };
 pub use lifecycle::streams::{
-    QueryRegistration, Registered, StateRow, MAX_CONFIG_HASH_BYTES, MAX_STATE_KEY_BYTES,
+    QueryRegistration, Registered, StateFilter, StateRow, MAX_CONFIG_HASH_BYTES,
+    MAX_STATE_KEY_BYTES,
 };
 pub use lifecycle::traces::TraceEvent;
 pub use lifecycle::{
@@ -73,7 +74,7 @@ pub use push::{PushItem, PushOutcome, PushStats, PushStatus, Pushed, DEFAULT_DED
 pub use queen_sql::{error_chain, SqlError};
 pub use retention::RetentionStats;
 pub use spool::{Buffered, SpoolConfig, SpoolStats};
-pub use stats::{LagWindow, QueueMinute, TotalsSnapshot, MAX_QUEUES_PER_MINUTE};
+pub use stats::{DeliveryLag, LagWindow, QueueMinute, TotalsSnapshot, MAX_QUEUES_PER_MINUTE};
 pub use txn::{CycleAck, CycleDone, Replayed, StateOp, StreamCycle, TxnOp, TxnResult, MAX_REPLAY};
 
 /// Engine-wide settings.

@@ -97,6 +97,10 @@ pub struct QueueMinute {
     pub popped: u64,
     /// Pops that delivered nothing.
     pub pop_empty: u64,
+    /// Ack calls that applied to the queue.
+    pub ack_requests: u64,
+    /// Items those calls applied (any status).
+    pub ack_messages: u64,
     /// Acks applied as completed.
     pub acked: u64,
     /// Acks applied as failed.
@@ -126,6 +130,10 @@ struct Minute {
     dropped: u64,
 }
 
+/// One ack call's outcomes on one queue: (completed, failed, dead-lettered,
+/// items applied).
+pub(crate) type AckCounts = (u64, u64, u64, u64);
+
 /// The broker's statistics.
 #[derive(Debug)]
 pub(crate) struct Stats {
@@ -138,6 +146,21 @@ pub(crate) struct Stats {
     pub(crate) flush_seconds: Histogram,
     /// Event-loop lag samples (µs) since the last minute row.
     lag: Mutex<LagWindow>,
+    /// How long the messages delivered since the last minute row had
+    /// waited since their commit (ms).
+    delivery: Mutex<DeliveryLag>,
+}
+
+/// The wait of the messages delivered in one minute, from their commit to
+/// their delivery.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DeliveryLag {
+    /// Messages delivered.
+    pub messages: u64,
+    /// The sum of their waits, ms.
+    pub sum_ms: u64,
+    /// The longest, ms.
+    pub max_ms: u64,
 }
 
 /// Event-loop lag samples of one minute.
@@ -160,6 +183,7 @@ impl Default for Stats {
             flush_messages: Histogram::new(exponential_buckets(1.0, 4.0, 9)),
             flush_seconds: Histogram::new(exponential_buckets(0.000_25, 2.0, 14)),
             lag: Mutex::default(),
+            delivery: Mutex::default(),
         }
     }
 }
@@ -224,19 +248,21 @@ impl Stats {
         }
     }
 
-    /// One ack call's outcomes, per queue: (completed, failed, dlq).
+    /// One ack call's outcomes, per queue.
     pub(crate) fn acked<'q>(
         &self,
-        per_queue: impl IntoIterator<Item = (&'q str, (u64, u64, u64))>,
+        per_queue: impl IntoIterator<Item = (&'q str, AckCounts)>,
         refused: u64,
     ) {
         add(&self.totals.ack_requests, 1);
         add(&self.totals.ack_refused, refused);
-        for (queue, (completed, failed, dlq)) in per_queue {
+        for (queue, (completed, failed, dlq, applied)) in per_queue {
             add(&self.totals.ack_completed, completed);
             add(&self.totals.ack_failed, failed);
             add(&self.totals.ack_dlq, dlq);
             self.queue(queue, |counts| {
+                counts.ack_requests += 1;
+                counts.ack_messages += applied;
                 counts.acked += completed;
                 counts.ack_failed += failed;
                 counts.dlq += dlq;
@@ -279,15 +305,18 @@ impl Stats {
         answer: &Result<crate::Popped, crate::EngineError>,
     ) {
         match answer {
-            Ok(popped) => self.popped(
-                popped
-                    .queue
-                    .as_deref()
-                    .or(target)
-                    .map(|queue| crate::naming::queue_key(tenant, queue))
-                    .as_deref(),
-                popped.messages.len() as u64,
-            ),
+            Ok(popped) => {
+                self.popped(
+                    popped
+                        .queue
+                        .as_deref()
+                        .or(target)
+                        .map(|queue| crate::naming::queue_key(tenant, queue))
+                        .as_deref(),
+                    popped.messages.len() as u64,
+                );
+                self.delivered(popped.messages.iter().map(|m| m.created_at));
+            }
             Err(error) => self.failed(error),
         }
     }
@@ -344,7 +373,7 @@ impl Stats {
             Ok(outcomes) => outcomes,
             Err(error) => return self.failed(error),
         };
-        let mut per_queue: Vec<(std::borrow::Cow<'_, str>, (u64, u64, u64))> = Vec::new();
+        let mut per_queue: Vec<(std::borrow::Cow<'_, str>, AckCounts)> = Vec::new();
         let mut refused = 0;
         for (status, outcome) in statuses.iter().zip(outcomes) {
             let (Some(queue), true) = (outcome.queue.as_deref(), outcome.success) else {
@@ -356,10 +385,11 @@ impl Stats {
                 .iter()
                 .position(|(name, _)| *name == key)
                 .unwrap_or_else(|| {
-                    per_queue.push((key, (0, 0, 0)));
+                    per_queue.push((key, (0, 0, 0, 0)));
                     per_queue.len() - 1
                 });
             let entry = &mut per_queue[index].1;
+            entry.3 += 1;
             match status {
                 crate::AckStatus::Completed => entry.0 += 1,
                 crate::AckStatus::Failed => entry.1 += 1,
@@ -380,6 +410,26 @@ impl Stats {
         #[expect(clippy::cast_precision_loss, reason = "a histogram sample")]
         self.flush_messages.observe(messages as f64);
         self.flush_seconds.observe(elapsed.as_secs_f64());
+    }
+
+    /// Messages committed at `created` were delivered now.
+    pub(crate) fn delivered(&self, created: impl Iterator<Item = std::time::SystemTime>) {
+        let now = std::time::SystemTime::now();
+        let (mut messages, mut sum_ms, mut max_ms) = (0u64, 0u64, 0u64);
+        for at in created {
+            let waited = now.duration_since(at).unwrap_or_default();
+            let ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
+            messages += 1;
+            sum_ms = sum_ms.saturating_add(ms);
+            max_ms = max_ms.max(ms);
+        }
+        if messages == 0 {
+            return;
+        }
+        let mut window = self.delivery.lock();
+        window.messages += messages;
+        window.sum_ms = window.sum_ms.saturating_add(sum_ms);
+        window.max_ms = window.max_ms.max(max_ms);
     }
 
     /// One event-loop lag sample.
@@ -420,6 +470,19 @@ impl Stats {
         (minute.queues, minute.dropped, lag)
     }
 
+    /// Take the minute's delivery waits, leaving them empty.
+    pub(crate) fn take_delivery(&self) -> DeliveryLag {
+        std::mem::take(&mut *self.delivery.lock())
+    }
+
+    /// Put delivery waits back that a failed write could not store.
+    pub(crate) fn restore_delivery(&self, old: DeliveryLag) {
+        let mut window = self.delivery.lock();
+        window.messages += old.messages;
+        window.sum_ms = window.sum_ms.saturating_add(old.sum_ms);
+        window.max_ms = window.max_ms.max(old.max_ms);
+    }
+
     /// Put counts back that a failed write could not store, merged with
     /// what arrived meanwhile (bounded like any minute).
     pub(crate) fn restore_minute(&self, queues: HashMap<String, QueueMinute>) {
@@ -430,6 +493,8 @@ impl Stats {
                 counts.pop_requests += old.pop_requests;
                 counts.popped += old.popped;
                 counts.pop_empty += old.pop_empty;
+                counts.ack_requests += old.ack_requests;
+                counts.ack_messages += old.ack_messages;
                 counts.acked += old.acked;
                 counts.ack_failed += old.ack_failed;
                 counts.dlq += old.dlq;
@@ -471,7 +536,7 @@ mod tests {
         stats.pushed([("a", 3), ("b", 1)], false);
         stats.popped(Some("a"), 2);
         stats.popped(Some("a"), 0);
-        stats.acked([("a", (2, 1, 1))], 1);
+        stats.acked([("a", (2, 1, 1, 3))], 1);
         let (queues, _, _) = stats.take_minute();
         let a = queues["a"];
         assert_eq!(

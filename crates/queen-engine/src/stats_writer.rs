@@ -15,7 +15,7 @@ use serde_json::{json, Map, Value};
 
 use crate::metrics::ProcessMetrics;
 use crate::observe::Observer;
-use crate::stats::{LagWindow, QueueMinute};
+use crate::stats::{DeliveryLag, LagWindow, QueueMinute};
 use crate::RetentionStats;
 
 /// How often the event loop's lag is sampled.
@@ -61,6 +61,7 @@ struct Minute<'a> {
     pub(crate) queues: &'a std::collections::HashMap<String, QueueMinute>,
     pub(crate) dropped: u64,
     pub(crate) lag: LagWindow,
+    pub(crate) delivery: DeliveryLag,
     pub(crate) cluster: &'a crate::metrics::ClusterMetrics,
     pub(crate) port: u16,
     pub(crate) hostname: &'a str,
@@ -73,6 +74,7 @@ fn rows(state: &WriterState, minute: &Minute<'_>) -> (Value, Value) {
         queues,
         dropped,
         lag,
+        delivery,
         cluster,
         port,
         hostname,
@@ -112,6 +114,9 @@ fn rows(state: &WriterState, minute: &Minute<'_>) -> (Value, Value) {
         "eviction_msgs": process.retention.evicted_messages.saturating_sub(retention0.evicted_messages),
         "partitions_deleted": process.retention.partitions_removed.saturating_sub(retention0.partitions_removed),
         "dropped_counts": dropped,
+        "pop_lag_count": delivery.messages,
+        "pop_lag_sum_ms": delivery.sum_ms,
+        "pop_lag_max_ms": delivery.max_ms,
     });
     let parked: std::collections::HashMap<&str, usize> = process
         .parked
@@ -140,6 +145,8 @@ fn rows(state: &WriterState, minute: &Minute<'_>) -> (Value, Value) {
                 ("pop_requests", counts.pop_requests),
                 ("popped", counts.popped),
                 ("pop_empty", counts.pop_empty),
+                ("ack_requests", counts.ack_requests),
+                ("ack_messages", counts.ack_messages),
                 ("acked", counts.acked),
                 ("ack_failed", counts.ack_failed),
                 ("dlq", counts.dlq),
@@ -177,11 +184,13 @@ impl WriterState {
         (hostname, port): (&str, u16),
     ) -> Result<usize, crate::EngineError> {
         let (queues, dropped, lag) = stats.take_minute();
+        let delivery = stats.take_delivery();
         let minute = Minute {
             process,
             queues: &queues,
             dropped,
             lag,
+            delivery,
             cluster,
             port,
             hostname,
@@ -208,6 +217,7 @@ impl WriterState {
             }
             Err(error) => {
                 stats.restore_minute(queues);
+                stats.restore_delivery(delivery);
                 Err(error.into())
             }
         }

@@ -265,9 +265,13 @@ pub(crate) struct Config {
 
     /// Directory of the push spool: pushes taken while maintenance mode is on
     /// or PostgreSQL is unreachable wait here (fsync'd) until they are
-    /// written to the database; created if missing; one broker per directory.
-    #[arg(long, env = "FILE_BUFFER_DIR", default_value = "./queen-buffers")]
-    pub(crate) file_buffer_dir: PathBuf,
+    /// written to the database; created if missing; one broker per directory,
+    /// a second one refuses to start [default: ./queen-buffers/<PORT>, one per
+    /// listening port, so brokers on different ports share a working
+    /// directory; what an earlier version spooled in ./queen-buffers itself is
+    /// moved into it at start].
+    #[arg(long, env = "FILE_BUFFER_DIR")]
+    pub(crate) file_buffer_dir: Option<PathBuf>,
 
     /// MiB of undrained pushes the spool holds; past it pushes answer 503
     /// with Retry-After (nothing is lost: the client retries). 0: no spool
@@ -388,6 +392,25 @@ impl Config {
     }
 }
 
+/// The parent of the default spool directories, and the spool directory
+/// itself before the default became one per port.
+pub(crate) const DEFAULT_SPOOL_ROOT: &str = "./queen-buffers";
+
+impl Config {
+    /// The spool directory (`FILE_BUFFER_DIR`, else one per port under
+    /// [`DEFAULT_SPOOL_ROOT`]) and, for the default, the directory whose
+    /// spool files an earlier version left to be moved into it.
+    pub(crate) fn spool_dirs(&self) -> (PathBuf, Option<PathBuf>) {
+        match &self.file_buffer_dir {
+            Some(dir) => (dir.clone(), None),
+            None => {
+                let root = PathBuf::from(DEFAULT_SPOOL_ROOT);
+                (root.join(self.port.to_string()), Some(root))
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory;
@@ -407,5 +430,27 @@ mod tests {
             .map(|value| value.to_string_lossy().into_owned())
             .collect();
         assert_eq!(default, [queen_http::public_paths().join(",")]);
+    }
+
+    /// The default spool directory is one per port, adopting the old one;
+    /// a chosen one is used as given.
+    #[test]
+    fn the_default_spool_directory_is_per_port() {
+        use clap::Parser;
+        let config = super::Config::try_parse_from(["queen-server", "--port", "7001"]).unwrap();
+        assert_eq!(
+            config.spool_dirs(),
+            (
+                std::path::PathBuf::from("./queen-buffers/7001"),
+                Some(std::path::PathBuf::from("./queen-buffers"))
+            )
+        );
+        let chosen =
+            super::Config::try_parse_from(["queen-server", "--file-buffer-dir", "/srv/spool"])
+                .unwrap();
+        assert_eq!(
+            chosen.spool_dirs(),
+            (std::path::PathBuf::from("/srv/spool"), None)
+        );
     }
 }

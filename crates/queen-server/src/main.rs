@@ -413,8 +413,10 @@ fn auth(config: &Config) -> Result<Option<Arc<queen_http::Auth>>, ServerError> {
 
 /// The spool's settings (`serve` creates its directory).
 fn spool_config(config: &Config) -> Option<queen_engine::SpoolConfig> {
+    let (dir, adopt) = config.spool_dirs();
     (config.spool_max_mb > 0).then(|| queen_engine::SpoolConfig {
-        dir: config.file_buffer_dir.clone(),
+        dir,
+        adopt,
         max_bytes: config.spool_max_mb.saturating_mul(1 << 20),
         push_timeout: Duration::from_millis(config.spool_push_timeout_ms),
     })

@@ -371,10 +371,12 @@ pub struct PageSegment {
     pub created_at: SystemTime,
     /// The compressed frames.
     pub blob: Vec<u8>,
+    /// The queue's priority.
+    pub priority: i32,
 }
 
 /// The segments of one listing page, newest first, covering `need`
-/// messages, at most `max_segments` of them (`admin_message_segments_v1`);
+/// messages, at most `max_segments` of them (`admin_message_segments_v2`);
 /// the flag says the cap cut the page short.
 pub async fn message_segments(
     client: &impl GenericClient,
@@ -385,7 +387,7 @@ pub async fn message_segments(
 ) -> Result<(Vec<PageSegment>, bool), SqlError> {
     let rows = client
         .query_typed(
-            "SELECT * FROM queen.admin_message_segments_v1($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            "SELECT * FROM queen.admin_message_segments_v2($1, $2, $3, $4, $5, $6, $7, $8, $9)",
             &[
                 (&tenant, Type::TEXT),
                 (&filter.queue, Type::TEXT),
@@ -414,6 +416,7 @@ pub async fn message_segments(
                 end_offset: row.try_get(6)?,
                 created_at: row.try_get(7)?,
                 blob: row.try_get(8)?,
+                priority: row.try_get(10)?,
             })
         })
         .collect::<Result<Vec<_>, SqlError>>()?;

@@ -176,6 +176,101 @@ pub async fn delete(
         .await?)
 }
 
+/// Why a message delete was refused for one consumer group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeleteBlock {
+    /// The group holds the message in a live lease.
+    Leased {
+        /// The group.
+        group: String,
+    },
+    /// The group has earlier messages to read; `next` is the offset it
+    /// reads next.
+    Behind {
+        /// The group.
+        group: String,
+        /// Its next offset.
+        next: i64,
+    },
+}
+
+/// What `log_message_delete_v1` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MessageDeleted {
+    /// Marked consumed for these groups (their cursors moved onto it; groups
+    /// already past it are not named), and this many dead letters removed.
+    Deleted {
+        /// The groups whose cursors moved.
+        moved: Vec<String>,
+        /// Dead letters removed.
+        dead_letters: u64,
+    },
+    /// Refused by these groups; nothing changed.
+    Refused(Vec<DeleteBlock>),
+    /// No group reads the partition and it holds no dead letter of the
+    /// message; nothing changed.
+    NoCursor,
+    /// The partition is not the tenant's.
+    NotFound,
+}
+
+/// Delete the message at `offset` of `partition_id` (transaction id
+/// `transaction_id`), within the tenant (`log_message_delete_v1`).
+pub async fn delete_message(
+    client: &impl GenericClient,
+    tenant: &str,
+    partition_id: Uuid,
+    offset: i64,
+    transaction_id: &str,
+) -> Result<MessageDeleted, SqlError> {
+    let rows = client
+        .query_typed(
+            "SELECT * FROM queen.log_message_delete_v1($1, $2, $3, $4)",
+            &[
+                (&tenant, Type::TEXT),
+                (&partition_id, Type::UUID),
+                (&offset, Type::INT8),
+                (&transaction_id, Type::TEXT),
+            ],
+        )
+        .await?;
+    let mut moved = Vec::new();
+    let mut blocks = Vec::new();
+    for row in &rows {
+        let result: &str = row.try_get(0)?;
+        let group: Option<String> = row.try_get(1)?;
+        let next: Option<i64> = row.try_get(2)?;
+        match (result, group) {
+            ("moved", Some(group)) => moved.push(group),
+            ("leased", Some(group)) => blocks.push(DeleteBlock::Leased { group }),
+            ("behind", Some(group)) => blocks.push(DeleteBlock::Behind {
+                group,
+                next: next.unwrap_or(0),
+            }),
+            ("done", _) => {
+                let dead: Option<i64> = row.try_get(3)?;
+                return Ok(MessageDeleted::Deleted {
+                    moved,
+                    dead_letters: u64::try_from(dead.unwrap_or(0)).unwrap_or(0),
+                });
+            }
+            ("no_cursor", _) => return Ok(MessageDeleted::NoCursor),
+            ("not_found", _) => return Ok(MessageDeleted::NotFound),
+            _ => {
+                return Err(SqlError::Protocol {
+                    what: "log_message_delete_v1 returned an unknown row",
+                })
+            }
+        }
+    }
+    if blocks.is_empty() {
+        return Err(SqlError::Protocol {
+            what: "log_message_delete_v1 returned no outcome",
+        });
+    }
+    Ok(MessageDeleted::Refused(blocks))
+}
+
 const TAKE: &str = "SELECT * FROM queen.log_dlq_take_v1($1, $2, $3, $4, $5, $6, $7, $8, $9)";
 
 /// Which dead letters a replay takes: one message's rows (`partition_id`

@@ -10,7 +10,7 @@ use uuid::Uuid;
 use crate::SqlError;
 
 const REGISTER: &str = "SELECT * FROM queen_streams.register_query_v1($1, $2, $3, $4, $5, $6, $7)";
-const STATE_GET: &str = "SELECT * FROM queen_streams.state_get_v1($1, $2, $3, $4, $5)";
+const STATE_GET: &str = "SELECT * FROM queen_streams.state_get_v2($1, $2, $3, $4, $5, $6)";
 
 /// A query to register.
 #[derive(Debug, Clone, Copy)]
@@ -95,8 +95,9 @@ pub struct StateRow {
     pub updated_at: SystemTime,
 }
 
-/// The state rows of (`query`, `partition`): those of `keys`, else those
-/// starting with `prefix`, else all (`state_get_v1`); by key.
+/// The state rows of (`query`, `partition`) that are among `keys` (when it
+/// is not empty), start with `prefix` (when given) and, with `ripe_at`, hold
+/// a numeric `windowEnd` at or before it (`state_get_v2`); by key.
 pub async fn state_get(
     client: &impl GenericClient,
     tenant: &str,
@@ -104,6 +105,7 @@ pub async fn state_get(
     partition: Uuid,
     keys: &[String],
     prefix: Option<&str>,
+    ripe_at: Option<f64>,
 ) -> Result<Vec<StateRow>, SqlError> {
     let rows = client
         .query_typed(
@@ -114,6 +116,7 @@ pub async fn state_get(
                 (&partition, Type::UUID),
                 (&keys, Type::TEXT_ARRAY),
                 (&prefix, Type::TEXT),
+                (&ripe_at, Type::FLOAT8),
             ],
         )
         .await?;

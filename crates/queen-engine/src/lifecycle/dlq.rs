@@ -96,18 +96,6 @@ impl DeadLetters {
         self.txns.replay(tenant, take).await
     }
 
-    /// Remove every consumer group's dead letter of one message; answers
-    /// how many went.
-    pub async fn delete(
-        &self,
-        tenant: &str,
-        partition_id: Uuid,
-        transaction_id: &str,
-    ) -> Result<u64, EngineError> {
-        let client = self.db.client().await?;
-        Ok(queen_sql::dlq::delete(&**client, tenant, partition_id, transaction_id).await?)
-    }
-
     /// Dead letters matching `filter`, newest first, and how many match in all.
     pub async fn list(
         &self,

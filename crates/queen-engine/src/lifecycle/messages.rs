@@ -84,6 +84,8 @@ pub struct ListedMessage {
     pub namespace: String,
     /// The queue's task.
     pub task: String,
+    /// The queue's priority.
+    pub queue_priority: i32,
     /// Offset in the partition.
     pub offset: i64,
     /// Trace id.
@@ -153,6 +155,55 @@ pub enum MovedToDlq {
     },
     /// Another consumer holds it under a live lease.
     Leased,
+}
+
+/// What deleting a message did (`Messages::delete`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MessageDeletion {
+    /// Deleted: marked consumed for `groups` (their cursors moved onto it;
+    /// groups already past it are not named) and `dead_letters` removed.
+    Deleted {
+        /// The offset it had.
+        offset: Option<i64>,
+        /// The groups whose cursors moved onto it.
+        groups: Vec<String>,
+        /// Dead letters of it removed.
+        dead_letters: u64,
+    },
+    /// Refused, nothing changed: a group holds it in a live lease, or has
+    /// earlier messages to read (marking it consumed would move that
+    /// group's cursor over them).
+    Refused {
+        /// The message's offset.
+        offset: i64,
+        /// Each group in the way.
+        blocks: Vec<DeleteBlock>,
+    },
+    /// Refused, nothing changed: no group reads the partition yet, so there
+    /// is no cursor to move.
+    NoCursor {
+        /// The message's offset.
+        offset: i64,
+    },
+    /// No such message, and no dead letter of it.
+    NotFound,
+}
+
+/// Why one group refused a delete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeleteBlock {
+    /// It holds the message in a live lease.
+    Leased {
+        /// The group.
+        group: String,
+    },
+    /// It reads `next` first.
+    Behind {
+        /// The group.
+        group: String,
+        /// The offset it reads next.
+        next: i64,
+    },
 }
 
 /// One group's cursor on a partition.
@@ -445,6 +496,11 @@ impl Messages {
             partition: located.partition,
             namespace: located.namespace,
             task: located.task,
+            queue_priority: queue_config
+                .get("priority")
+                .and_then(serde_json::Value::as_i64)
+                .and_then(|p| i32::try_from(p).ok())
+                .unwrap_or(0),
             offset: located.offset,
             trace_id: frame.trace_id.map(Uuid::from_bytes),
             producer_sub: frame.producer_sub.map(str::to_owned),
@@ -462,6 +518,153 @@ impl Messages {
             queue_config,
             message,
         }))
+    }
+
+    /// Delete the message (`partition_id`, `transaction_id`): every group's
+    /// dead letter of it goes, and it is marked consumed for every group
+    /// reading the partition, when that moves no cursor over another message
+    /// (`log_message_delete_v1`). A message no longer in the log (or older
+    /// than the sidecar rows searched) has only its dead letters removed.
+    pub async fn delete(
+        &self,
+        tenant: &str,
+        partition_id: Uuid,
+        transaction_id: &str,
+    ) -> Result<MessageDeletion, EngineError> {
+        let located = {
+            let client = self.db.client().await?;
+            self.locate(tenant, &client, partition_id, transaction_id)
+                .await?
+        };
+        let Some(located) = located else {
+            let client = self.db.client().await?;
+            let removed =
+                queen_sql::dlq::delete(&**client, tenant, partition_id, transaction_id).await?;
+            return Ok(if removed > 0 {
+                MessageDeletion::Deleted {
+                    offset: None,
+                    groups: Vec::new(),
+                    dead_letters: removed,
+                }
+            } else {
+                MessageDeletion::NotFound
+            });
+        };
+        let offset = located.offset;
+        let deleted = self
+            .db
+            .retry_conflicts(|client| async move {
+                queen_sql::dlq::delete_message(
+                    &**client,
+                    tenant,
+                    partition_id,
+                    offset,
+                    transaction_id,
+                )
+                .await
+            })
+            .await?;
+        use queen_sql::dlq::MessageDeleted as Sql;
+        Ok(match deleted {
+            Sql::Deleted {
+                moved,
+                dead_letters,
+            } => MessageDeletion::Deleted {
+                offset: Some(offset),
+                groups: moved,
+                dead_letters,
+            },
+            Sql::Refused(blocks) => MessageDeletion::Refused {
+                offset,
+                blocks: blocks
+                    .into_iter()
+                    .map(|block| match block {
+                        queen_sql::dlq::DeleteBlock::Leased { group } => {
+                            DeleteBlock::Leased { group }
+                        }
+                        queen_sql::dlq::DeleteBlock::Behind { group, next } => {
+                            DeleteBlock::Behind { group, next }
+                        }
+                    })
+                    .collect(),
+            },
+            Sql::NoCursor => MessageDeletion::NoCursor { offset },
+            Sql::NotFound => MessageDeletion::NotFound,
+        })
+    }
+
+    /// The payload of (`partition_id`, `transaction_id`), opened; `None`
+    /// when the message is not found (retention removed it) or its payload
+    /// cannot be opened (sealed with a key this broker lacks).
+    pub async fn payload(
+        &self,
+        tenant: &str,
+        partition_id: Uuid,
+        transaction_id: &str,
+    ) -> Result<Option<Bytes>, EngineError> {
+        let client = self.db.client().await?;
+        let Some(located) = self
+            .locate(tenant, &client, partition_id, transaction_id)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let Some((_, segment, start)) = segment_at(&client, partition_id, located.offset).await?
+        else {
+            return Ok(None);
+        };
+        drop(client);
+        let frames = segment.slice(start, 1)?;
+        Ok(frames
+            .first()
+            .and_then(|frame| self.db.open_payload(frame.encrypted, frame.payload)))
+    }
+
+    /// Set `message_payload` on every row of a traces-by-name view (`{"traces":
+    /// [...]}`): the traced message's payload as JSON, `null` when it is gone.
+    /// Each message is read once, however many of its traces the page holds.
+    pub(crate) async fn add_trace_payloads(
+        &self,
+        tenant: &str,
+        body: &mut serde_json::Value,
+    ) -> Result<(), EngineError> {
+        let Some(rows) = body
+            .get_mut("traces")
+            .and_then(serde_json::Value::as_array_mut)
+        else {
+            return Ok(());
+        };
+        let mut read: HashMap<(Uuid, String), serde_json::Value> = HashMap::new();
+        for row in rows.iter_mut() {
+            let partition = row
+                .get("partition_id")
+                .and_then(serde_json::Value::as_str)
+                .and_then(|id| id.parse::<Uuid>().ok());
+            let transaction = row
+                .get("transaction_id")
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned);
+            let payload = match (partition, transaction) {
+                (Some(partition), Some(transaction)) => {
+                    let key = (partition, transaction);
+                    if let Some(known) = read.get(&key) {
+                        known.clone()
+                    } else {
+                        let payload = self
+                            .payload(tenant, key.0, &key.1)
+                            .await?
+                            .map_or(serde_json::Value::Null, |bytes| payload_json(&bytes));
+                        read.insert(key, payload.clone());
+                        payload
+                    }
+                }
+                _ => serde_json::Value::Null,
+            };
+            if let Some(row) = row.as_object_mut() {
+                row.insert("message_payload".to_owned(), payload);
+            }
+        }
+        Ok(())
     }
 
     /// Move a live message to `group`'s dead-letter queue: allowed for the
@@ -538,6 +741,12 @@ impl Messages {
     }
 }
 
+/// A payload as JSON: what was pushed is JSON; anything else as a string.
+fn payload_json(bytes: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(bytes)
+        .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(bytes).into_owned()))
+}
+
 /// The segment of `partition_id` holding `offset`, inflated, with the index
 /// of that offset's frame in it; `None` when no segment holds it (retention
 /// removed it).
@@ -574,6 +783,7 @@ fn decode(segment: &PageSegment) -> Result<Vec<(i64, ListedMessage)>, EngineErro
                 partition: segment.partition.clone(),
                 namespace: segment.namespace.clone(),
                 task: segment.task.clone(),
+                queue_priority: segment.priority,
                 offset,
                 trace_id: frame.trace_id.map(Uuid::from_bytes),
                 producer_sub: frame.producer_sub.map(str::to_owned),

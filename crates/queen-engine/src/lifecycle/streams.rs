@@ -63,6 +63,18 @@ impl From<queen_sql::streams::Registered> for Registered {
     }
 }
 
+/// Which state rows a read returns: every condition given must hold.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StateFilter<'a> {
+    /// Only these keys (empty: any key).
+    pub keys: &'a [String],
+    /// Only keys starting with this.
+    pub prefix: Option<&'a str>,
+    /// Only rows whose value holds a numeric `windowEnd` at or before this
+    /// (epoch milliseconds): the windows an idle flush may close.
+    pub ripe_at: Option<f64>,
+}
+
 /// One state row of a streaming query.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StateRow {
@@ -142,19 +154,25 @@ impl Streams {
         )
     }
 
-    /// The state rows of (`query`, `partition`): those of `keys`, else those
-    /// starting with `prefix`, else all.
+    /// The state rows of (`query`, `partition`) that match `filter`, by key.
     pub async fn state(
         &self,
         tenant: &str,
         query: Uuid,
         partition: Uuid,
-        keys: &[String],
-        prefix: Option<&str>,
+        filter: &StateFilter<'_>,
     ) -> Result<Vec<StateRow>, EngineError> {
         let client = self.db.client().await?;
-        let rows = queen_sql::streams::state_get(&**client, tenant, query, partition, keys, prefix)
-            .await?;
+        let rows = queen_sql::streams::state_get(
+            &**client,
+            tenant,
+            query,
+            partition,
+            filter.keys,
+            filter.prefix,
+            filter.ripe_at,
+        )
+        .await?;
         Ok(rows.into_iter().map(StateRow::from).collect())
     }
 }

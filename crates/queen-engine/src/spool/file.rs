@@ -236,6 +236,91 @@ pub(crate) fn failed_files(dir: &Path) -> (u64, u64) {
         })
 }
 
+/// The sequence numbers of the failed-records files in `dir`.
+fn failed_seqs(dir: &Path) -> io::Result<Vec<u64>> {
+    Ok(std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let name = entry.file_name();
+            let name = name.to_str()?;
+            name.strip_prefix("failed-")?
+                .strip_suffix(".log")?
+                .parse()
+                .ok()
+        })
+        .collect())
+}
+
+/// What [`adopt`] moved.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Adopted {
+    /// Logs (with their progress files).
+    pub(crate) logs: usize,
+    /// Failed-records files.
+    pub(crate) failed: usize,
+    /// Held records.
+    pub(crate) held: usize,
+}
+
+/// Move the spool files left in `from` (logs, their progress, failed
+/// records, held records; nothing else there is touched) into `to`, both
+/// locked by the caller. `from`'s sequence numbers are renumbered, in their
+/// order, after every number `to` uses, so nothing collides and each log
+/// keeps its progress; `from`'s held records go before `to`'s. A log moves
+/// before its progress file: a crash between the two leaves the log to be
+/// drained from its start (the drain's duplicate check finds what it stored
+/// before) and a progress file the next adoption moves and `Spool::open`
+/// removes. Renames, so both must be on one filesystem.
+pub(crate) fn adopt(from: &Path, to: &Path) -> io::Result<Adopted> {
+    let (from_logs, from_positions, from_failed) =
+        (logs(from)?, positions(from)?, failed_seqs(from)?);
+    let held = read_held(from)?;
+    let mut seqs: Vec<u64> = from_logs
+        .iter()
+        .chain(&from_positions)
+        .chain(&from_failed)
+        .copied()
+        .collect();
+    seqs.sort_unstable();
+    seqs.dedup();
+    let mut adopted = Adopted::default();
+    if seqs.is_empty() && held.is_empty() {
+        return Ok(adopted);
+    }
+    let base = logs(to)?
+        .into_iter()
+        .chain(positions(to)?)
+        .chain(failed_seqs(to)?)
+        .max()
+        .unwrap_or(0);
+    for (next, seq) in (base + 1..).zip(seqs) {
+        if from_logs.contains(&seq) {
+            std::fs::rename(log_path(from, seq), log_path(to, next))?;
+            adopted.logs += 1;
+        }
+        if from_positions.contains(&seq) {
+            std::fs::rename(pos_path(from, seq), pos_path(to, next))?;
+        }
+        if from_failed.contains(&seq) {
+            std::fs::rename(failed_path(from, seq), failed_path(to, next))?;
+            adopted.failed += 1;
+        }
+    }
+    if !held.is_empty() {
+        // Whole records only: a torn tail was never answered.
+        let (records, _) = records(&held);
+        adopted.held = records.len();
+        let whole = records.last().map_or(0, |(_, end)| *end);
+        let mut merged = held.get(..whole).unwrap_or_default().to_vec();
+        merged.extend_from_slice(&read_held(to)?);
+        rewrite_held(to, &merged)?;
+        rewrite_held(from, &[])?;
+    }
+    sync_dir(to)?;
+    sync_dir(from)?;
+    Ok(adopted)
+}
+
 /// The sequence numbers of the progress files in `dir`.
 pub(crate) fn positions(dir: &Path) -> io::Result<Vec<u64>> {
     Ok(std::fs::read_dir(dir)?
@@ -538,5 +623,72 @@ mod tests {
         assert_eq!(drained(dir.path(), 2).unwrap(), 0);
         append_failed(dir.path(), 1, b"abc").unwrap();
         assert_eq!(failed_files(dir.path()), (1, 3));
+    }
+
+    /// An earlier version's spool moves in after everything the new
+    /// directory numbers, each log with its progress, its held records
+    /// (whole ones) before the new directory's; nothing else there moves.
+    #[test]
+    fn adopting_renumbers_after_the_new_directory_and_keeps_progress_and_held_order() {
+        let from = tempfile::tempdir().unwrap();
+        let to = tempfile::tempdir().unwrap();
+        for (dir, seq, body) in [
+            (from.path(), 1, "a"),
+            (from.path(), 2, "b"),
+            (to.path(), 5, "new"),
+        ] {
+            let mut active = Active::create(dir, seq).unwrap();
+            active.write(body.as_bytes()).unwrap();
+            active.sync().unwrap();
+        }
+        set_drained(from.path(), 1, 1).unwrap();
+        append_failed(from.path(), 3, b"f").unwrap();
+        let mut old_held = Vec::new();
+        record(0).encode(&mut old_held);
+        record(1).encode(&mut old_held);
+        let mut torn = old_held.clone();
+        torn.extend_from_slice(&[9, 0, 0, 0, 1]);
+        append_held(from.path(), &torn).unwrap();
+        let mut new_held = Vec::new();
+        record(2).encode(&mut new_held);
+        append_held(to.path(), &new_held).unwrap();
+        std::fs::write(from.path().join("LOCK"), b"").unwrap();
+        std::fs::create_dir(from.path().join("6632")).unwrap();
+
+        let adopted = adopt(from.path(), to.path()).unwrap();
+        assert_eq!(
+            adopted,
+            Adopted {
+                logs: 2,
+                failed: 1,
+                held: 2
+            }
+        );
+        assert_eq!(logs(to.path()).unwrap(), [5, 6, 7]);
+        assert_eq!(std::fs::read(log_path(to.path(), 6)).unwrap(), b"a");
+        assert_eq!(
+            drained(to.path(), 6).unwrap(),
+            1,
+            "the progress moved with its log"
+        );
+        assert_eq!(std::fs::read(log_path(to.path(), 7)).unwrap(), b"b");
+        assert_eq!(std::fs::read(failed_path(to.path(), 8)).unwrap(), b"f");
+        let held: Vec<String> = records(&read_held(to.path()).unwrap())
+            .0
+            .into_iter()
+            .map(|(record, _)| record.transaction_id)
+            .collect();
+        assert_eq!(held, ["t0", "t1", "t2"]);
+        let mut left: Vec<String> = std::fs::read_dir(from.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["6632", "LOCK"]);
+        assert_eq!(
+            adopt(from.path(), to.path()).unwrap(),
+            Adopted::default(),
+            "nothing left to move"
+        );
     }
 }

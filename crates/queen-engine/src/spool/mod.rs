@@ -48,7 +48,7 @@ mod writer;
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -74,6 +74,11 @@ pub struct SpoolConfig {
     pub max_bytes: u64,
     /// How long a push may take to commit before it is spooled instead.
     pub push_timeout: Duration,
+    /// A directory an earlier version spooled into (the broker's old default
+    /// directory): the spool files it holds are moved into `dir` when the
+    /// spool opens, unless another running broker holds it (then they stay,
+    /// and a warning says so).
+    pub adopt: Option<PathBuf>,
 }
 
 /// A pushed item that was spooled, not yet stored.
@@ -197,6 +202,44 @@ impl State {
     }
 }
 
+/// Move what an earlier version left in `from` into `to` (locked by the
+/// caller), under `from`'s lock: a broker still running there keeps it.
+fn adopt(from: &Path, to: &Path) -> std::io::Result<()> {
+    if from == to || !from.is_dir() {
+        return Ok(());
+    }
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(from.join("LOCK"))?;
+    match lock.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            tracing::warn!(
+                from = %from.display(),
+                to = %to.display(),
+                "another running broker holds the spool directory of an earlier version; \
+                 what it holds stays there (moved here at a start when nothing holds it)"
+            );
+            return Ok(());
+        }
+        Err(std::fs::TryLockError::Error(error)) => return Err(error),
+    }
+    let adopted = file::adopt(from, to)?;
+    if adopted != file::Adopted::default() {
+        tracing::info!(
+            from = %from.display(),
+            to = %to.display(),
+            logs = adopted.logs,
+            failed_files = adopted.failed,
+            held_records = adopted.held,
+            "moved the spool an earlier version left into this broker's spool directory"
+        );
+    }
+    Ok(())
+}
+
 /// The spool component.
 pub(crate) struct Spool {
     dir: PathBuf,
@@ -229,11 +272,15 @@ impl Spool {
             .open(config.dir.join("LOCK"))?;
         lock.try_lock().map_err(|error| match error {
             std::fs::TryLockError::WouldBlock => std::io::Error::other(format!(
-                "{} is the spool of another running broker (FILE_BUFFER_DIR must differ per broker)",
+                "{} is the spool of another running broker (FILE_BUFFER_DIR must differ per \
+                 broker; unset, it is ./queen-buffers/<PORT>, one per port)",
                 config.dir.display()
             )),
             std::fs::TryLockError::Error(error) => error,
         })?;
+        if let Some(from) = &config.adopt {
+            adopt(from, &config.dir)?;
+        }
         let seqs = file::logs(&config.dir)?;
         // A crash between the two removals of a drained log leaves its
         // progress file: remove it, and never hand out its number again.
@@ -507,6 +554,7 @@ mod tests {
             dir: dir.to_owned(),
             max_bytes: 1 << 20,
             push_timeout: Duration::from_secs(1),
+            adopt: None,
         }
     }
 

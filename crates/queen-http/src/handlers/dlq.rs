@@ -1,8 +1,14 @@
 //! `GET /api/v1/dlq` (wire-api.md §2.9): dead letters, newest first, and
-//! `DELETE /api/v1/messages/:partitionId/:transactionId`, which removes every
-//! consumer group's dead letter of that message and answers
-//! `{"success", "partitionId", "transactionId", "message"}` (`success: false`,
-//! `Message not found`, when there was none).
+//! `DELETE /api/v1/messages/:partitionId/:transactionId`, which deletes a
+//! message (`Messages::delete`, `log_message_delete_v1`): every consumer
+//! group's dead letter of it goes, and a message still in the log is marked
+//! consumed for every group reading its partition. Answers 200
+//! `{"success": true, "partitionId", "transactionId", "message", "offset",
+//! "consumerGroups"` (the groups whose cursors moved onto it)`,
+//! "deadLetters"}`; 409 naming why when marking it consumed would move a
+//! group's cursor over other messages, a consumer holds it in a live lease,
+//! or no group reads the partition yet (nothing changes); 404 `Message not
+//! found` when there is neither the message nor a dead letter of it.
 //!
 //! Query: `queue`, `consumerGroup`, `partition`, `from` and `to` (ISO-8601,
 //! on the filing time, inclusive; 400 naming the field when unparsable),
@@ -27,7 +33,7 @@
 //!   rows and one message).
 
 use hyper::StatusCode;
-use queen_engine::{DlqFilter, DlqTake, Engine, MAX_REPLAY};
+use queen_engine::{DeleteBlock, DlqFilter, DlqTake, Engine, MessageDeletion, MAX_REPLAY};
 use serde_json::Value;
 
 use crate::context::Request;
@@ -104,19 +110,55 @@ pub(crate) async fn delete_message(
             "transactionId is required".to_owned(),
         ));
     }
-    let deleted = engine
-        .dead_letters()
+    match engine
+        .messages()
         .delete(tenant, partition, transaction_id)
-        .await?;
-    Ok(response::json(
-        StatusCode::OK,
-        &serde_json::json!({
-            "success": deleted > 0,
-            "partitionId": partition_id,
-            "transactionId": transaction_id,
-            "message": if deleted > 0 { "Message deleted" } else { "Message not found" },
-        }),
-    ))
+        .await?
+    {
+        MessageDeletion::Deleted {
+            offset,
+            groups,
+            dead_letters,
+        } => Ok(response::json(
+            StatusCode::OK,
+            &serde_json::json!({
+                "success": true,
+                "partitionId": partition_id,
+                "transactionId": transaction_id,
+                "message": "Message deleted",
+                "offset": offset,
+                "consumerGroups": groups,
+                "deadLetters": dead_letters,
+            }),
+        )),
+        MessageDeletion::NotFound => Err(HttpError::NotFound("Message not found".to_owned())),
+        MessageDeletion::NoCursor { offset } => Err(HttpError::Conflict(format!(
+            "cannot delete the message at offset {offset}: no consumer group reads its partition \
+             yet, and a message is deleted by marking it consumed on every group's cursor \
+             (it stays in its segment); delete it once a group has read up to it"
+        ))),
+        MessageDeletion::Refused { offset, blocks } => {
+            let reasons: Vec<String> = blocks
+                .iter()
+                .map(|block| match block {
+                    DeleteBlock::Leased { group } => {
+                        format!("consumer group {group} holds it in a live lease")
+                    }
+                    DeleteBlock::Behind { group, next } => format!(
+                        "consumer group {group} has not consumed offsets {next} to {} before it, \
+                         and marking it consumed would skip them",
+                        offset - 1
+                    ),
+                })
+                .collect();
+            Err(HttpError::Conflict(format!(
+                "cannot delete the message at offset {offset}: {}; a live message can be deleted \
+                 only while it is the next message of every consumer group that has not consumed \
+                 it, and no consumer holds it",
+                reasons.join("; ")
+            )))
+        }
+    }
 }
 
 pub(crate) async fn retry_message(

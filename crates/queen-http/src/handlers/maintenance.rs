@@ -3,10 +3,11 @@
 //! - `GET /api/v1/system/maintenance`: `{maintenanceMode, popMaintenanceMode,
 //!   bufferedMessages, bufferHealthy, bufferStats: {pendingCount,
 //!   failedCount, dbHealthy, failedFiles: {count, totalBytes, totalMB,
-//!   failoverCount, qos0Count}}}`. `bufferedMessages` is the spool's pending
+//!   failoverCount}}}`. `bufferedMessages` is the spool's pending
 //!   records (clients poll it until 0 after turning maintenance off);
 //!   `failoverCount` counts pushes spooled because the database was
-//!   unreachable; `qos0Count` is always 0 (there is no QoS-0 buffer).
+//!   unreachable. The reference's `qos0Count` is left out: there is no
+//!   QoS-0 buffer (docs/admin-api.md).
 //! - `POST /api/v1/system/maintenance` `{"enabled": bool}` (anything else is
 //!   400 `enabled (boolean) is required`): persisted in PostgreSQL for every
 //!   broker on the database; answers `{maintenanceMode, bufferedMessages,
@@ -73,7 +74,6 @@ pub(crate) fn get(engine: &Engine) -> Response {
                     "totalBytes": spool.failed_bytes,
                     "totalMB": (total_mb * 100.0).round() / 100.0,
                     "failoverCount": spool.failover,
-                    "qos0Count": 0,
                 },
             },
         }),

@@ -2,7 +2,8 @@
 //!
 //! - `GET /api/v1/messages?queue&partition&ns|namespace&task&status&from&to&limit=200&offset=0`
 //!   (`from` defaults to an hour ago): `{messages: [{id, transactionId,
-//!   partitionId, queuePath, queue, partition, namespace, task, status,
+//!   partitionId, queuePath, queue, partition, namespace, task,
+//!   queuePriority, status,
 //!   queueStatus, busStatus: {consumedBy, totalGroups}, traceId,
 //!   producerSub, createdAt, leaseExpiresAt}], mode: {hasQueueMode,
 //!   busGroupsCount, type}, truncated, note?}` newest first. A page reads
@@ -62,6 +63,7 @@ fn listed(message: &ListedMessage) -> Value {
         "partition": message.partition,
         "namespace": message.namespace,
         "task": message.task,
+        "queuePriority": message.queue_priority,
         "offset": message.offset,
         "status": message.status.as_str(),
         "queueStatus": status_word(message.queue_status),

@@ -10,30 +10,40 @@
 //!   409 with that body to their hash-mismatch error); `reset: true` wipes the
 //!   query's state and stores the new hash.
 //! - `POST /streams/v1/state/get` `{"query_id", "partition_id"` (UUIDs)`,
-//!   "keys"?, "key_prefix"?}` answers `{"success": true, "rows": [{"key",
-//!   "value", "updated_at"}]}`: the rows of `keys`, else those starting with
-//!   `key_prefix`, else all, by key.
+//!   "keys"?, "key_prefix"?, "ripe_at_or_before"?}` answers `{"success":
+//!   true, "rows": [{"key", "value", "updated_at"}]}`, by key: the rows that
+//!   are among `keys` (when not empty), start with `key_prefix` (when not
+//!   empty) and, with `ripe_at_or_before` (a number, epoch ms), whose value
+//!   holds a numeric `windowEnd` at or before it: the SDK runners' idle flush
+//!   asks for the windows whose end plus grace period has passed.
 //!
 //! - `POST /streams/v1/cycle` `{"query_id", "partition_id"` (UUIDs)`,
 //!   "consumer_group"?` (`__QUEUE_MODE__`)`, "state_ops"?: [{"type":
-//!   "upsert", "key", "value"} | {"type": "delete", "key"}], "push_items"?:
-//!   [{"queue", "partition"?, "payload", "transactionId"?}], "ack"?:
-//!   {"transactionId", "leaseId"?, "status"?, "error"?, "count"?},
-//!   "release_lease"?` (true)`}`: one transaction (`Streams::cycle`).
+//!   "upsert", "key", "value"?` (`{}`)`} | {"type": "delete", "key"}],
+//!   "push_items"?: [push items as `POST /api/v1/push` takes them: "queue",
+//!   "partition"?, "payload"?, "transactionId"?, "traceId"?], "ack"?:
+//!   {"transactionId", "leaseId"?, "status"?` (`completed`, `success`,
+//!   `failed` or `dlq`)`, "error"?, "count"?` (a non-negative integer)`},
+//!   "release_lease"?` (true)`}`: one transaction (`Streams::cycle`). A
+//!   sink item's `messageId` is ignored: the broker stamps every id.
 //!   Answers `{"success": true, "query_id", "partition_id", "queueName",
 //!   "state_ops_applied", "push_results": [push results], "ack_result":
-//!   {"success", "count", "lease_released", "dlq"} | null}`; a cycle refused
-//!   and rolled back (no such query, an ack that did not apply) answers 200
-//!   `{"success": false, "query_id", "partition_id", "error"}`, as the SDKs
-//!   read it. Keys are at most 1024 bytes, values at most 1 MiB of JSON.
+//!   {"success", "count", "lease_released", "dlq"} | null}` (`count` is the
+//!   request's, 1 when it has none, and 0 for a dead-lettering ack, as the
+//!   reference answers it); a cycle refused and rolled back (no such query,
+//!   an ack that did not apply) answers 200 `{"success": false, "query_id",
+//!   "partition_id", "error"}`, as the SDKs read it. Keys are at most 1024
+//!   bytes, values at most 1 MiB of JSON. A malformed field is 400 naming it,
+//!   before anything is written.
 
 use bytes::Bytes;
 use hyper::StatusCode;
-use queen_engine::naming::{name_problem, DEFAULT_PARTITION};
+use queen_engine::naming::name_problem;
 use queen_engine::{
-    AckItem, AckStatus, Engine, PushItem, PushStatus, QueryRegistration, Registered, StateOp,
+    AckItem, AckStatus, Engine, PushStatus, QueryRegistration, Registered, StateFilter, StateOp,
     StreamCycle, MAX_STATE_KEY_BYTES, QUEUE_MODE_GROUP,
 };
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use crate::auth::Caller;
@@ -137,10 +147,24 @@ pub(crate) async fn state_get(
             ))
         }
     };
-    let prefix = optional_string(&body, "key_prefix")?;
+    let prefix = optional_string(&body, "key_prefix")?.filter(|prefix| !prefix.is_empty());
+    let ripe_at = match body.get("ripe_at_or_before") {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(at)) => at.as_f64(),
+        Some(_) => {
+            return Err(HttpError::Validation(
+                "ripe_at_or_before must be a number (epoch milliseconds)".to_owned(),
+            ))
+        }
+    };
+    let filter = StateFilter {
+        keys: &keys,
+        prefix,
+        ripe_at,
+    };
     let rows = engine
         .streams()
-        .state(tenant, query, partition, &keys, prefix)
+        .state(tenant, query, partition, &filter)
         .await?;
     let rows: Vec<Value> = rows
         .into_iter()
@@ -184,7 +208,11 @@ fn state_op(index: usize, op: &Value) -> Result<StateOp, HttpError> {
     };
     match op.get("type").and_then(Value::as_str) {
         Some("upsert") => {
-            let value = op.get("value").cloned().unwrap_or(Value::Null);
+            // A missing value is stored as `{}`, as the reference stores it.
+            let value = op
+                .get("value")
+                .cloned()
+                .unwrap_or_else(|| Value::Object(serde_json::Map::new()));
             if serde_json::to_vec(&value).map_or(usize::MAX, |v| v.len()) > MAX_STATE_VALUE_BYTES {
                 return Err(invalid("value must be at most 1 MiB of JSON"));
             }
@@ -195,49 +223,22 @@ fn state_op(index: usize, op: &Value) -> Result<StateOp, HttpError> {
     }
 }
 
-fn push_item(index: usize, item: &Value) -> Result<PushItem, HttpError> {
-    let invalid = |field: &str, rule: &str| {
-        HttpError::Validation(format!("push_items[{index}].{field} {rule}"))
-    };
-    let queue = match item.get("queue") {
-        Some(Value::String(queue)) => queue.clone(),
-        _ => return Err(invalid("queue", "is required")),
-    };
-    if let Some(rule) = name_problem(&queue) {
-        return Err(invalid("queue", rule));
+/// The ack statuses a cycle takes (wire-api.md §6); `retry`, which a plain
+/// ack takes, is not one of them.
+fn cycle_status(ack: &Value) -> Result<AckStatus, HttpError> {
+    let status = optional_string(ack, "status").map_err(|_| bad_status())?;
+    match status {
+        None | Some("completed" | "success" | "failed" | "dlq") => Ok(AckStatus::parse(status)),
+        Some(_) => Err(bad_status()),
     }
-    let partition = match item.get("partition") {
-        None | Some(Value::Null) => DEFAULT_PARTITION.to_owned(),
-        Some(Value::String(partition)) => partition.clone(),
-        Some(_) => return Err(invalid("partition", "must be a string")),
-    };
-    if let Some(rule) = name_problem(&partition) {
-        return Err(invalid("partition", rule));
-    }
-    let transaction_id = match item.get("transactionId") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(id)) if !id.is_empty() && id.len() <= 1024 => Some(id.clone()),
-        Some(_) => {
-            return Err(invalid(
-                "transactionId",
-                "must be a non-empty string of at most 1024 bytes",
-            ))
-        }
-    };
-    let payload = item.get("payload").cloned().unwrap_or(Value::Null);
-    let payload = serde_json::to_vec(&payload).map_err(|_| invalid("payload", "must be JSON"))?;
-    Ok(PushItem {
-        tenant: queen_engine::naming::default_tenant(),
-        queue,
-        partition,
-        transaction_id,
-        trace_id: None,
-        producer_sub: None,
-        payload: Bytes::from(payload),
-    })
 }
 
-fn ack_item(ack: &Value, partition_id: uuid::Uuid) -> Result<Option<AckItem>, HttpError> {
+fn bad_status() -> HttpError {
+    HttpError::Validation("ack.status must be completed, success, failed or dlq".to_owned())
+}
+
+/// The cycle's ack and the `count` it declares.
+fn ack_item(ack: &Value, partition_id: uuid::Uuid) -> Result<Option<(AckItem, u64)>, HttpError> {
     if ack.is_null() {
         return Ok(None);
     }
@@ -253,22 +254,77 @@ fn ack_item(ack: &Value, partition_id: uuid::Uuid) -> Result<Option<AckItem>, Ht
         }
     };
     // The nil id is no client's lease (a retryDelay hold, ack.sql).
-    let lease_id = match optional_string(ack, "leaseId")? {
-        None | Some("") => None,
-        Some(text) => Some(
+    let lease_id = match ack.get("leaseId") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(text)) if text.is_empty() => None,
+        Some(Value::String(text)) => Some(
             text.parse::<uuid::Uuid>()
                 .ok()
                 .filter(|id| !id.is_nil())
                 .ok_or_else(|| HttpError::Validation("ack.leaseId must be a UUID".to_owned()))?,
         ),
+        Some(_) => {
+            return Err(HttpError::Validation(
+                "ack.leaseId must be a UUID".to_owned(),
+            ))
+        }
     };
-    Ok(Some(AckItem {
-        transaction_id,
-        partition_id,
-        status: AckStatus::parse(optional_string(ack, "status")?),
-        error: optional_string(ack, "error")?.map(str::to_owned),
-        lease_id,
-    }))
+    let error = match ack.get("error") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(text)) => Some(text.clone()),
+        Some(_) => {
+            return Err(HttpError::Validation(
+                "ack.error must be a string".to_owned(),
+            ))
+        }
+    };
+    let count = match ack.get("count") {
+        None | Some(Value::Null) => 1,
+        Some(count) => count.as_u64().ok_or_else(|| {
+            HttpError::Validation("ack.count must be a non-negative integer".to_owned())
+        })?,
+    };
+    Ok(Some((
+        AckItem {
+            transaction_id,
+            partition_id,
+            status: cycle_status(ack)?,
+            error,
+            lease_id,
+        },
+        count,
+    )))
+}
+
+/// A cycle body's fields: every one but `push_items` as a value, and the
+/// sink items raw, so their payloads are stored as the client's bytes.
+fn cycle_fields(bytes: &Bytes) -> Result<(Value, Vec<&RawValue>), HttpError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok((Value::Object(serde_json::Map::new()), Vec::new()));
+    }
+    let fields: std::collections::BTreeMap<String, &RawValue> = serde_json::from_slice(bytes)
+        .map_err(|error| {
+            if serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok() {
+                HttpError::Validation("request body must be a JSON object".to_owned())
+            } else {
+                HttpError::InvalidJson(error.to_string())
+            }
+        })?;
+    let mut body = serde_json::Map::new();
+    let mut items = Vec::new();
+    for (name, raw) in fields {
+        if name == "push_items" {
+            if raw.get() != "null" {
+                items = serde_json::from_str(raw.get())
+                    .map_err(|_| HttpError::Validation("push_items must be an array".to_owned()))?;
+            }
+        } else {
+            let value = serde_json::from_str(raw.get())
+                .map_err(|error| HttpError::InvalidJson(error.to_string()))?;
+            body.insert(name, value);
+        }
+    }
+    Ok((Value::Object(body), items))
 }
 
 pub(crate) async fn cycle(
@@ -276,7 +332,8 @@ pub(crate) async fn cycle(
     req: Request,
     who: &Caller,
 ) -> Result<Response, HttpError> {
-    let body = crate::body::object(req).await?;
+    let bytes = crate::body::of(req).await?;
+    let (body, raw_items) = cycle_fields(&bytes)?;
     let query_id = uuid_field(&body, "query_id")?;
     let partition_id = uuid_field(&body, "partition_id")?;
     let group = optional_string(&body, "consumer_group")?
@@ -291,15 +348,19 @@ pub(crate) async fn cycle(
         .enumerate()
         .map(|(index, op)| state_op(index, op))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut push_items = array(&body, "push_items")?
+    let mut push_items = raw_items
         .iter()
         .enumerate()
-        .map(|(index, item)| push_item(index, item))
+        .map(|(index, raw)| {
+            crate::handlers::push::parse_item(&bytes, "push_items", index, raw, b"null")
+        })
         .collect::<Result<Vec<_>, _>>()?;
     who.stamp(&mut push_items);
     let ack_body = body.get("ack").unwrap_or(&Value::Null);
-    let ack = ack_item(ack_body, partition_id)?;
-    let count = ack_body.get("count").cloned().unwrap_or(Value::Null);
+    let (ack, count) = match ack_item(ack_body, partition_id)? {
+        Some((ack, count)) => (Some(ack), count),
+        None => (None, 0),
+    };
     let release_lease = match body.get("release_lease") {
         None | Some(Value::Null) => true,
         Some(value) => crate::wire::boolean("release_lease", value)?,
@@ -349,7 +410,7 @@ pub(crate) async fn cycle(
     let ack_result = done.ack.map(|ack| {
         json!({
             "success": true,
-            "count": count,
+            "count": if ack.dlq { 0 } else { count },
             "lease_released": ack.lease_released,
             "dlq": ack.dlq,
         })

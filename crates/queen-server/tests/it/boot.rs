@@ -376,6 +376,180 @@ async fn two_brokers_cannot_share_a_spool_directory() {
     assert!(status.success(), "{log}");
 }
 
+/// The spool files directly in `dir` (not in its subdirectories).
+fn spool_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|entry| entry.path().is_file())
+                .filter_map(|entry| entry.file_name().into_string().ok())
+                .filter(|name| {
+                    (name.starts_with("spool-")
+                        || name.starts_with("failed-")
+                        || name == "held.log")
+                        && !name.ends_with(".tmp")
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// Two brokers in one working directory on the default spool directory,
+/// one per port (`./queen-buffers/<PORT>`), both start; an upgraded broker
+/// takes over what an earlier version spooled in `./queen-buffers` itself,
+/// but never while another running broker holds it; the pushes it held are
+/// stored exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn brokers_in_one_directory_spool_per_port_and_take_over_the_old_default() {
+    let db = TestDb::empty().await;
+    let url = db.url();
+    let scratch = scratch();
+    let cwd = scratch.path().join("work");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let legacy = cwd.join("queen-buffers");
+    // A broker of the earlier version: its default spool was ./queen-buffers.
+    let old = Broker::start_in(
+        Some(&cwd),
+        scratch.path(),
+        &[
+            ("QUEEN_DATABASE_URL", &url),
+            ("FILE_BUFFER_DIR", "./queen-buffers"),
+        ],
+    )
+    .await;
+    let on = old
+        .client
+        .post_json(
+            "/api/v1/system/maintenance",
+            &serde_json::json!({"enabled": true}),
+        )
+        .await;
+    assert_eq!(on.status, 200);
+    let pushed = old
+        .client
+        .post_json(
+            "/api/v1/push",
+            &serde_json::json!({"items": [{"queue": "kept", "payload": 1},
+                                          {"queue": "kept", "payload": 2},
+                                          {"queue": "kept", "payload": 3}]}),
+        )
+        .await;
+    assert_eq!(pushed.status, 201);
+    assert!(pushed
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|item| item["status"] == "buffered"));
+    let spooled = spool_files(&legacy);
+    assert!(
+        !spooled.is_empty(),
+        "the old broker spooled into {legacy:?}"
+    );
+
+    // Two brokers on the default, while the old one still runs: both start,
+    // each in its own directory, and neither takes the old one's files.
+    let defaults = [
+        ("QUEEN_DATABASE_URL", url.as_str()),
+        ("FILE_BUFFER_DIR", ""),
+    ];
+    let first = Broker::start_in(Some(&cwd), scratch.path(), &defaults).await;
+    let second = Broker::start_in(Some(&cwd), scratch.path(), &defaults).await;
+    for broker in [&first, &second] {
+        assert!(
+            legacy
+                .join(broker.port().to_string())
+                .join("LOCK")
+                .is_file(),
+            "{}",
+            broker.log_text()
+        );
+        assert!(
+            broker
+                .log_text()
+                .contains("another running broker holds the spool directory of an earlier version"),
+            "{}",
+            broker.log_text()
+        );
+    }
+    assert_eq!(spool_files(&legacy), spooled, "left alone while held");
+
+    // Once the old broker is gone, the next start of a default broker moves
+    // its spool in and drains it.
+    let (status, log) = tokio::task::spawn_blocking(move || old.terminate())
+        .await
+        .unwrap();
+    assert!(status.success(), "{log}");
+    let port = first.port();
+    let (status, log) = tokio::task::spawn_blocking(move || first.terminate())
+        .await
+        .unwrap();
+    assert!(status.success(), "{log}");
+    let first = Broker::start_at(port, Some(&cwd), scratch.path(), &defaults).await;
+    assert!(
+        first
+            .log_text()
+            .contains("moved the spool an earlier version left into this broker's spool directory"),
+        "{}",
+        first.log_text()
+    );
+    assert!(
+        spool_files(&legacy).is_empty(),
+        "{:?}",
+        spool_files(&legacy)
+    );
+    let maintenance = first.client.get("/api/v1/system/maintenance").await.json();
+    assert_eq!(maintenance["bufferedMessages"], 3, "{maintenance}");
+    let off = first
+        .client
+        .post_json(
+            "/api/v1/system/maintenance",
+            &serde_json::json!({"enabled": false}),
+        )
+        .await;
+    assert_eq!(off.status, 200);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let maintenance = first.client.get("/api/v1/system/maintenance").await.json();
+        if maintenance["bufferedMessages"] == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not drained: {maintenance}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let popped = first
+        .client
+        .get("/api/v1/pop/queue/kept?batch=10&autoAck=true")
+        .await
+        .json();
+    let payloads: Vec<&serde_json::Value> = popped["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| &m["data"])
+        .collect();
+    assert_eq!(
+        payloads,
+        [
+            &serde_json::json!(1),
+            &serde_json::json!(2),
+            &serde_json::json!(3)
+        ]
+    );
+    for broker in [first, second] {
+        let (status, log) = tokio::task::spawn_blocking(move || broker.terminate())
+            .await
+            .unwrap();
+        assert!(status.success(), "{log}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_answers_parked_pops_at_once_and_exits_cleanly() {
     let scratch = scratch();

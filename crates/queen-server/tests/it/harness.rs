@@ -71,9 +71,16 @@ impl Broker {
             cmd.current_dir(cwd);
         }
         // One spool directory per broker address: a broker restarted on its
-        // port finds what it spooled before.
-        if !vars.iter().any(|(key, _)| *key == "FILE_BUFFER_DIR") {
-            cmd.env("FILE_BUFFER_DIR", log_dir.join(format!("spool-{port}")));
+        // port finds what it spooled before. An empty FILE_BUFFER_DIR in
+        // `vars` leaves it unset: the broker's own default.
+        match vars.iter().find(|(key, _)| *key == "FILE_BUFFER_DIR") {
+            None => {
+                cmd.env("FILE_BUFFER_DIR", log_dir.join(format!("spool-{port}")));
+            }
+            Some((_, "")) => {
+                cmd.env_remove("FILE_BUFFER_DIR");
+            }
+            Some(_) => {}
         }
         cmd.env("PORT", &port_text)
             .stdin(Stdio::null())

@@ -395,6 +395,55 @@ async fn the_python_stream_sdk_aggregates_windows_exactly_across_a_broker_restar
     assert!(status.success(), "broker exit status {status}:\n{log}");
 }
 
+/// The official Python client's windows with a grace period and the idle
+/// flush (`tests/sdk/stream_windows_e2e.py`): a tumbling and a session
+/// window on processing time, closed only by the idle flush, each close
+/// exactly once, with the right aggregate, and none before its end plus
+/// the grace period (the runner's flush asks `/streams/v1/state/get` for
+/// the rows with `ripe_at_or_before`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_stream_sdk_closes_windows_after_their_grace_period() {
+    let python = python().await;
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let db = TestDb::empty().await;
+    let url = db.url();
+    let broker = Broker::start(scratch.path(), &[("QUEEN_DATABASE_URL", &url)]).await;
+    let script = workspace_root().join("tests/sdk/stream_windows_e2e.py");
+    let base = broker.client.base().to_owned();
+    let no_proxy = match std::env::var("NO_PROXY") {
+        Ok(list) if !list.is_empty() => format!("{list},127.0.0.1,localhost"),
+        _ => "127.0.0.1,localhost".to_owned(),
+    };
+    let run = tokio::task::spawn_blocking(move || {
+        run_limited(
+            Command::new(&python)
+                .arg(&script)
+                .env("QUEEN_URL", base)
+                .env("QUEEN_STREAM_RUN", format!("w{}", std::process::id()))
+                .env("PYTHONUNBUFFERED", "1")
+                .env("PYTHONDONTWRITEBYTECODE", "1")
+                .env("NO_PROXY", &no_proxy)
+                .env("no_proxy", &no_proxy),
+            SCRIPT_LIMIT,
+        )
+    })
+    .await
+    .expect("script task")
+    .unwrap_or_else(|error| panic!("{error}"));
+    assert!(
+        run.ok()
+            && run
+                .stdout
+                .contains("closed once, right, after their grace period"),
+        "the windows e2e failed\n{}\n--- broker log ---\n{}",
+        run.describe(),
+        broker.log_text()
+    );
+    println!("{}", run.stdout);
+    let (status, log) = broker.terminate();
+    assert!(status.success(), "broker exit status {status}:\n{log}");
+}
+
 /// The official Python client with a bearer token against a broker
 /// with `JWT_ENABLED` (HS256): read-write works, no token is 401, read-only
 /// pushing is 403, another tenant's token sees nothing of the queue, and the
