@@ -63,7 +63,10 @@ pub use lifecycle::traces::TraceEvent;
 pub use lifecycle::{
     CursorLag, DeadLetters, Groups, Messages, Queues, Streams, Subscription, Traces,
 };
-pub use mesh::{test_datagram as mesh_test_datagram, Hint, MeshConfig, MeshStats, MeshTransport};
+pub use mesh::{
+    test_datagram as mesh_test_datagram, Hint, MeshConfig, MeshState, MeshStats, MeshTransport,
+    PeerHeard,
+};
 pub use observe::{MemoryStats, Observer};
 pub use pop::{LimiterConfig, LimiterStats};
 pub use pop::{

@@ -72,6 +72,7 @@ pub(crate) enum Endpoint {
     Buffers,
     GetPopMaintenance,
     SetPopMaintenance,
+    SharedState,
     Metrics,
     MetricsPrometheus,
     Overview,
@@ -293,6 +294,7 @@ pub(crate) static ROUTES: &[Route] = &[
     route(Method::GET, "/api/v1/status/buffers", E::Buffers, ReadOnly, false),
     route(Method::GET, "/api/v1/system/maintenance/pop", E::GetPopMaintenance, Admin, false),
     route(Method::POST, "/api/v1/system/maintenance/pop", E::SetPopMaintenance, Admin, false),
+    route(Method::GET, "/api/v1/system/shared-state", E::SharedState, Admin, false),
     route(Method::GET, "/api/v1/resources/overview", E::Overview, ReadOnly, true),
     route(Method::GET, "/api/v1/resources/queues", E::ListQueues, ReadOnly, true),
     route(Method::GET, "/api/v1/resources/queues/:queue", E::GetQueue, ReadOnly, true),
@@ -591,6 +593,7 @@ async fn dispatch(
         E::Buffers => Ok(handlers::maintenance::buffers(engine)),
         E::GetPopMaintenance => Ok(handlers::maintenance::get_pop(engine)),
         E::SetPopMaintenance => handlers::maintenance::post_pop(engine, req).await,
+        E::SharedState => Ok(handlers::shared_state::get(engine)),
         E::Metrics => Ok(handlers::metrics::json(app).await),
         E::MetricsPrometheus => handlers::metrics::prometheus(app, &req).await,
         E::Overview => handlers::admin::resources(engine, t, AdminView::Overview).await,
@@ -945,13 +948,14 @@ mod tests {
                 "POST /api/v1/system/maintenance",
                 "GET /api/v1/system/maintenance/pop",
                 "POST /api/v1/system/maintenance/pop",
+                "GET /api/v1/system/shared-state",
                 "POST /api/v1/stats/refresh",
             ]
         );
         assert_eq!(access(Method::GET, "/metrics"), Public);
         assert_eq!(access(Method::GET, "/metrics/prometheus"), Public);
         // Only health, the cluster-wide maintenance switches, the broker's
-        // spool, the brokers' own statistics (system and worker series,
+        // spool and mesh, the brokers' own statistics (system and worker series,
         // PostgreSQL's figures, writing this broker's rows now) and the
         // metrics (public by the contract, for the scraper; with auth their
         // per-queue series are shown only to a token of the queue's tenant,
@@ -970,6 +974,7 @@ mod tests {
                 E::Buffers,
                 E::GetPopMaintenance,
                 E::SetPopMaintenance,
+                E::SharedState,
                 E::Analytics(A::SystemMetrics),
                 E::Analytics(A::WorkerMetrics),
                 E::Analytics(A::PostgresStats),

@@ -14,6 +14,7 @@ pub(crate) mod metrics;
 pub(crate) mod pop;
 pub(crate) mod push;
 pub(crate) mod queues;
+pub(crate) mod shared_state;
 pub(crate) mod streams;
 pub(crate) mod traces;
 pub(crate) mod transaction;
