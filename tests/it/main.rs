@@ -21,6 +21,7 @@ mod pop_early;
 mod pop_mechanics;
 mod push;
 mod queue_options;
+mod replica;
 mod retention;
 mod spool;
 mod stats;

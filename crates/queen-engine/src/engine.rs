@@ -20,7 +20,9 @@
 //! | cluster state (`cluster_state::ClusterState`) | its refresh task | maintenance, bounded queues, the at-rest flags, pop serving, push routing, invalidation |
 //! | observer (`observe::Observer`) | the cluster-series cache, the statistics writer's state and tasks | every component it reads figures of |
 //!
-//! Every component holds its own handle on the one connection pool.
+//! Every component holds its own handle on the one connection pool; the
+//! admin views and the consumer-group views read through the read pool,
+//! which is the replica's when one is configured, else the same pool.
 
 use std::sync::{Arc, Weak};
 use std::time::SystemTime;
@@ -53,6 +55,8 @@ pub struct Engine {
     /// with the engine).
     _mesh: Option<Mesh>,
     pool: deadpool_postgres::Pool,
+    /// The replica's pool, or `pool` (`EngineConfig::read_pool`).
+    read_pool: deadpool_postgres::Pool,
     config: EngineConfig,
     push: Arc<Fusion>,
     pushes: Arc<Pushes>,
@@ -187,8 +191,10 @@ impl Engine {
             cluster_state: Arc::clone(&cluster_state),
             mesh: out,
         });
-        let db = Db::new(pool.clone(), at_rest);
+        let read_pool = config.read_pool.clone().unwrap_or_else(|| pool.clone());
+        let db = Db::new(pool.clone(), read_pool.clone(), at_rest);
         Engine {
+            read_pool,
             _mesh: mesh,
             health: HealthProbe::new(pool.clone()),
             queues: Queues::new(db.clone(), bounded, Arc::clone(&changes)),
@@ -355,14 +361,20 @@ impl Engine {
         self.retention.evict().await
     }
 
-    /// Answer an admin view (`procedures/admin.sql`); `None` when what it
-    /// names does not exist.
+    /// Answer an admin view (`procedures/admin.sql`) from the read pool
+    /// (the replica's, when configured; `postgres-stats` always from the
+    /// primary, whose server it describes); `None` when what it names
+    /// does not exist.
     pub async fn admin_view(
         &self,
         tenant: &str,
         view: crate::AdminView<'_>,
     ) -> Result<Option<serde_json::Value>, EngineError> {
-        crate::admin::read(&self.pool, tenant, view).await
+        let pool = match view {
+            crate::AdminView::PostgresStats => &self.pool,
+            _ => &self.read_pool,
+        };
+        crate::admin::read(pool, tenant, view).await
     }
 
     // ---- shutdown ----

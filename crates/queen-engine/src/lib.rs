@@ -133,6 +133,10 @@ pub struct EngineConfig {
     /// this broker tells nobody, and learns of other brokers' pushes at
     /// its hot-list reseeds.
     pub mesh: Option<MeshConfig>,
+    /// A pool on a read replica (`QUEEN_DATABASE_READ_URL`) for the
+    /// read-only admin and statistics views; `None`: they read the primary.
+    /// Nothing that writes, or must see its own writes, uses it.
+    pub read_pool: Option<deadpool_postgres::Pool>,
 }
 
 /// This machine's host name (`localhost` when it cannot be read).
@@ -165,6 +169,7 @@ impl Default for EngineConfig {
             hostname: hostname(),
             port: 6632,
             mesh: None,
+            read_pool: None,
         }
     }
 }

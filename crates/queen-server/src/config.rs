@@ -29,6 +29,13 @@ pub(crate) struct Config {
     #[arg(long, env = "QUEEN_DATABASE_URL")]
     pub(crate) database_url: Option<String>,
 
+    /// A read replica of the database (URL or key=value string): the
+    /// read-only admin and statistics views read it, lagging the primary by
+    /// the replica's lag; pushes, pops, acks and every write use the primary.
+    /// Unset: everything uses the primary.
+    #[arg(long, env = "QUEEN_DATABASE_READ_URL")]
+    pub(crate) database_read_url: Option<String>,
+
     /// PostgreSQL host (setting any PG_* variable selects an external server).
     #[arg(long, env = "PG_HOST")]
     pub(crate) pg_host: Option<String>,
