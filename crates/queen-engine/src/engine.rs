@@ -19,6 +19,7 @@
 //! | bounded queues (`bounded::Bounded`) | the names of the queues with `maxSize` | nothing |
 //! | cluster state (`cluster_state::ClusterState`) | its refresh task | maintenance, bounded queues, the at-rest flags, pop serving, push routing, invalidation |
 //! | observer (`observe::Observer`) | the cluster-series cache, the statistics writer's state and tasks | every component it reads figures of |
+//! | migration (`migration::Migration`) | the copy's state and task | nothing |
 //!
 //! Every component holds its own handle on the one connection pool; the
 //! admin views and the consumer-group views read through the read pool,
@@ -37,6 +38,7 @@ use crate::health::{Health, HealthProbe};
 use crate::lifecycle::{Db, DeadLetters, Groups, Messages, Queues, Streams, Traces};
 use crate::maintenance::Maintenance;
 use crate::mesh::{Changes, Mesh};
+use crate::migration::Migration;
 use crate::observe::{Observed, Observer};
 use crate::pop::{Serving, ServingConfig};
 use crate::push::{Fusion, FusionConfig, Pushed, Pushes, RouteParts};
@@ -71,6 +73,7 @@ pub struct Engine {
     messages: Messages,
     streams: Streams,
     traces: Traces,
+    migration: Migration,
     health: HealthProbe,
     retention: Arc<Retention>,
     stats: Arc<Stats>,
@@ -194,6 +197,7 @@ impl Engine {
         let read_pool = config.read_pool.clone().unwrap_or_else(|| pool.clone());
         let db = Db::new(pool.clone(), read_pool.clone(), at_rest);
         Engine {
+            migration: Migration::new(config.migration.clone(), pool.clone()),
             read_pool,
             _mesh: mesh,
             health: HealthProbe::new(pool.clone()),
@@ -331,6 +335,11 @@ impl Engine {
         &self.observer
     }
 
+    /// Copying the database to another PostgreSQL.
+    pub fn migration(&self) -> &Migration {
+        &self.migration
+    }
+
     // ---- operation ----
 
     /// Warm up to `connections` pooled connections (capped at the pool's
@@ -397,6 +406,7 @@ impl Engine {
     /// retention, and the pool.
     pub async fn shutdown(&self) {
         self.serving.begin_shutdown();
+        self.migration.shutdown();
         self.push.shutdown().await;
         if let Some(spool) = self.pushes.spool() {
             spool.shutdown().await;

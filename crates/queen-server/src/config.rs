@@ -62,8 +62,9 @@ pub(crate) struct Config {
     #[arg(long, env = "QUEEN_DATA_DIR")]
     pub(crate) data_dir: Option<PathBuf>,
 
-    /// Directory holding the managed cluster's initdb/pg_ctl, searched before
-    /// PATH and /usr/lib/postgresql/*/bin.
+    /// Directory holding PostgreSQL's programs: the managed cluster's
+    /// initdb/pg_ctl and the migration's pg_dump/pg_restore. Unset: PATH,
+    /// then /usr/lib/postgresql/*/bin (newest first).
     #[arg(long, env = "QUEEN_PG_BIN_DIR")]
     pub(crate) pg_bin_dir: Option<PathBuf>,
 

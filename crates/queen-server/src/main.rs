@@ -192,6 +192,10 @@ async fn serve(
     let spool_dir = engine_config.spool.as_ref().map(|spool| spool.dir.clone());
     let mut engine_config = engine_config;
     engine_config.mesh = mesh_config(config, &db_config)?;
+    engine_config.migration = Some(queen_engine::MigrationConfig {
+        source: db_config.clone(),
+        bin_dir: config.pg_bin_dir.clone(),
+    });
     engine_config.read_pool = read_pool(config)?;
     let pool = queen_sql::connect::pool(db_config, config.db_pool_size)?;
     let engine = queen_engine::Engine::new(pool, engine_config);
@@ -270,6 +274,7 @@ fn engine_config(config: &Config) -> Result<queen_engine::EngineConfig, ServerEr
         port: config.port,
         // Set by `serve`, which knows the database.
         mesh: None,
+        migration: None,
         read_pool: None,
     })
 }

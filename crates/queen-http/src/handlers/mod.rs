@@ -11,6 +11,7 @@ pub(crate) mod lease;
 pub(crate) mod maintenance;
 pub(crate) mod messages;
 pub(crate) mod metrics;
+pub(crate) mod migration;
 pub(crate) mod pop;
 pub(crate) mod push;
 pub(crate) mod queues;
