@@ -48,6 +48,15 @@ impl TestBroker {
         config: EngineConfig,
         options: queen_http::ServeOptions,
     ) -> TestBroker {
+        let mut config = config;
+        // The migration copies from the broker's own database, as the
+        // server's does.
+        config
+            .migration
+            .get_or_insert_with(|| queen_engine::MigrationConfig {
+                source: db.config(),
+                bin_dir: None,
+            });
         let engine = Engine::new(db.pool(16), config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

@@ -1035,6 +1035,17 @@ const DASHBOARD: &[(&str, &[&str])] = &[
     ),
     ("/api/v1/consumer-groups/lagging?minLagSeconds=0", &[]),
     (
+        "/api/v1/migration/status",
+        &[
+            "/status",
+            "/currentStep",
+            "/elapsedSeconds",
+            "/error",
+            "/dumpOutput",
+            "/restoreOutput",
+        ],
+    ),
+    (
         "/api/v1/messages?limit=100&offset=0",
         &[
             "/messages/0/id",

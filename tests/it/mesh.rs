@@ -49,6 +49,35 @@ fn udp_configs(secret: &[u8], reseed: Duration) -> (EngineConfig, EngineConfig) 
     (config(a, b_port), config(b, a_port))
 }
 
+/// `GET /api/v1/system/shared-state` of `broker`.
+async fn shared_state(broker: &TestBroker) -> serde_json::Value {
+    let reply = broker.client.get("/api/v1/system/shared-state").await;
+    assert_eq!(reply.status, 200);
+    reply.json()
+}
+
+/// What `listener`'s shared state says of `talker`: its entry among the
+/// brokers heard from.
+async fn heard_of(listener: &TestBroker, talker: &TestBroker) -> serde_json::Value {
+    let id = shared_state(talker).await["server_id"].clone();
+    let state = shared_state(listener).await;
+    state["peers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|peer| peer["server_id"] == id)
+        .unwrap_or_else(|| panic!("{id} not heard of: {state}"))
+        .clone()
+}
+
+/// The address a UDP mesh config's socket is bound to.
+fn udp_addr(config: &EngineConfig) -> std::net::SocketAddr {
+    match &config.mesh.as_ref().unwrap().transport {
+        MeshTransport::Udp { socket, .. } => socket.local_addr().unwrap(),
+        MeshTransport::Notify(_) => unreachable!(),
+    }
+}
+
 /// A consumer parked on `consumer` (long-poll up to 10 s), then one push on
 /// `producer`: how long until the consumer had it.
 async fn wake_latency(producer: &TestBroker, consumer: &TestBroker, queue: &str) -> Duration {
@@ -91,18 +120,50 @@ async fn a_push_on_one_broker_wakes_a_consumer_parked_on_another_through_notify(
     }
     let stats = b.engine.observe().mesh_stats().unwrap();
     assert!(stats.received_hints >= 5, "{stats:?}");
+    // What b knows of its mesh: NOTIFY, a's batches and when it last heard.
+    let state = shared_state(&b).await;
+    assert_eq!(
+        (state["enabled"].clone(), state["transport"]["mode"].clone()),
+        (json!(true), json!("notify"))
+    );
+    assert!(state["hints"]["received"].as_u64().unwrap() >= 5, "{state}");
+    assert!(
+        state["caches"]["hotlist_queues"].as_u64().unwrap() >= 1,
+        "{state}"
+    );
+    let a_seen = heard_of(&b, &a).await;
+    assert!(a_seen["hints"].as_u64().unwrap() >= 5, "{a_seen}");
+    assert_eq!(a_seen["address"], serde_json::Value::Null);
+    assert!(
+        a_seen["seconds_since_heard"].as_f64().unwrap() < 30.0,
+        "{a_seen}"
+    );
+    assert!(
+        a_seen["last_heard"].as_str().unwrap().ends_with('Z'),
+        "{a_seen}"
+    );
     a.stop().await;
     b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_without_a_mesh_says_so() {
+    let broker = TestBroker::start().await;
+    let state = shared_state(&broker).await;
+    assert_eq!(
+        (state["enabled"].clone(), state["peers"].clone()),
+        (json!(false), serde_json::Value::Null)
+    );
+    assert_eq!(state["maintenance_mode"], false);
+    broker.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn udp_hints_wake_peers_and_unsigned_or_replayed_datagrams_are_dropped() {
     let db = TestDb::new().await;
     let (a_config, b_config) = udp_configs(b"mesh-secret", Duration::from_secs(30));
-    let b_port = match &b_config.mesh.as_ref().unwrap().transport {
-        MeshTransport::Udp { socket, .. } => socket.local_addr().unwrap().port(),
-        MeshTransport::Notify(_) => unreachable!(),
-    };
+    let b_port = udp_addr(&b_config).port();
+    let a_addr = udp_addr(&a_config).to_string();
     let a = TestBroker::serve(db.clone(), a_config).await;
     let b = TestBroker::serve(db.clone(), b_config).await;
     configure(&a, "u", json!({})).await;
@@ -138,6 +199,29 @@ async fn udp_hints_wake_peers_and_unsigned_or_replayed_datagrams_are_dropped() {
         before.received_batches + 1,
         "{after:?}"
     );
+    // b's shared state: UDP to its configured peer, a heard from its
+    // socket, the forged and replayed datagrams counted.
+    let state = shared_state(&b).await;
+    assert_eq!(state["transport"]["mode"], "udp", "{state}");
+    assert_eq!(
+        state["transport"]["configured_peers"],
+        json!([a_addr]),
+        "{state}"
+    );
+    assert_eq!(
+        state["transport"]["resolved_peers"],
+        json!([a_addr]),
+        "{state}"
+    );
+    assert!(
+        state["hints"]["dropped_unsigned"].as_u64().unwrap() >= 2,
+        "{state}"
+    );
+    assert!(
+        state["hints"]["dropped_replayed"].as_u64().unwrap() >= 1,
+        "{state}"
+    );
+    assert_eq!(heard_of(&b, &a).await["address"], json!(a_addr));
     a.stop().await;
     b.stop().await;
 }

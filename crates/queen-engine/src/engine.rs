@@ -19,8 +19,11 @@
 //! | bounded queues (`bounded::Bounded`) | the names of the queues with `maxSize` | nothing |
 //! | cluster state (`cluster_state::ClusterState`) | its refresh task | maintenance, bounded queues, the at-rest flags, pop serving, push routing, invalidation |
 //! | observer (`observe::Observer`) | the cluster-series cache, the statistics writer's state and tasks | every component it reads figures of |
+//! | migration (`migration::Migration`) | the copy's state and task | nothing |
 //!
-//! Every component holds its own handle on the one connection pool.
+//! Every component holds its own handle on the one connection pool; the
+//! admin views and the consumer-group views read through the read pool,
+//! which is the replica's when one is configured, else the same pool.
 
 use std::sync::{Arc, Weak};
 use std::time::SystemTime;
@@ -35,6 +38,7 @@ use crate::health::{Health, HealthProbe};
 use crate::lifecycle::{Db, DeadLetters, Groups, Messages, Queues, Streams, Traces};
 use crate::maintenance::Maintenance;
 use crate::mesh::{Changes, Mesh};
+use crate::migration::Migration;
 use crate::observe::{Observed, Observer};
 use crate::pop::{Serving, ServingConfig};
 use crate::push::{Fusion, FusionConfig, Pushed, Pushes, RouteParts};
@@ -53,6 +57,8 @@ pub struct Engine {
     /// with the engine).
     _mesh: Option<Mesh>,
     pool: deadpool_postgres::Pool,
+    /// The replica's pool, or `pool` (`EngineConfig::read_pool`).
+    read_pool: deadpool_postgres::Pool,
     config: EngineConfig,
     push: Arc<Fusion>,
     pushes: Arc<Pushes>,
@@ -67,6 +73,7 @@ pub struct Engine {
     messages: Messages,
     streams: Streams,
     traces: Traces,
+    migration: Migration,
     health: HealthProbe,
     retention: Arc<Retention>,
     stats: Arc<Stats>,
@@ -187,8 +194,11 @@ impl Engine {
             cluster_state: Arc::clone(&cluster_state),
             mesh: out,
         });
-        let db = Db::new(pool.clone(), at_rest);
+        let read_pool = config.read_pool.clone().unwrap_or_else(|| pool.clone());
+        let db = Db::new(pool.clone(), read_pool.clone(), at_rest);
         Engine {
+            migration: Migration::new(config.migration.clone(), pool.clone()),
+            read_pool,
             _mesh: mesh,
             health: HealthProbe::new(pool.clone()),
             queues: Queues::new(db.clone(), bounded, Arc::clone(&changes)),
@@ -325,6 +335,11 @@ impl Engine {
         &self.observer
     }
 
+    /// Copying the database to another PostgreSQL.
+    pub fn migration(&self) -> &Migration {
+        &self.migration
+    }
+
     // ---- operation ----
 
     /// Warm up to `connections` pooled connections (capped at the pool's
@@ -355,15 +370,21 @@ impl Engine {
         self.retention.evict().await
     }
 
-    /// Answer an admin view (`procedures/admin.sql`); `None` when what it
-    /// names does not exist. The traces by name also carry each message's
+    /// Answer an admin view (`procedures/admin.sql`) from the read pool
+    /// (the replica's, when configured; `postgres-stats` always from the
+    /// primary, whose server it describes); `None` when what it names
+    /// does not exist. The traces by name also carry each message's
     /// payload, decoded here from its segment.
     pub async fn admin_view(
         &self,
         tenant: &str,
         view: crate::AdminView<'_>,
     ) -> Result<Option<serde_json::Value>, EngineError> {
-        let mut answer = crate::admin::read(&self.pool, tenant, view).await?;
+        let pool = match view {
+            crate::AdminView::PostgresStats => &self.pool,
+            _ => &self.read_pool,
+        };
+        let mut answer = crate::admin::read(pool, tenant, view).await?;
         if let (crate::AdminView::TracesByName { .. }, Some(body)) = (view, answer.as_mut()) {
             self.messages.add_trace_payloads(tenant, body).await?;
         }
@@ -390,6 +411,7 @@ impl Engine {
     /// retention, and the pool.
     pub async fn shutdown(&self) {
         self.serving.begin_shutdown();
+        self.migration.shutdown();
         self.push.shutdown().await;
         if let Some(spool) = self.pushes.spool() {
             spool.shutdown().await;

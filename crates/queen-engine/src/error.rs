@@ -92,6 +92,21 @@ pub enum EngineError {
     #[error("internal error: {0}")]
     Internal(&'static str),
 
+    /// This engine was built without a migration source
+    /// (`EngineConfig::migration`).
+    #[error("this broker cannot migrate: it was started without a migration source")]
+    MigrationUnavailable,
+
+    /// A migration request this broker cannot carry out (named), checked
+    /// before anything runs.
+    #[error("{0}")]
+    MigrationRefused(String),
+
+    /// A migration is running on this broker: another cannot start, and
+    /// its state cannot be reset.
+    #[error("a migration is in progress")]
+    MigrationInProgress,
+
     /// A queue configuration breaks one of the engine's rules (checked before
     /// any I/O, so nothing was written). Displays as, for example,
     /// `queue must be at most 255 bytes`.
@@ -136,7 +151,10 @@ impl EngineError {
             | EngineError::TransactionFailed { .. }
             | EngineError::Internal(_)
             | EngineError::CycleRefused(_)
-            | EngineError::SpoolWrite(_) => false,
+            | EngineError::SpoolWrite(_)
+            | EngineError::MigrationUnavailable
+            | EngineError::MigrationRefused(_)
+            | EngineError::MigrationInProgress => false,
             EngineError::InvalidConfiguration { .. } => false,
         }
     }

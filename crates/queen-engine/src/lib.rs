@@ -23,6 +23,7 @@ mod lifecycle;
 mod maintenance;
 mod mesh;
 pub mod metrics;
+mod migration;
 pub mod naming;
 mod observe;
 mod offload;
@@ -64,7 +65,15 @@ pub use lifecycle::traces::TraceEvent;
 pub use lifecycle::{
     CursorLag, DeadLetters, Groups, Messages, Queues, Streams, Subscription, Traces,
 };
-pub use mesh::{test_datagram as mesh_test_datagram, Hint, MeshConfig, MeshStats, MeshTransport};
+pub use mesh::{
+    test_datagram as mesh_test_datagram, Hint, MeshConfig, MeshState, MeshStats, MeshTransport,
+    PeerHeard,
+};
+pub use migration::{
+    ConnectionTest, Migration, MigrationConfig, MigrationPhase, MigrationStatus, MigrationTarget,
+    TableCount, Validation, MAX_OUTPUT_BYTES as MIGRATION_MAX_OUTPUT_BYTES,
+    SKIPPABLE as MIGRATION_SKIPPABLE,
+};
 pub use observe::{MemoryStats, Observer};
 pub use pop::{LimiterConfig, LimiterStats};
 pub use pop::{
@@ -131,6 +140,13 @@ pub struct EngineConfig {
     /// this broker tells nobody, and learns of other brokers' pushes at
     /// its hot-list reseeds.
     pub mesh: Option<MeshConfig>,
+    /// Where a database migration copies from (`Engine::migration`); `None`:
+    /// the migration answers that this broker cannot migrate.
+    pub migration: Option<MigrationConfig>,
+    /// A pool on a read replica (`QUEEN_DATABASE_READ_URL`) for the
+    /// read-only admin and statistics views; `None`: they read the primary.
+    /// Nothing that writes, or must see its own writes, uses it.
+    pub read_pool: Option<deadpool_postgres::Pool>,
 }
 
 /// This machine's host name (`localhost` when it cannot be read).
@@ -163,6 +179,8 @@ impl Default for EngineConfig {
             hostname: hostname(),
             port: 6632,
             mesh: None,
+            migration: None,
+            read_pool: None,
         }
     }
 }

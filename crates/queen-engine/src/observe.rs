@@ -213,4 +213,15 @@ impl Observer {
     pub fn mesh_stats(&self) -> Option<crate::MeshStats> {
         self.parts.mesh.as_ref().map(MeshOut::stats)
     }
+
+    /// What this broker knows of its peers (`None`: no mesh).
+    pub fn mesh_state(&self) -> Option<crate::MeshState> {
+        self.parts.mesh.as_ref().map(MeshOut::state)
+    }
+
+    /// The hot-list: (rings, partition names they hold).
+    pub fn hotlist_size(&self) -> (usize, usize) {
+        let (rings, names, _) = self.parts.serving.hotlist_size();
+        (rings, names)
+    }
 }

@@ -250,7 +250,13 @@ fn engine_reply(error: &EngineError) -> (StatusCode, Cow<'static, str>) {
             StatusCode::SERVICE_UNAVAILABLE,
             Cow::Owned(error.to_string()),
         ),
+        EngineError::MigrationInProgress => (StatusCode::CONFLICT, Cow::Owned(error.to_string())),
+        EngineError::MigrationUnavailable => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Cow::Owned(error.to_string()),
+        ),
         EngineError::InvalidConfiguration { .. }
+        | EngineError::MigrationRefused(_)
         | EngineError::BatchTooLarge
         | EngineError::TransactionFailed { .. } => {
             (StatusCode::BAD_REQUEST, Cow::Owned(error.to_string()))

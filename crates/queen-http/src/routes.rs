@@ -72,6 +72,12 @@ pub(crate) enum Endpoint {
     Buffers,
     GetPopMaintenance,
     SetPopMaintenance,
+    SharedState,
+    MigrationTest,
+    MigrationStart,
+    MigrationStatus,
+    MigrationValidate,
+    MigrationReset,
     Metrics,
     MetricsPrometheus,
     Overview,
@@ -293,6 +299,12 @@ pub(crate) static ROUTES: &[Route] = &[
     route(Method::GET, "/api/v1/status/buffers", E::Buffers, ReadOnly, false),
     route(Method::GET, "/api/v1/system/maintenance/pop", E::GetPopMaintenance, Admin, false),
     route(Method::POST, "/api/v1/system/maintenance/pop", E::SetPopMaintenance, Admin, false),
+    route(Method::GET, "/api/v1/system/shared-state", E::SharedState, Admin, false),
+    route(Method::POST, "/api/v1/migration/test-connection", E::MigrationTest, Admin, false),
+    route(Method::POST, "/api/v1/migration/start", E::MigrationStart, Admin, false),
+    route(Method::GET, "/api/v1/migration/status", E::MigrationStatus, Admin, false),
+    route(Method::POST, "/api/v1/migration/validate", E::MigrationValidate, Admin, false),
+    route(Method::POST, "/api/v1/migration/reset", E::MigrationReset, Admin, false),
     route(Method::GET, "/api/v1/resources/overview", E::Overview, ReadOnly, true),
     route(Method::GET, "/api/v1/resources/queues", E::ListQueues, ReadOnly, true),
     route(Method::GET, "/api/v1/resources/queues/:queue", E::GetQueue, ReadOnly, true),
@@ -591,6 +603,12 @@ async fn dispatch(
         E::Buffers => Ok(handlers::maintenance::buffers(engine)),
         E::GetPopMaintenance => Ok(handlers::maintenance::get_pop(engine)),
         E::SetPopMaintenance => handlers::maintenance::post_pop(engine, req).await,
+        E::SharedState => Ok(handlers::shared_state::get(engine)),
+        E::MigrationTest => handlers::migration::test_connection(engine, req).await,
+        E::MigrationStart => handlers::migration::start(engine, req).await,
+        E::MigrationStatus => Ok(handlers::migration::status(engine)),
+        E::MigrationValidate => handlers::migration::validate(engine, req).await,
+        E::MigrationReset => handlers::migration::reset(engine),
         E::Metrics => Ok(handlers::metrics::json(app).await),
         E::MetricsPrometheus => handlers::metrics::prometheus(app, &req).await,
         E::Overview => handlers::admin::resources(engine, t, AdminView::Overview).await,
@@ -945,17 +963,24 @@ mod tests {
                 "POST /api/v1/system/maintenance",
                 "GET /api/v1/system/maintenance/pop",
                 "POST /api/v1/system/maintenance/pop",
+                "GET /api/v1/system/shared-state",
+                "POST /api/v1/migration/test-connection",
+                "POST /api/v1/migration/start",
+                "GET /api/v1/migration/status",
+                "POST /api/v1/migration/validate",
+                "POST /api/v1/migration/reset",
                 "POST /api/v1/stats/refresh",
             ]
         );
         assert_eq!(access(Method::GET, "/metrics"), Public);
         assert_eq!(access(Method::GET, "/metrics/prometheus"), Public);
         // Only health, the cluster-wide maintenance switches, the broker's
-        // spool, the brokers' own statistics (system and worker series,
-        // PostgreSQL's figures, writing this broker's rows now) and the
-        // metrics (public by the contract, for the scraper; with auth their
-        // per-queue series are shown only to a token of the queue's tenant,
-        // `handlers/metrics.rs`) are not tenant data.
+        // spool and mesh, the migration of the whole database, the brokers'
+        // own statistics (system and worker series, PostgreSQL's figures,
+        // writing this broker's rows now) and the metrics (public by the
+        // contract, for the scraper; with auth their per-queue series are
+        // shown only to a token of the queue's tenant, `handlers/metrics.rs`)
+        // are not tenant data.
         let untenanted: Vec<Endpoint> = ROUTES
             .iter()
             .filter(|route| !route.tenant_scoped)
@@ -970,6 +995,12 @@ mod tests {
                 E::Buffers,
                 E::GetPopMaintenance,
                 E::SetPopMaintenance,
+                E::SharedState,
+                E::MigrationTest,
+                E::MigrationStart,
+                E::MigrationStatus,
+                E::MigrationValidate,
+                E::MigrationReset,
                 E::Analytics(A::SystemMetrics),
                 E::Analytics(A::WorkerMetrics),
                 E::Analytics(A::PostgresStats),

@@ -45,33 +45,43 @@ pub struct PgBinaries {
 }
 
 impl PgBinaries {
-    /// Find `initdb` and `pg_ctl`: only in `bin_dir` when one is given, otherwise
-    /// on `PATH`, then under `/usr/lib/postgresql/*/bin` (newest major version first).
+    /// Find `initdb` and `pg_ctl` (where [`locate_program`] looks).
     pub fn locate(bin_dir: Option<&Path>) -> Result<PgBinaries, PgError> {
-        let (dirs, searched) = match bin_dir {
-            Some(dir) => (vec![dir.to_owned()], dir.display().to_string()),
-            None => {
-                let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
-                    .map(|path| std::env::split_paths(&path).collect())
-                    .unwrap_or_default();
-                dirs.extend(versioned_bin_dirs());
-                (dirs, format!("PATH and {VERSIONED_BIN_GLOB_ROOT}/*/bin"))
-            }
-        };
-        let find = |program: &'static str| {
-            dirs.iter()
-                .map(|dir| dir.join(program))
-                .find(|candidate| candidate.is_file())
-                .ok_or_else(|| PgError::BinariesNotFound {
-                    program,
-                    searched: searched.clone(),
-                })
+        let find = |program| {
+            find_program(bin_dir, program)
+                .map_err(|searched| PgError::BinariesNotFound { program, searched })
         };
         Ok(PgBinaries {
             initdb: find("initdb")?,
             pg_ctl: find("pg_ctl")?,
         })
     }
+}
+
+/// Find PostgreSQL program `program` (`pg_dump`, `pg_restore`, ...): only
+/// in `bin_dir` when one is given, otherwise on `PATH`, then under
+/// `/usr/lib/postgresql/*/bin` (newest major version first).
+pub fn locate_program(bin_dir: Option<&Path>, program: &'static str) -> Result<PathBuf, PgError> {
+    find_program(bin_dir, program)
+        .map_err(|searched| PgError::ProgramNotFound { program, searched })
+}
+
+/// [`locate_program`]; the error is where it looked.
+fn find_program(bin_dir: Option<&Path>, program: &str) -> Result<PathBuf, String> {
+    let (dirs, searched) = match bin_dir {
+        Some(dir) => (vec![dir.to_owned()], dir.display().to_string()),
+        None => {
+            let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+                .map(|path| std::env::split_paths(&path).collect())
+                .unwrap_or_default();
+            dirs.extend(versioned_bin_dirs());
+            (dirs, format!("PATH and {VERSIONED_BIN_GLOB_ROOT}/*/bin"))
+        }
+    };
+    dirs.iter()
+        .map(|dir| dir.join(program))
+        .find(|candidate| candidate.is_file())
+        .ok_or(searched)
 }
 
 /// `/usr/lib/postgresql/<major>/bin`, newest major first.

@@ -16,6 +16,16 @@ pub enum PgError {
         searched: String,
     },
 
+    /// A PostgreSQL client program (`pg_dump`, `pg_restore`) was not found.
+    #[error(
+        "PostgreSQL program {program} not found (looked in {searched}); install PostgreSQL's \
+         client programs (e.g. `apt-get install postgresql-client`) or set QUEEN_PG_BIN_DIR"
+    )]
+    ProgramNotFound {
+        program: &'static str,
+        searched: String,
+    },
+
     /// A PostgreSQL management command exited unsuccessfully.
     #[error("`{program}` failed with {status}: {stderr}")]
     Command {

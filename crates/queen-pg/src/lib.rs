@@ -20,6 +20,7 @@ pub use error::PgError;
 /// settings `queen-server` defines.
 pub const DATABASE_VARS: &[&str] = &[
     "QUEEN_DATABASE_URL",
+    "QUEEN_DATABASE_READ_URL",
     "PG_HOST",
     "PG_PORT",
     "PG_DB",

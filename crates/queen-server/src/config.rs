@@ -29,6 +29,13 @@ pub(crate) struct Config {
     #[arg(long, env = "QUEEN_DATABASE_URL")]
     pub(crate) database_url: Option<String>,
 
+    /// A read replica of the database (URL or key=value string): the
+    /// read-only admin and statistics views read it, lagging the primary by
+    /// the replica's lag; pushes, pops, acks and every write use the primary.
+    /// Unset: everything uses the primary.
+    #[arg(long, env = "QUEEN_DATABASE_READ_URL")]
+    pub(crate) database_read_url: Option<String>,
+
     /// PostgreSQL host (setting any PG_* variable selects an external server).
     #[arg(long, env = "PG_HOST")]
     pub(crate) pg_host: Option<String>,
@@ -55,8 +62,9 @@ pub(crate) struct Config {
     #[arg(long, env = "QUEEN_DATA_DIR")]
     pub(crate) data_dir: Option<PathBuf>,
 
-    /// Directory holding the managed cluster's initdb/pg_ctl, searched before
-    /// PATH and /usr/lib/postgresql/*/bin.
+    /// Directory holding PostgreSQL's programs: the managed cluster's
+    /// initdb/pg_ctl and the migration's pg_dump/pg_restore. Unset: PATH,
+    /// then /usr/lib/postgresql/*/bin (newest first).
     #[arg(long, env = "QUEEN_PG_BIN_DIR")]
     pub(crate) pg_bin_dir: Option<PathBuf>,
 

@@ -192,6 +192,11 @@ async fn serve(
     let spool_dir = engine_config.spool.as_ref().map(|spool| spool.dir.clone());
     let mut engine_config = engine_config;
     engine_config.mesh = mesh_config(config, &db_config)?;
+    engine_config.migration = Some(queen_engine::MigrationConfig {
+        source: db_config.clone(),
+        bin_dir: config.pg_bin_dir.clone(),
+    });
+    engine_config.read_pool = read_pool(config)?;
     let pool = queen_sql::connect::pool(db_config, config.db_pool_size)?;
     let engine = queen_engine::Engine::new(pool, engine_config);
     // The engine logged why (another broker holds the directory, or it is
@@ -267,8 +272,31 @@ fn engine_config(config: &Config) -> Result<queen_engine::EngineConfig, ServerEr
         stats_retention: Duration::from_secs(config.stats_retention_days.saturating_mul(86_400)),
         hostname: hostname(),
         port: config.port,
+        // Set by `serve`, which knows the database.
         mesh: None,
+        migration: None,
+        read_pool: None,
     })
+}
+
+/// Connections of the read replica's pool at most: the admin and
+/// statistics views it serves are few and short.
+const READ_POOL_SIZE: usize = 8;
+
+/// The read replica's pool (`QUEEN_DATABASE_READ_URL`), if one is set. It
+/// connects lazily: a replica that is down fails the views it serves, not
+/// the boot.
+fn read_pool(config: &Config) -> Result<Option<deadpool_postgres::Pool>, ServerError> {
+    let Some(url) = config
+        .database_read_url
+        .as_deref()
+        .filter(|url| !url.is_empty())
+    else {
+        return Ok(None);
+    };
+    let read_config = queen_sql::connect::config_from_url(url)?;
+    tracing::info!("admin and statistics views read the replica (QUEEN_DATABASE_READ_URL)");
+    Ok(Some(queen_sql::connect::pool(read_config, READ_POOL_SIZE)?))
 }
 
 /// The mesh: UDP to `QUEEN_PEERS` (with `QUEEN_SYNC_SECRET`, on

@@ -20,6 +20,7 @@ pub mod connect;
 pub mod dlq;
 mod error;
 pub mod lifecycle;
+pub mod migration;
 pub mod notify;
 pub mod pop;
 mod prepared;

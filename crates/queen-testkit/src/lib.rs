@@ -118,6 +118,45 @@ impl TestDb {
         queen_sql::connect::pool(self.config.clone(), max_size).expect("build test pool")
     }
 
+    /// Create login role `role` (a superuser) with `password`, and make the
+    /// cluster check that password for it: a `scram-sha-256` line for the
+    /// role goes first in `pg_hba.conf` (every other role still connects
+    /// by trust), then the configuration is reloaded. For tests of a wrong
+    /// password; `role` must be a plain identifier, `password` plain text.
+    pub async fn create_password_role(&self, role: &str, password: &str) {
+        let admin = self.client().await;
+        admin
+            .batch_execute(&format!(
+                "CREATE ROLE {role} LOGIN SUPERUSER PASSWORD '{password}'"
+            ))
+            .await
+            .unwrap_or_else(|error| panic!("create role {role}: {error}"));
+        let hba: String = admin
+            .query_one("SHOW hba_file", &[])
+            .await
+            .expect("SHOW hba_file")
+            .get(0);
+        let rules = std::fs::read_to_string(&hba).expect("read pg_hba.conf");
+        let rule = format!("local all {role} scram-sha-256\n");
+        std::fs::write(&hba, format!("{rule}{rules}")).expect("write pg_hba.conf");
+        admin
+            .batch_execute("SELECT pg_reload_conf()")
+            .await
+            .expect("reload the configuration");
+        // The postmaster reloads on its own time: wait until a wrong
+        // password is refused.
+        let mut wrong = self.config();
+        wrong.user(role).password("not-the-password");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while wrong.connect(tokio_postgres::NoTls).await.is_ok() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "pg_hba.conf reload did not take"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     async fn create(template: &str) -> TestDb {
         let shared = SHARED.get_or_init(start_shared).await;
         let name = format!(

@@ -163,7 +163,7 @@ impl Groups {
     /// cursor, summarised, ordered by group then queue.
     pub async fn summaries(&self, tenant: &str) -> Result<Vec<GroupSummary>, EngineError> {
         let (cursors, subscriptions) = {
-            let client = self.db.client().await?;
+            let client = self.db.read_client().await?;
             let cursors = queen_sql::lifecycle::cursors(&**client, tenant, None, None).await?;
             let subscriptions =
                 queen_sql::lifecycle::subscriptions(&**client, tenant, None).await?;
@@ -181,7 +181,7 @@ impl Groups {
         group: &str,
     ) -> Result<Vec<(String, Vec<CursorLag>)>, EngineError> {
         let (cursors, subscriptions) = {
-            let client = self.db.client().await?;
+            let client = self.db.read_client().await?;
             let cursors =
                 queen_sql::lifecycle::cursors(&**client, tenant, Some(group), None).await?;
             let subscriptions =
@@ -206,7 +206,7 @@ impl Groups {
         min_lag_seconds: i64,
     ) -> Result<Vec<CursorLag>, EngineError> {
         let mut cursors = {
-            let client = self.db.client().await?;
+            let client = self.db.read_client().await?;
             queen_sql::lifecycle::cursors(&**client, tenant, None, Some(min_lag_seconds)).await?
         };
         cursors.sort_by_key(|c| std::cmp::Reverse(c.time_lag_seconds));

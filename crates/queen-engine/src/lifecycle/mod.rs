@@ -44,16 +44,26 @@ pub use traces::Traces;
 /// serialisation failure) with concurrent work.
 const MAX_CONFLICT_ATTEMPTS: u32 = 3;
 
-/// What every lifecycle type holds: the pool and the at-rest key.
+/// What every lifecycle type holds: the pool, the read pool (a replica's,
+/// or the same pool) and the at-rest key.
 #[derive(Clone)]
 pub(crate) struct Db {
     pool: deadpool_postgres::Pool,
+    read: deadpool_postgres::Pool,
     at_rest: Arc<AtRest>,
 }
 
 impl Db {
-    pub(crate) fn new(pool: deadpool_postgres::Pool, at_rest: Arc<AtRest>) -> Db {
-        Db { pool, at_rest }
+    pub(crate) fn new(
+        pool: deadpool_postgres::Pool,
+        read: deadpool_postgres::Pool,
+        at_rest: Arc<AtRest>,
+    ) -> Db {
+        Db {
+            pool,
+            read,
+            at_rest,
+        }
     }
 
     /// Whether this broker holds an at-rest key (`QUEEN_ENCRYPTION_KEY`).
@@ -77,6 +87,12 @@ impl Db {
     /// A pooled connection.
     pub(crate) async fn client(&self) -> Result<deadpool_postgres::Object, EngineError> {
         Ok(self.pool.get().await.map_err(SqlError::from)?)
+    }
+
+    /// A connection of the read pool, for views that tolerate a replica's
+    /// lag (never for a write, nor a read that must see one).
+    pub(crate) async fn read_client(&self) -> Result<deadpool_postgres::Object, EngineError> {
+        Ok(self.read.get().await.map_err(SqlError::from)?)
     }
 
     /// Run `op` on a pooled connection, again (on a fresh connection) when it

@@ -31,10 +31,11 @@ pub(crate) mod wire;
 
 pub(crate) use changes::{Changes, Reread};
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::mpsc;
 
@@ -133,6 +134,50 @@ pub(crate) struct Counters {
     pub(crate) dropped_unsigned: AtomicU64,
     pub(crate) dropped_malformed: AtomicU64,
     pub(crate) dropped_replayed: AtomicU64,
+    /// The brokers heard from, by sender id: at most
+    /// [`wire::MAX_SENDERS`], the longest silent dropped first.
+    heard: parking_lot::Mutex<HashMap<u64, Heard>>,
+}
+
+/// What this broker heard from one other.
+#[derive(Debug, Clone, Copy)]
+struct Heard {
+    address: Option<SocketAddr>,
+    last: SystemTime,
+    batches: u64,
+    hints: u64,
+}
+
+/// Another broker this one heard from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerHeard {
+    /// Its random id (new at each start).
+    pub server_id: u64,
+    /// The address its last datagram came from (UDP only).
+    pub address: Option<SocketAddr>,
+    /// When its last batch arrived.
+    pub last_heard: SystemTime,
+    /// Batches received from it.
+    pub batches: u64,
+    /// Hints received from it.
+    pub hints: u64,
+}
+
+/// What this broker knows of its mesh.
+#[derive(Debug, Clone)]
+pub struct MeshState {
+    /// `udp` or `notify`.
+    pub transport: &'static str,
+    /// This broker's id in its batches.
+    pub server_id: u64,
+    /// `QUEEN_PEERS` as configured (UDP).
+    pub peers: Vec<String>,
+    /// What they resolved to last (UDP).
+    pub resolved: Vec<SocketAddr>,
+    /// The brokers heard from, most recent first.
+    pub heard: Vec<PeerHeard>,
+    /// The counters.
+    pub stats: MeshStats,
 }
 
 /// What the mesh has done since start.
@@ -159,6 +204,47 @@ pub struct MeshStats {
 }
 
 impl Counters {
+    /// Remember a batch from `sender` (at `address`, over UDP).
+    fn heard(&self, sender: u64, address: Option<SocketAddr>, hints: usize) {
+        let mut heard = self.heard.lock();
+        if !heard.contains_key(&sender) && heard.len() >= wire::MAX_SENDERS {
+            if let Some(oldest) = heard
+                .iter()
+                .min_by_key(|(_, peer)| peer.last)
+                .map(|(sender, _)| *sender)
+            {
+                heard.remove(&oldest);
+            }
+        }
+        let peer = heard.entry(sender).or_insert(Heard {
+            address,
+            last: SystemTime::now(),
+            batches: 0,
+            hints: 0,
+        });
+        peer.address = address.or(peer.address);
+        peer.last = SystemTime::now();
+        peer.batches += 1;
+        peer.hints += hints as u64;
+    }
+
+    fn heard_list(&self) -> Vec<PeerHeard> {
+        let mut list: Vec<PeerHeard> = self
+            .heard
+            .lock()
+            .iter()
+            .map(|(sender, peer)| PeerHeard {
+                server_id: *sender,
+                address: peer.address,
+                last_heard: peer.last,
+                batches: peer.batches,
+                hints: peer.hints,
+            })
+            .collect();
+        list.sort_by_key(|peer| std::cmp::Reverse(peer.last_heard));
+        list
+    }
+
     fn snapshot(&self) -> MeshStats {
         let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         MeshStats {
@@ -184,15 +270,34 @@ pub(crate) type Apply = Arc<dyn Fn(Vec<Hint>) + Send + Sync>;
 pub(crate) struct MeshOut {
     tx: mpsc::Sender<Hint>,
     counters: Arc<Counters>,
+    sender_id: u64,
+    /// The UDP transport (its peers), or none for `NOTIFY`.
+    udp: Option<Arc<udp::Udp>>,
 }
 
 impl MeshOut {
-    /// Queue `hint` for the peers; never waits (a full queue drops it).
     /// What the mesh has sent and received.
     pub(crate) fn stats(&self) -> MeshStats {
         self.counters.snapshot()
     }
 
+    /// What this broker knows of its mesh.
+    pub(crate) fn state(&self) -> MeshState {
+        let (transport, peers, resolved) = match &self.udp {
+            Some(udp) => ("udp", udp.names().to_vec(), udp.resolved()),
+            None => ("notify", Vec::new(), Vec::new()),
+        };
+        MeshState {
+            transport,
+            server_id: self.sender_id,
+            peers,
+            resolved,
+            heard: self.counters.heard_list(),
+            stats: self.stats(),
+        }
+    }
+
+    /// Queue `hint` for the peers; never waits (a full queue drops it).
     pub(crate) fn send(&self, hint: Hint) {
         if self.tx.try_send(hint).is_err() {
             self.counters.dropped_full.fetch_add(1, Ordering::Relaxed);
@@ -250,6 +355,7 @@ impl Mesh {
             apply
         };
         let mut tasks = Vec::new();
+        let mut udp_out = None;
         let sender = match &config.transport {
             MeshTransport::Udp {
                 socket,
@@ -264,6 +370,7 @@ impl Mesh {
                     Arc::clone(&counters),
                     apply,
                 )));
+                udp_out = Some(Arc::clone(&udp));
                 Sender::Udp(udp)
             }
             MeshTransport::Notify(pg) => {
@@ -283,7 +390,12 @@ impl Mesh {
             Arc::clone(&counters),
         )));
         Ok(Mesh {
-            out: MeshOut { tx, counters },
+            out: MeshOut {
+                tx,
+                counters,
+                sender_id,
+                udp: udp_out,
+            },
             tasks,
         })
     }
@@ -376,11 +488,19 @@ async fn send_loop(
     }
 }
 
-/// Count and apply one received batch (not this broker's own).
-fn received(batch: wire::Batch, sender_id: u64, counters: &Counters, apply: &Apply) {
+/// Count and apply one received batch (not this broker's own), which came
+/// from `address` over UDP.
+fn received(
+    batch: wire::Batch,
+    address: Option<SocketAddr>,
+    sender_id: u64,
+    counters: &Counters,
+    apply: &Apply,
+) {
     if batch.sender == sender_id {
         return;
     }
+    counters.heard(batch.sender, address, batch.hints.len());
     counters.received_batches.fetch_add(1, Ordering::Relaxed);
     counters
         .received_hints

@@ -85,7 +85,7 @@ async fn listen(
             .ok()
             .and_then(|bytes| wire::decode(&bytes));
         match batch {
-            Some(batch) => super::received(batch, sender_id, counters, apply),
+            Some(batch) => super::received(batch, None, sender_id, counters, apply),
             None => {
                 counters.dropped_malformed.fetch_add(1, Ordering::Relaxed);
             }

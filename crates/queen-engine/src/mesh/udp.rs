@@ -62,6 +62,16 @@ impl Udp {
         ok
     }
 
+    /// `QUEEN_PEERS` as configured.
+    pub(crate) fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// What the names resolved to last.
+    pub(crate) fn resolved(&self) -> Vec<SocketAddr> {
+        self.peers.read().clone()
+    }
+
     /// Resolve every peer name now.
     async fn resolve(&self) {
         let mut resolved = Vec::new();
@@ -97,7 +107,7 @@ pub(crate) async fn receive_loop(
 ) {
     let mut buf = vec![0u8; 65_536];
     loop {
-        let Ok((len, _from)) = udp.socket.recv_from(&mut buf).await else {
+        let Ok((len, from)) = udp.socket.recv_from(&mut buf).await else {
             continue;
         };
         let Some(batch) = wire::open(&udp.key, &buf[..len]) else {
@@ -115,6 +125,6 @@ pub(crate) async fn receive_loop(
             counters.dropped_replayed.fetch_add(1, Ordering::Relaxed);
             continue;
         }
-        super::received(batch, sender_id, &counters, &apply);
+        super::received(batch, Some(from), sender_id, &counters, &apply);
     }
 }

@@ -9,5 +9,6 @@ mod inspect;
 mod keys;
 mod mesh;
 mod metrics;
+mod operator;
 mod page;
 mod sdk;
