@@ -124,4 +124,24 @@ impl Client {
             body,
         })
     }
+
+    /// Poll `GET /api/v1/migration/status` every 100 ms until the copy
+    /// ended (`complete` or `error`) and return that status; panics,
+    /// showing the last status, when it has not ended `within`.
+    pub async fn migration_ended(&self, within: std::time::Duration) -> serde_json::Value {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let reply = self.get("/api/v1/migration/status").await;
+            assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.body);
+            let status = reply.json();
+            if status["status"] == "complete" || status["status"] == "error" {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the copy did not end within {within:?}: {status}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
 }

@@ -32,6 +32,12 @@ use tokio::sync::OnceCell;
 /// The database that holds the applied schema and is cloned for every test.
 const TEMPLATE: &str = "queen_template";
 
+/// The group role whose members log in with a password
+/// ([`TestDb::create_password_role`]): `pg_hba.conf` checks `+queen_pw`
+/// (its members, a superuser only when made one explicitly) by
+/// `scram-sha-256`, ahead of the trust rules, from the cluster's start.
+pub const PASSWORD_GROUP: &str = "queen_pw";
+
 /// Process-wide cluster state.
 struct Shared {
     /// Kept alive for the life of the process; the watchdog stops the server.
@@ -118,43 +124,21 @@ impl TestDb {
         queen_sql::connect::pool(self.config.clone(), max_size).expect("build test pool")
     }
 
-    /// Create login role `role` (a superuser) with `password`, and make the
-    /// cluster check that password for it: a `scram-sha-256` line for the
-    /// role goes first in `pg_hba.conf` (every other role still connects
-    /// by trust), then the configuration is reloaded. For tests of a wrong
-    /// password; `role` must be a plain identifier, `password` plain text.
+    /// Create login role `role` (a superuser) with `password`, which the
+    /// cluster checks: the role is made a member of [`PASSWORD_GROUP`],
+    /// whose `scram-sha-256` rule `pg_hba.conf` has had since the cluster
+    /// started, first (every other role connects by trust). Nothing is
+    /// rewritten or reloaded, so tests may call this at once. For tests of
+    /// a wrong password; `role` must be a plain identifier not used by
+    /// another test of the binary, `password` plain text.
     pub async fn create_password_role(&self, role: &str, password: &str) {
-        let admin = self.client().await;
-        admin
+        self.client()
+            .await
             .batch_execute(&format!(
-                "CREATE ROLE {role} LOGIN SUPERUSER PASSWORD '{password}'"
+                "CREATE ROLE {role} LOGIN SUPERUSER PASSWORD '{password}' IN ROLE {PASSWORD_GROUP}"
             ))
             .await
             .unwrap_or_else(|error| panic!("create role {role}: {error}"));
-        let hba: String = admin
-            .query_one("SHOW hba_file", &[])
-            .await
-            .expect("SHOW hba_file")
-            .get(0);
-        let rules = std::fs::read_to_string(&hba).expect("read pg_hba.conf");
-        let rule = format!("local all {role} scram-sha-256\n");
-        std::fs::write(&hba, format!("{rule}{rules}")).expect("write pg_hba.conf");
-        admin
-            .batch_execute("SELECT pg_reload_conf()")
-            .await
-            .expect("reload the configuration");
-        // The postmaster reloads on its own time: wait until a wrong
-        // password is refused.
-        let mut wrong = self.config();
-        wrong.user(role).password("not-the-password");
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while wrong.connect(tokio_postgres::NoTls).await.is_ok() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "pg_hba.conf reload did not take"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
     }
 
     async fn create(template: &str) -> TestDb {
@@ -202,6 +186,7 @@ async fn start_shared() -> Shared {
     let cluster = tokio::task::spawn_blocking(move || {
         let mut cluster = Cluster::init_or_reuse(ClusterOptions::throwaway(&dir))
             .unwrap_or_else(|error| panic!("test PostgreSQL: {}", queen_sql::error_chain(&error)));
+        require_passwords_of_group(&cluster);
         cluster
             .start()
             .unwrap_or_else(|error| panic!("test PostgreSQL: {}", queen_sql::error_chain(&error)));
@@ -214,6 +199,10 @@ async fn start_shared() -> Shared {
     let admin = queen_sql::connect::connect_one(&cluster.connect_config("postgres"))
         .await
         .expect("connect to test cluster");
+    admin
+        .batch_execute(&format!("CREATE ROLE {PASSWORD_GROUP} NOLOGIN"))
+        .await
+        .expect("create the password group");
     admin
         .batch_execute(&format!("CREATE DATABASE {TEMPLATE}"))
         .await
@@ -240,6 +229,18 @@ async fn start_shared() -> Shared {
         .await
         .expect("close template sessions");
     Shared { cluster }
+}
+
+/// Put the rule for [`PASSWORD_GROUP`] first in the cluster's `pg_hba.conf`,
+/// before the server starts (written once, here, so no test rewrites the
+/// file while another reads it).
+fn require_passwords_of_group(cluster: &Cluster) {
+    let hba = cluster.data_dir().join("pg_hba.conf");
+    let rules = std::fs::read_to_string(&hba).expect("read pg_hba.conf");
+    let rule = format!("local all +{PASSWORD_GROUP} scram-sha-256\n");
+    if !rules.starts_with(&rule) {
+        std::fs::write(&hba, format!("{rule}{rules}")).expect("write pg_hba.conf");
+    }
 }
 
 /// A fresh directory under the system temp dir, reachable by the `postgres` user

@@ -49,3 +49,54 @@ async fn template_databases_carry_the_queen_schema() {
         .get(0);
     assert_eq!(n, 1);
 }
+
+/// Tests of one binary make their password roles at the same time:
+/// each must have its password checked from the start.
+#[test]
+fn password_roles_made_at_once_each_have_their_password_checked() {
+    const ROLES: usize = 8;
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let db = runtime.block_on(TestDb::empty());
+    let start = std::sync::Arc::new(std::sync::Barrier::new(ROLES));
+    let makers: Vec<_> = (0..ROLES)
+        .map(|i| {
+            let (db, start) = (db.clone(), std::sync::Arc::clone(&start));
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("runtime");
+                start.wait();
+                runtime.block_on(db.create_password_role(&format!("kit_pw_{i}"), "right"));
+            })
+        })
+        .collect();
+    for maker in makers {
+        maker.join().expect("create a password role");
+    }
+    runtime.block_on(async {
+        for i in 0..ROLES {
+            let mut config = db.config();
+            config.user(format!("kit_pw_{i}"));
+            let wrong = config
+                .clone()
+                .password("wrong")
+                .connect(tokio_postgres::NoTls)
+                .await
+                .err()
+                .unwrap_or_else(|| panic!("kit_pw_{i} logged in with a wrong password"));
+            let wrong = queen_sql::error_chain(&wrong);
+            assert!(
+                wrong.contains("password authentication failed"),
+                "kit_pw_{i}: {wrong}"
+            );
+            let (client, connection) = config
+                .password("right")
+                .connect(tokio_postgres::NoTls)
+                .await
+                .unwrap_or_else(|error| panic!("kit_pw_{i}: {error}"));
+            drop(connection);
+            drop(client);
+        }
+    });
+}

@@ -4,10 +4,10 @@
 //! themselves are tested in process (`tests/it/migration.rs`,
 //! `tests/it/replica.rs`).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use queen_testkit::TestDb;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::harness::Broker;
 
@@ -54,15 +54,7 @@ async fn the_binary_migrates_its_own_database_and_reads_views_from_the_replica()
     let target = json!({"host": socket, "port": 5432, "database": copy.name(), "user": "postgres"});
     let started = client.post_json("/api/v1/migration/start", &target).await;
     assert_eq!(started.status, 202);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let done = loop {
-        let status: Value = client.get("/api/v1/migration/status").await.json();
-        if status["status"] == "complete" || status["status"] == "error" {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "{status}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let done = client.migration_ended(Duration::from_secs(60)).await;
     assert_eq!(done["status"], "complete", "{done}");
     let validation = client
         .post_json("/api/v1/migration/validate", &target)
