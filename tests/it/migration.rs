@@ -1,12 +1,15 @@
 //! Database migration (the dashboard's Migration page): a broker copies its
 //! database to a second real database of the test cluster with `pg_dump |
 //! pg_restore`, reports the run, and compares row counts; the copy serves
-//! a second broker. Unhappy paths: a wrong password (a role the cluster
-//! checks by password), the broker's own database as the target, a start
-//! or reset while a copy runs, malformed requests. Admin-only with auth on
-//! is checked for every route by `auth.rs`.
+//! a second broker, also when it was made without the messages. Unhappy
+//! paths: a wrong password (a role the cluster checks by password), the
+//! broker's own database as the target, a target whose other schemas
+//! depend on Queen's, a role that may not create schemas there (with more
+//! data than a pipe holds), a start or reset while a copy runs, a second
+//! broker's start to the same target, malformed requests. Admin-only with
+//! auth on is checked for every route by `auth.rs`.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use queen_engine::EngineConfig;
 use queen_testkit::TestDb;
@@ -46,17 +49,16 @@ async fn status(broker: &TestBroker) -> Value {
     reply.json()
 }
 
-/// Poll the status until the copy ended.
+/// Poll the status until the copy ended (generously bounded).
 async fn until_ended(broker: &TestBroker) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let status = status(broker).await;
-        if status["status"] == "complete" || status["status"] == "error" {
-            return status;
-        }
-        assert!(Instant::now() < deadline, "the copy did not end: {status}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    broker.client.migration_ended(Duration::from_secs(60)).await
+}
+
+/// `target(db, "")` as the cluster's superuser, who connects by trust.
+fn target_as_postgres(db: &TestDb) -> Value {
+    let mut body = target(db, "");
+    body["user"] = json!("postgres");
+    body
 }
 
 async fn post(broker: &TestBroker, path: &str, body: &Value) -> (u16, Value) {
@@ -208,7 +210,8 @@ async fn a_copy_completes_serves_a_broker_and_validates_until_the_target_changes
             .contains("pg_restore: "),
         "{done}"
     );
-    // The password went through the environment, never the command line.
+    // The status never shows the password (the commands' unit test checks
+    // it reaches the programs only through their environment).
     assert!(!done.to_string().contains(PASSWORD));
 
     let (code, validation) = post(
@@ -338,6 +341,46 @@ async fn a_failed_start_is_reported_and_skipped_tables_arrive_empty() {
         .get(0);
     assert_eq!(queues, 1, "the source is untouched");
 
+    // A target whose other schemas depend on Queen's: dropping them would
+    // drop those objects too, so the copy is refused and nothing changes.
+    let shared = TestDb::new().await;
+    shared
+        .client()
+        .await
+        .batch_execute("CREATE VIEW public.queue_names AS SELECT name FROM queen.queues")
+        .await
+        .unwrap();
+    let (code, _) = post(
+        &broker,
+        "/api/v1/migration/start",
+        &target_as_postgres(&shared),
+    )
+    .await;
+    assert_eq!(code, 202);
+    let refused = until_ended(&broker).await;
+    let error = refused["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("the target was left as it was: objects outside Queen's schemas depend")
+            && error.ends_with("view public.queue_names"),
+        "{refused}"
+    );
+    let kept: i64 = shared
+        .client()
+        .await
+        .query_one(
+            "SELECT count(*) FROM public.queue_names, queen.log_partitions",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(kept, 0, "the view and Queen's tables are still there");
+
+    // A lease the source holds, on messages the copy below leaves out.
+    pop(&broker, "/api/v1/pop/queue/orders/partition/p2?batch=1")
+        .await
+        .unwrap();
+
     // Skipped data: the tables exist on the target, empty; the rest is copied.
     let mut body = with_role(PASSWORD);
     body["excludeTableData"] = json!(["messages", "stats", "system_metrics", "messages_consumed"]);
@@ -375,6 +418,55 @@ async fn a_failed_start_is_reported_and_skipped_tables_arrive_empty() {
             "{table}: {validation}"
         );
     }
+    // Without its messages, the copy's partitions are empty, not missing
+    // messages: a broker on it counts nothing stored, pending or leased,
+    // delivers nothing old, and numbers new messages after the source's
+    // last offset.
+    let second = TestBroker::serve(copy.clone(), quiet()).await;
+    let detail = second
+        .client
+        .get("/api/v1/resources/queues/orders")
+        .await
+        .json();
+    let messages = &detail["totals"]["messages"];
+    assert_eq!(
+        (
+            messages["total"].clone(),
+            messages["pending"].clone(),
+            messages["processing"].clone()
+        ),
+        (json!(0), json!(0), json!(0)),
+        "{detail}"
+    );
+    assert!(
+        pop(&second, "/api/v1/pop/queue/orders/partition/p0?batch=10")
+            .await
+            .is_none()
+    );
+    push(&second, "orders", "p2", &[json!({"after": "copy"})]).await;
+    let popped = pop(&second, "/api/v1/pop/queue/orders/partition/p2?batch=10")
+        .await
+        .expect("the new message, not held by the source's lease");
+    assert_eq!(
+        crate::support::data(&popped),
+        [json!({"after": "copy"})],
+        "{popped}"
+    );
+    second.stop().await;
+    let watermarks = copy
+        .client()
+        .await
+        .query_one(
+            "SELECT p.last_offset, p.log_start, p.txns_start, s.base_offset \
+               FROM queen.log_partitions p JOIN queen.log_segments s ON s.partition_id = p.id \
+              WHERE p.name = 'p2'",
+            &[],
+        )
+        .await
+        .unwrap();
+    let watermarks: [i64; 4] = [0, 1, 2, 3].map(|i| watermarks.get(i));
+    assert_eq!(watermarks, [4, 4, 4, 4], "p2 held offsets 0 to 3");
+
     // A target that cannot be read is an answer with the reason.
     let (code, unreachable) =
         post(&broker, "/api/v1/migration/validate", &with_role("wrong")).await;
@@ -394,6 +486,98 @@ async fn a_failed_start_is_reported_and_skipped_tables_arrive_empty() {
         "{unreachable}"
     );
     broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_that_fails_early_ends_the_copy_and_releases_the_target() {
+    let broker = TestBroker::start_with(quiet()).await;
+    // Incompressible payloads (segments are zstd-compressed), several times
+    // the 64 KiB a pipe holds: pg_dump has far more to write than
+    // pg_restore reads before it fails.
+    let noise = |_| {
+        let text: String = (0..128)
+            .map(|_| uuid::Uuid::new_v4().simple().to_string())
+            .collect();
+        json!({"noise": text})
+    };
+    let payloads: Vec<Value> = (0..64).map(noise).collect();
+    push(&broker, "bulky", "p0", &payloads).await;
+    // A role that may connect but not create schemas in the database: the
+    // restore fails at its first statement.
+    let copy = TestDb::empty().await;
+    copy.client()
+        .await
+        .batch_execute("CREATE ROLE queen_no_create LOGIN")
+        .await
+        .unwrap();
+    let mut body = target(&copy, "");
+    body["user"] = json!("queen_no_create");
+
+    let (code, _) = post(&broker, "/api/v1/migration/start", &body).await;
+    assert_eq!(code, 202);
+    let failed = until_ended(&broker).await;
+    assert_eq!(failed["status"], "error", "{failed}");
+    let error = failed["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("pg_restore exited with status 1: ")
+            && error.contains("permission denied for database"),
+        "{failed}"
+    );
+    let (code, _) = post(&broker, "/api/v1/migration/reset", &json!({})).await;
+    assert_eq!(code, 200);
+    // The failed copy released the target: a copy by a role that may
+    // create schemas completes.
+    let (code, _) = post(
+        &broker,
+        "/api/v1/migration/start",
+        &target_as_postgres(&copy),
+    )
+    .await;
+    assert_eq!(code, 202);
+    let done = until_ended(&broker).await;
+    assert_eq!(done["status"], "complete", "{done}");
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_brokers_never_copy_to_one_target_at_once() {
+    let first = TestBroker::start_with(quiet()).await;
+    let second = TestBroker::serve(first.db.clone(), quiet()).await;
+    push(&first, "orders", "p0", &[json!({"n": 1})]).await;
+    // The target holds a Queen database (nothing outside it depends on it);
+    // a reader of one of its tables holds the first copy in its first phase.
+    let copy = TestDb::new().await;
+    let blocker = copy.client().await;
+    blocker
+        .batch_execute("BEGIN; LOCK TABLE queen.queues IN ACCESS SHARE MODE")
+        .await
+        .unwrap();
+    let body = target_as_postgres(&copy);
+    let (code, _) = post(&first, "/api/v1/migration/start", &body).await;
+    assert_eq!(code, 202);
+    assert_eq!(status(&first).await["status"], "dumping");
+
+    let (code, refused) = post(&second, "/api/v1/migration/start", &body).await;
+    assert_eq!(code, 409, "{refused}");
+    assert!(
+        refused["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("another migration to this target is running"),
+        "{refused}"
+    );
+    assert_eq!(status(&second).await["status"], "idle");
+
+    blocker.batch_execute("COMMIT").await.unwrap();
+    let done = until_ended(&first).await;
+    assert_eq!(done["status"], "complete", "{done}");
+    // Once the first copy ended, the target is free.
+    let (code, _) = post(&second, "/api/v1/migration/start", &body).await;
+    assert_eq!(code, 202);
+    let done = until_ended(&second).await;
+    assert_eq!(done["status"], "complete", "{done}");
+    second.stop().await;
+    first.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -107,6 +107,14 @@ pub enum EngineError {
     #[error("a migration is in progress")]
     MigrationInProgress,
 
+    /// Another session (another broker's copy) holds the target's
+    /// migration lock.
+    #[error(
+        "another migration to this target is running: another session (another broker's \
+         copy) holds the target's migration lock"
+    )]
+    MigrationTargetBusy,
+
     /// A queue configuration breaks one of the engine's rules (checked before
     /// any I/O, so nothing was written). Displays as, for example,
     /// `queue must be at most 255 bytes`.
@@ -154,7 +162,8 @@ impl EngineError {
             | EngineError::SpoolWrite(_)
             | EngineError::MigrationUnavailable
             | EngineError::MigrationRefused(_)
-            | EngineError::MigrationInProgress => false,
+            | EngineError::MigrationInProgress
+            | EngineError::MigrationTargetBusy => false,
             EngineError::InvalidConfiguration { .. } => false,
         }
     }

@@ -250,7 +250,9 @@ fn engine_reply(error: &EngineError) -> (StatusCode, Cow<'static, str>) {
             StatusCode::SERVICE_UNAVAILABLE,
             Cow::Owned(error.to_string()),
         ),
-        EngineError::MigrationInProgress => (StatusCode::CONFLICT, Cow::Owned(error.to_string())),
+        EngineError::MigrationInProgress | EngineError::MigrationTargetBusy => {
+            (StatusCode::CONFLICT, Cow::Owned(error.to_string()))
+        }
         EngineError::MigrationUnavailable => (
             StatusCode::SERVICE_UNAVAILABLE,
             Cow::Owned(error.to_string()),

@@ -68,4 +68,5 @@ pub const FILES: &[SqlFile] = &[
     sql_file!("procedures/streams.sql", Transactional),
     sql_file!("procedures/stats.sql", Transactional),
     sql_file!("procedures/admin.sql", Transactional),
+    sql_file!("procedures/migration.sql", Transactional),
 ];

@@ -3,10 +3,14 @@
 //! `pg_dump | pg_restore` (`copy.rs`), report the run, compare row counts.
 //!
 //! [`Migration`] runs one copy at a time on this broker: idle, then
-//! dumping (connecting to the target, checking it is not the source,
-//! dropping its Queen schemas), restoring (the pipe), then complete or
-//! error; [`Migration::reset`] goes back to idle from either end, never
-//! while a copy runs. The state is this broker's, in memory.
+//! dumping (connecting to the target and taking its migration lock,
+//! checking it is not the source, dropping its Queen schemas unless
+//! objects elsewhere depend on them), restoring (the pipe, then emptying
+//! the partitions when the messages were skipped), then complete or error;
+//! [`Migration::reset`] goes back to idle from either end, never while a
+//! copy runs. The state is this broker's, in memory; the target's lock, a
+//! session-level advisory lock held for the whole copy, is what keeps two
+//! brokers from copying to one target at once.
 //!
 //! The source is the broker's own database ([`MigrationConfig::source`]).
 //! What a request may skip is the data of the tables in [`SKIPPABLE`], a
@@ -395,26 +399,53 @@ impl Migration {
     }
 
     /// Start copying the source to `target`, skipping the data of `skip`
-    /// (names of [`SKIPPABLE`]). Returns once the copy runs; its progress
-    /// and outcome are in [`Migration::status`].
-    pub fn start(&self, target: MigrationTarget, skip: &[String]) -> Result<(), EngineError> {
+    /// (names of [`SKIPPABLE`]). Returns once the copy runs, having
+    /// connected to the target and taken its migration lock; its progress
+    /// and outcome are in [`Migration::status`] (a target that cannot be
+    /// reached is a failed copy there). Refused while a copy runs here
+    /// ([`EngineError::MigrationInProgress`]) or another broker's copy holds
+    /// the target's lock ([`EngineError::MigrationTargetBusy`]).
+    pub async fn start(&self, target: MigrationTarget, skip: &[String]) -> Result<(), EngineError> {
         let config = self.config()?.clone();
         target.check()?;
         let skip = skipped_tables(skip)?;
-        {
+        let previous = {
             let mut run = self.run.lock();
             if run.phase.is_running() {
                 return Err(EngineError::MigrationInProgress);
             }
-            *run = Run::idle();
-            run.phase = MigrationPhase::Dumping;
-            run.started = Some(Instant::now());
-            "Preparing the target".clone_into(&mut run.step);
-        }
+            let mut starting = Run::idle();
+            starting.phase = MigrationPhase::Dumping;
+            starting.started = Some(Instant::now());
+            "Connecting to the target".clone_into(&mut starting.step);
+            std::mem::replace(&mut *run, starting)
+        };
         tracing::info!(host = %target.host, port = target.port, database = %target.database, ?skip, "migration started");
+        // The task connects and locks, then says whether it holds the
+        // lock: it, not this caller, puts the state back on a refusal, so
+        // a caller that goes away cannot leave the phase running.
+        let (locked_tx, locked_rx) = tokio::sync::oneshot::channel();
         let run = Arc::clone(&self.run);
         let task = tokio::spawn(async move {
-            let outcome = copy::copy(&config, &target, &skip, &run).await;
+            let locked = match copy::lock_target(&target).await {
+                Ok(Some(locked)) => {
+                    let _ = locked_tx.send(true);
+                    locked
+                }
+                Ok(None) => {
+                    *run.lock() = previous;
+                    let _ = locked_tx.send(false);
+                    tracing::warn!(database = %target.database, "migration refused: the target's migration lock is held");
+                    return;
+                }
+                Err(error) => {
+                    let _ = locked_tx.send(true);
+                    tracing::warn!(%error, "migration failed");
+                    run.lock().finish(Err(error));
+                    return;
+                }
+            };
+            let outcome = copy::copy(&config, &target, locked, &skip, &run).await;
             match &outcome {
                 Ok(()) => tracing::info!(database = %target.database, "migration complete"),
                 Err(error) => tracing::warn!(%error, "migration failed"),
@@ -422,7 +453,11 @@ impl Migration {
             run.lock().finish(outcome);
         });
         *self.task.lock() = Some(task);
-        Ok(())
+        match locked_rx.await {
+            Ok(false) => Err(EngineError::MigrationTargetBusy),
+            // Started, or the task is gone (aborted at shutdown).
+            Ok(true) | Err(_) => Ok(()),
+        }
     }
 
     /// The copy now.

@@ -7,7 +7,8 @@
 //!   is `success: false` with the reason, not an error status.
 //! - `POST /api/v1/migration/start` (the same fields and `excludeTableData`,
 //!   names from `queen_engine::MIGRATION_SKIPPABLE`): 202 `{status:
-//!   "started", message}`; 409 while a copy runs.
+//!   "started", message}`; 409 while a copy runs here, or another
+//!   broker's copy to the same target holds the target's migration lock.
 //! - `GET /api/v1/migration/status`: `{status, currentStep, elapsedSeconds,
 //!   error, dumpOutput, restoreOutput}`, `status` one of `idle`, `dumping`,
 //!   `restoring`, `complete`, `error`.
@@ -122,7 +123,7 @@ pub(crate) async fn start(engine: &Engine, req: Request) -> Result<Response, Htt
     }
     let target = target(&body)?;
     let excluded = excluded(&body)?;
-    engine.migration().start(target, &excluded)?;
+    engine.migration().start(target, &excluded).await?;
     Ok(response::json(
         StatusCode::ACCEPTED,
         &json!({
