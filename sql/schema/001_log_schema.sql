@@ -249,8 +249,8 @@ SELECT queen.schema_set_reloptions('queen.log_consumers', ARRAY[
 -- queen.log_cursor_lock_key(p_pid, p_group): the transaction-scoped advisory
 -- lock key of the cursor row (partition, group). Whoever creates or rewrites
 -- that row outside its row lock takes it: log_pop_v1's lazy creation and the
--- bulk seed (log_seed_cursors_v1) with pg_try_advisory_xact_lock, a seek with
--- pg_advisory_xact_lock. They exclude each other only because the key is the
+-- bulk seed (log_seed_cursors_v1) and a message delete (log_message_delete_v2)
+-- with pg_try_advisory_xact_lock, a seek with pg_advisory_xact_lock. They exclude each other only because the key is the
 -- same, so it is written once, here. A hash collision makes an unrelated
 -- partition skip one cycle, which is harmless. Pure and inlined (LANGUAGE sql,
 -- IMMUTABLE, one SELECT).

@@ -935,8 +935,8 @@ async fn dead_letters_filter_by_time_and_are_deleted_by_address() {
     assert_eq!(
         deleted.json(),
         json!({"success": true, "partitionId": pid, "transactionId": txn,
-               "message": "Message deleted", "offset": 1, "consumerGroups": [],
-               "deadLetters": 2})
+               "message": "Message deleted", "offset": 1, "offsets": [1],
+               "consumerGroups": [], "deadLetters": 2})
     );
     // Both groups' rows of that message went; the other message's stayed.
     let left = broker.client.get("/api/v1/dlq?queue=letters").await.json();
@@ -1069,7 +1069,7 @@ async fn a_live_message_is_deleted_for_every_group_or_refused_naming_why() {
     assert_eq!(
         deleted.json(),
         json!({"success": true, "partitionId": pid, "transactionId": txn_of(1),
-               "message": "Message deleted", "offset": 1,
+               "message": "Message deleted", "offset": 1, "offsets": [1],
                "consumerGroups": ["__QUEUE_MODE__", "g", "slow"], "deadLetters": 0})
     );
     // Every group reads on from offset 2, in order; nothing is skipped.
@@ -1090,7 +1090,7 @@ async fn a_live_message_is_deleted_for_every_group_or_refused_naming_why() {
     let late = pop(&broker, &path("late", 10)).await.unwrap();
     assert_eq!(data(&late), [json!(0), json!(1), json!(2), json!(3)]);
 
-    // No group reads a partition yet: nothing to mark consumed on, refused.
+    // No group reads the queue yet: nothing to mark consumed on, refused.
     push(&broker, "fresh", "p", &[json!("x")]).await;
     let fresh = broker
         .client
@@ -1108,7 +1108,7 @@ async fn a_live_message_is_deleted_for_every_group_or_refused_naming_why() {
         refused.json()["error"]
             .as_str()
             .unwrap()
-            .contains("no consumer group reads its partition yet"),
+            .contains("no consumer group reads its queue yet"),
         "{}",
         refused.json()
     );

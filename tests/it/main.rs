@@ -15,6 +15,7 @@ mod limits;
 mod maintenance;
 mod malformed;
 mod mesh;
+mod message_delete;
 mod migration;
 mod names;
 mod pop;

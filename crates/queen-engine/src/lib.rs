@@ -53,9 +53,12 @@ pub use health::Health;
 pub use lifecycle::configure::{ConfigureQueue, Configured, QueueSettings, MAX_NAME_BYTES};
 pub use lifecycle::dlq::{DeadLetter, DlqFilter, DlqTake};
 pub use lifecycle::groups::{GroupDeletion, GroupSummary, SeekTarget, Seeked};
+pub use lifecycle::message_delete::{
+    DeleteBlock, MessageDeletion, MAX_COPIES, MAX_SCAN_BYTES, MAX_SCAN_SEGMENTS,
+};
 pub use lifecycle::messages::{
-    DeleteBlock, GroupView, ListedMessage, MessageDeletion, MessageDetail, MessageFilter,
-    MessagePage, MessageStatus, MovedToDlq, MAX_PAGE_SEGMENTS,
+    GroupView, ListedMessage, MessageDetail, MessageFilter, MessagePage, MessageStatus, MovedToDlq,
+    MAX_PAGE_SEGMENTS,
 };
 pub use lifecycle::streams::{
     QueryRegistration, Registered, StateFilter, StateRow, MAX_CONFIG_HASH_BYTES,

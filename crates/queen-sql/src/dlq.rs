@@ -1,4 +1,5 @@
-//! Reading dead letters (`GET /api/v1/dlq`).
+//! Reading dead letters (`GET /api/v1/dlq`), taking them for a replay, and
+//! deleting a message (its copies found, then marked consumed).
 
 use std::time::SystemTime;
 
@@ -33,13 +34,6 @@ const COUNT: &str = "SELECT count(*) \
         AND ($4::text IS NULL OR p.name = $4) \
         AND ($5::timestamptz IS NULL OR d.failed_at >= $5) \
         AND ($6::timestamptz IS NULL OR d.failed_at <= $6)";
-
-/// Every consumer group's dead letter of one message (partition id,
-/// transaction id), within the tenant.
-const DELETE: &str = "DELETE FROM queen.log_dlq d \
-      USING queen.log_partitions p, queen.queues q \
-      WHERE d.partition_id = $2 AND d.transaction_id = $3 \
-        AND p.id = d.partition_id AND q.id = p.queue_id AND q.tenant_id = $1";
 
 /// A dead letter.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,81 +150,214 @@ pub async fn count(
     Ok(row.try_get(0)?)
 }
 
-/// Delete every consumer group's dead letter of the message
-/// (`partition_id`, `transaction_id`); answers how many went.
-pub async fn delete(
+/// Where the copies of a message are (`log_message_find_v1`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FoundMessage {
+    /// The partition's first live offset.
+    pub log_start: i64,
+    /// Its last offset.
+    pub last_offset: i64,
+    /// The lowest offset the sidecar search covered: every offset from it up
+    /// was searched.
+    pub covered: i64,
+    /// The least advanced position of the queue's known groups here
+    /// (`log_start - 1` when one has no cursor here; `None`: no group known).
+    pub least: Option<i64>,
+    /// Offsets whose transaction-id hash matched, newest first (at most the
+    /// `max` asked for).
+    pub sidecar: Vec<i64>,
+    /// Offsets its dead letters were filed from.
+    pub dead: Vec<i64>,
+}
+
+/// Where the copies of the message (`partition_id`, `transaction_id`, whose
+/// hash is `hash`) are, within the tenant: among the partition's newest
+/// `rows` sidecar rows (at most `max` matches) and its dead letters; `None`
+/// when the partition is not the tenant's (`log_message_find_v1`).
+pub async fn find_message(
     client: &impl GenericClient,
     tenant: &str,
     partition_id: Uuid,
+    hash: &[u8],
     transaction_id: &str,
-) -> Result<u64, SqlError> {
-    Ok(client
-        .execute_typed(
-            DELETE,
+    rows: i32,
+    max: i32,
+) -> Result<Option<FoundMessage>, SqlError> {
+    let rows = client
+        .query_typed(
+            "SELECT * FROM queen.log_message_find_v1($1, $2, $3, $4, $5, $6)",
             &[
                 (&tenant, Type::TEXT),
                 (&partition_id, Type::UUID),
+                (&hash, Type::BYTEA),
                 (&transaction_id, Type::TEXT),
+                (&rows, Type::INT4),
+                (&max, Type::INT4),
             ],
         )
-        .await?)
+        .await?;
+    let mut found: Option<FoundMessage> = None;
+    for row in &rows {
+        let kind: &str = row.try_get(0)?;
+        let offset: i64 = row.try_get(1)?;
+        match (kind, found.as_mut()) {
+            ("partition", None) => {
+                found = Some(FoundMessage {
+                    log_start: offset,
+                    last_offset: row.try_get(2)?,
+                    covered: row.try_get(3)?,
+                    least: row.try_get(4)?,
+                    sidecar: Vec::new(),
+                    dead: Vec::new(),
+                });
+            }
+            ("sidecar", Some(found)) => found.sidecar.push(offset),
+            ("dead", Some(found)) => found.dead.push(offset),
+            _ => {
+                return Err(SqlError::Protocol {
+                    what: "log_message_find_v1 returned an unexpected row",
+                })
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// One segment read by [`message_segments`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScannedSegment {
+    /// Offset of its first frame.
+    pub base_offset: i64,
+    /// Offset of its last frame.
+    pub end_offset: i64,
+    /// The compressed frames, as stored.
+    pub blob: Vec<u8>,
+}
+
+/// The segments of `partition_id` (of the tenant) holding offsets in
+/// `[from, to)`, in offset order: at most `max_rows`, none starting after
+/// `max_bytes` of blob (`log_message_segments_v1`).
+pub async fn message_segments(
+    client: &impl GenericClient,
+    tenant: &str,
+    partition_id: Uuid,
+    from: i64,
+    to: i64,
+    max_rows: i32,
+    max_bytes: i64,
+) -> Result<Vec<ScannedSegment>, SqlError> {
+    let rows = client
+        .query_typed(
+            "SELECT * FROM queen.log_message_segments_v1($1, $2, $3, $4, $5, $6)",
+            &[
+                (&tenant, Type::TEXT),
+                (&partition_id, Type::UUID),
+                (&from, Type::INT8),
+                (&to, Type::INT8),
+                (&max_rows, Type::INT4),
+                (&max_bytes, Type::INT8),
+            ],
+        )
+        .await?;
+    rows.iter()
+        .map(|row| {
+            Ok(ScannedSegment {
+                base_offset: row.try_get(0)?,
+                end_offset: row.try_get(1)?,
+                blob: row.try_get(2)?,
+            })
+        })
+        .collect()
 }
 
 /// Why a message delete was refused for one consumer group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeleteBlock {
-    /// The group holds the message in a live lease.
+    /// The group holds a live lease and has a copy to read.
     Leased {
         /// The group.
         group: String,
     },
-    /// The group has earlier messages to read; `next` is the offset it
-    /// reads next.
+    /// The group reads `next` first, which is not a copy.
     Behind {
         /// The group.
         group: String,
         /// Its next offset.
         next: i64,
     },
+    /// The group reads offsets from `next` that were not searched.
+    Unsearched {
+        /// The group.
+        group: String,
+        /// Its next offset.
+        next: i64,
+    },
+    /// A pop is creating the group's cursor on the partition now.
+    Busy {
+        /// The group.
+        group: String,
+    },
+    /// The group has no cursor on the partition and no subscription record,
+    /// so where it would start is not known.
+    Unseeded {
+        /// The group.
+        group: String,
+    },
 }
 
-/// What `log_message_delete_v1` did.
+/// What `log_message_delete_v2` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MessageDeleted {
-    /// Marked consumed for these groups (their cursors moved onto it; groups
-    /// already past it are not named), and this many dead letters removed.
+    /// Marked consumed: these groups' cursors moved (or were created) past
+    /// the copies, in group order, and this many dead letters removed.
     Deleted {
-        /// The groups whose cursors moved.
+        /// The groups whose cursors moved or were created.
         moved: Vec<String>,
         /// Dead letters removed.
         dead_letters: u64,
     },
     /// Refused by these groups; nothing changed.
     Refused(Vec<DeleteBlock>),
-    /// No group reads the partition and it holds no dead letter of the
-    /// message; nothing changed.
-    NoCursor,
+    /// A copy is live and no consumer group is known on the queue; nothing
+    /// changed.
+    NoGroup,
     /// The partition is not the tenant's.
     NotFound,
 }
 
-/// Delete the message at `offset` of `partition_id` (transaction id
-/// `transaction_id`), within the tenant (`log_message_delete_v1`).
+/// The copies of a message to delete and what was not searched
+/// (`log_message_delete_v2`).
+#[derive(Debug, Clone, Copy)]
+pub struct Copies<'a> {
+    /// Their offsets, ascending.
+    pub offsets: &'a [i64],
+    /// Each one's audience (its frame's, groups separated by a newline;
+    /// `None`: every group).
+    pub audiences: &'a [Option<&'a str>],
+    /// Offsets `[lo, hi)` not searched for copies (empty when `lo >= hi`).
+    pub gap: (i64, i64),
+}
+
+/// Delete the message (`partition_id`, `transaction_id`) of the tenant whose
+/// copies are `copies` (`log_message_delete_v2`).
 pub async fn delete_message(
     client: &impl GenericClient,
     tenant: &str,
     partition_id: Uuid,
-    offset: i64,
     transaction_id: &str,
+    copies: &Copies<'_>,
 ) -> Result<MessageDeleted, SqlError> {
     let rows = client
         .query_typed(
-            "SELECT * FROM queen.log_message_delete_v1($1, $2, $3, $4)",
+            "SELECT * FROM queen.log_message_delete_v2($1, $2, $3, $4, $5, $6, $7)",
             &[
                 (&tenant, Type::TEXT),
                 (&partition_id, Type::UUID),
-                (&offset, Type::INT8),
                 (&transaction_id, Type::TEXT),
+                (&copies.offsets, Type::INT8_ARRAY),
+                (&copies.audiences, Type::TEXT_ARRAY),
+                (&copies.gap.0, Type::INT8),
+                (&copies.gap.1, Type::INT8),
             ],
         )
         .await?;
@@ -240,32 +367,35 @@ pub async fn delete_message(
         let result: &str = row.try_get(0)?;
         let group: Option<String> = row.try_get(1)?;
         let next: Option<i64> = row.try_get(2)?;
-        match (result, group) {
-            ("moved", Some(group)) => moved.push(group),
-            ("leased", Some(group)) => blocks.push(DeleteBlock::Leased { group }),
-            ("behind", Some(group)) => blocks.push(DeleteBlock::Behind {
-                group,
-                next: next.unwrap_or(0),
-            }),
-            ("done", _) => {
+        match (result, group, next) {
+            ("moved" | "created", Some(group), _) => moved.push(group),
+            ("leased", Some(group), _) => blocks.push(DeleteBlock::Leased { group }),
+            ("behind", Some(group), Some(next)) => blocks.push(DeleteBlock::Behind { group, next }),
+            ("unsearched", Some(group), Some(next)) => {
+                blocks.push(DeleteBlock::Unsearched { group, next });
+            }
+            ("busy", Some(group), _) => blocks.push(DeleteBlock::Busy { group }),
+            ("unseeded", Some(group), _) => blocks.push(DeleteBlock::Unseeded { group }),
+            ("done", _, _) => {
                 let dead: Option<i64> = row.try_get(3)?;
+                moved.sort_unstable();
                 return Ok(MessageDeleted::Deleted {
                     moved,
                     dead_letters: u64::try_from(dead.unwrap_or(0)).unwrap_or(0),
                 });
             }
-            ("no_cursor", _) => return Ok(MessageDeleted::NoCursor),
-            ("not_found", _) => return Ok(MessageDeleted::NotFound),
+            ("no_group", _, _) => return Ok(MessageDeleted::NoGroup),
+            ("not_found", _, _) => return Ok(MessageDeleted::NotFound),
             _ => {
                 return Err(SqlError::Protocol {
-                    what: "log_message_delete_v1 returned an unknown row",
+                    what: "log_message_delete_v2 returned an unknown row",
                 })
             }
         }
     }
     if blocks.is_empty() {
         return Err(SqlError::Protocol {
-            what: "log_message_delete_v1 returned no outcome",
+            what: "log_message_delete_v2 returned no outcome",
         });
     }
     Ok(MessageDeleted::Refused(blocks))

@@ -20,6 +20,7 @@ use bytes::Bytes;
 use queen_sql::admin::{Located, MessageState, PageSegment};
 use uuid::Uuid;
 
+use crate::lifecycle::message_delete::MessageDeletion;
 use crate::lifecycle::Db;
 use crate::{EngineError, QUEUE_MODE_GROUP};
 
@@ -27,7 +28,7 @@ use crate::{EngineError, QUEUE_MODE_GROUP};
 pub const MAX_PAGE_SEGMENTS: i32 = 256;
 
 /// Sidecar rows searched for a message's transaction id (as traces do).
-const LOCATE_ROWS: i32 = 10_000;
+pub(crate) const LOCATE_ROWS: i32 = 10_000;
 
 /// One message's status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,55 +156,6 @@ pub enum MovedToDlq {
     },
     /// Another consumer holds it under a live lease.
     Leased,
-}
-
-/// What deleting a message did (`Messages::delete`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MessageDeletion {
-    /// Deleted: marked consumed for `groups` (their cursors moved onto it;
-    /// groups already past it are not named) and `dead_letters` removed.
-    Deleted {
-        /// The offset it had.
-        offset: Option<i64>,
-        /// The groups whose cursors moved onto it.
-        groups: Vec<String>,
-        /// Dead letters of it removed.
-        dead_letters: u64,
-    },
-    /// Refused, nothing changed: a group holds it in a live lease, or has
-    /// earlier messages to read (marking it consumed would move that
-    /// group's cursor over them).
-    Refused {
-        /// The message's offset.
-        offset: i64,
-        /// Each group in the way.
-        blocks: Vec<DeleteBlock>,
-    },
-    /// Refused, nothing changed: no group reads the partition yet, so there
-    /// is no cursor to move.
-    NoCursor {
-        /// The message's offset.
-        offset: i64,
-    },
-    /// No such message, and no dead letter of it.
-    NotFound,
-}
-
-/// Why one group refused a delete.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DeleteBlock {
-    /// It holds the message in a live lease.
-    Leased {
-        /// The group.
-        group: String,
-    },
-    /// It reads `next` first.
-    Behind {
-        /// The group.
-        group: String,
-        /// The offset it reads next.
-        next: i64,
-    },
 }
 
 /// One group's cursor on a partition.
@@ -520,77 +472,18 @@ impl Messages {
         }))
     }
 
-    /// Delete the message (`partition_id`, `transaction_id`): every group's
-    /// dead letter of it goes, and it is marked consumed for every group
-    /// reading the partition, when that moves no cursor over another message
-    /// (`log_message_delete_v1`). A message no longer in the log (or older
-    /// than the sidecar rows searched) has only its dead letters removed.
+    /// Delete the message (`partition_id`, `transaction_id`): every copy a
+    /// consumer group would still read is marked consumed for every group
+    /// known to read the queue, where that moves no cursor over another
+    /// message, and its dead letters go (`message_delete.rs` has how).
     pub async fn delete(
         &self,
         tenant: &str,
         partition_id: Uuid,
         transaction_id: &str,
     ) -> Result<MessageDeletion, EngineError> {
-        let located = {
-            let client = self.db.client().await?;
-            self.locate(tenant, &client, partition_id, transaction_id)
-                .await?
-        };
-        let Some(located) = located else {
-            let client = self.db.client().await?;
-            let removed =
-                queen_sql::dlq::delete(&**client, tenant, partition_id, transaction_id).await?;
-            return Ok(if removed > 0 {
-                MessageDeletion::Deleted {
-                    offset: None,
-                    groups: Vec::new(),
-                    dead_letters: removed,
-                }
-            } else {
-                MessageDeletion::NotFound
-            });
-        };
-        let offset = located.offset;
-        let deleted = self
-            .db
-            .retry_conflicts(|client| async move {
-                queen_sql::dlq::delete_message(
-                    &**client,
-                    tenant,
-                    partition_id,
-                    offset,
-                    transaction_id,
-                )
-                .await
-            })
-            .await?;
-        use queen_sql::dlq::MessageDeleted as Sql;
-        Ok(match deleted {
-            Sql::Deleted {
-                moved,
-                dead_letters,
-            } => MessageDeletion::Deleted {
-                offset: Some(offset),
-                groups: moved,
-                dead_letters,
-            },
-            Sql::Refused(blocks) => MessageDeletion::Refused {
-                offset,
-                blocks: blocks
-                    .into_iter()
-                    .map(|block| match block {
-                        queen_sql::dlq::DeleteBlock::Leased { group } => {
-                            DeleteBlock::Leased { group }
-                        }
-                        queen_sql::dlq::DeleteBlock::Behind { group, next } => {
-                            DeleteBlock::Behind { group, next }
-                        }
-                    })
-                    .collect(),
-            },
-            Sql::NoCursor => MessageDeletion::NoCursor { offset },
-            Sql::NotFound => MessageDeletion::NotFound,
-        })
+        crate::lifecycle::message_delete::delete(&self.db, tenant, partition_id, transaction_id)
+            .await
     }
 
     /// The payload of (`partition_id`, `transaction_id`), opened; `None`

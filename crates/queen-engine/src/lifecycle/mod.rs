@@ -7,7 +7,8 @@
 //!   the consumer-group views computed from the cursor model;
 //! - [`DeadLetters`] (`dlq.rs`): browse, delete and replay dead letters;
 //! - [`Messages`] (`messages.rs`): the message listing and detail, moving a
-//!   live message to the dead-letter queue;
+//!   live message to the dead-letter queue, deleting a message
+//!   (`message_delete.rs`);
 //! - [`Streams`] (`streams.rs`): streaming queries, their state and cycles;
 //! - [`Traces`] (`traces.rs`): recording trace events.
 //!
@@ -20,6 +21,7 @@
 pub(crate) mod configure;
 pub(crate) mod dlq;
 pub(crate) mod groups;
+pub(crate) mod message_delete;
 pub(crate) mod messages;
 pub(crate) mod streams;
 pub(crate) mod traces;

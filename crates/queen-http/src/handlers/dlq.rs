@@ -1,14 +1,16 @@
 //! `GET /api/v1/dlq` (wire-api.md §2.9): dead letters, newest first, and
 //! `DELETE /api/v1/messages/:partitionId/:transactionId`, which deletes a
-//! message (`Messages::delete`, `log_message_delete_v1`): every consumer
-//! group's dead letter of it goes, and a message still in the log is marked
-//! consumed for every group reading its partition. Answers 200
-//! `{"success": true, "partitionId", "transactionId", "message", "offset",
-//! "consumerGroups"` (the groups whose cursors moved onto it)`,
-//! "deadLetters"}`; 409 naming why when marking it consumed would move a
-//! group's cursor over other messages, a consumer holds it in a live lease,
-//! or no group reads the partition yet (nothing changes); 404 `Message not
-//! found` when there is neither the message nor a dead letter of it.
+//! message (`Messages::delete`): every copy of it a consumer group would
+//! still read is marked consumed for every group known to read the queue,
+//! and every group's dead letter of it goes. Answers 200 `{"success": true,
+//! "partitionId", "transactionId", "message", "offset"` (its newest copy
+//! still stored, `null` when only dead letters were left)`, "offsets"` (every
+//! copy still stored)`, "consumerGroups"` (the groups whose cursors moved or
+//! were created past it)`, "deadLetters"}`; 409 naming why and changing
+//! nothing when that would move a group's cursor over another message, a
+//! consumer holds it, no group reads the queue, or it cannot be located
+//! (docs/admin-api.md); 404 `Message not found` when there is neither the
+//! message nor a dead letter of it.
 //!
 //! Query: `queue`, `consumerGroup`, `partition`, `from` and `to` (ISO-8601,
 //! on the filing time, inclusive; 400 naming the field when unparsable),
@@ -33,7 +35,10 @@
 //!   rows and one message).
 
 use hyper::StatusCode;
-use queen_engine::{DeleteBlock, DlqFilter, DlqTake, Engine, MessageDeletion, MAX_REPLAY};
+use queen_engine::{
+    DeleteBlock, DlqFilter, DlqTake, Engine, MessageDeletion, MAX_COPIES, MAX_REPLAY,
+    MAX_SCAN_BYTES, MAX_SCAN_SEGMENTS,
+};
 use serde_json::Value;
 
 use crate::context::Request;
@@ -110,34 +115,52 @@ pub(crate) async fn delete_message(
             "transactionId is required".to_owned(),
         ));
     }
-    match engine
+    let deletion = engine
         .messages()
         .delete(tenant, partition, transaction_id)
-        .await?
-    {
+        .await?;
+    let refusal = match deletion {
         MessageDeletion::Deleted {
-            offset,
+            offsets,
             groups,
             dead_letters,
-        } => Ok(response::json(
-            StatusCode::OK,
-            &serde_json::json!({
-                "success": true,
-                "partitionId": partition_id,
-                "transactionId": transaction_id,
-                "message": "Message deleted",
-                "offset": offset,
-                "consumerGroups": groups,
-                "deadLetters": dead_letters,
-            }),
-        )),
-        MessageDeletion::NotFound => Err(HttpError::NotFound("Message not found".to_owned())),
-        MessageDeletion::NoCursor { offset } => Err(HttpError::Conflict(format!(
-            "cannot delete the message at offset {offset}: no consumer group reads its partition \
-             yet, and a message is deleted by marking it consumed on every group's cursor \
-             (it stays in its segment); delete it once a group has read up to it"
-        ))),
-        MessageDeletion::Refused { offset, blocks } => {
+        } => {
+            return Ok(response::json(
+                StatusCode::OK,
+                &serde_json::json!({
+                    "success": true,
+                    "partitionId": partition_id,
+                    "transactionId": transaction_id,
+                    "message": "Message deleted",
+                    "offset": offsets.last(),
+                    "offsets": offsets,
+                    "consumerGroups": groups,
+                    "deadLetters": dead_letters,
+                }),
+            ))
+        }
+        MessageDeletion::NotFound => {
+            return Err(HttpError::NotFound("Message not found".to_owned()))
+        }
+        MessageDeletion::NoGroup { offsets } => format!(
+            "cannot delete the message{}: no consumer group reads its queue yet, and a \
+             message is deleted by marking it consumed on the groups' cursors (it stays in its \
+             segment); delete it once a group reads the queue",
+            at_offsets(&offsets)
+        ),
+        MessageDeletion::NotLocated { from, to } => format!(
+            "cannot locate the message: offsets {from} to {to} are older than what the \
+             transaction-id index covers (its rows are purged after the dedup window, \
+             completedRetentionSeconds or 900 s) and more than one delete decodes ({} segments, \
+             {} MiB), so whether they hold it is not known; nothing changed",
+            MAX_SCAN_SEGMENTS,
+            MAX_SCAN_BYTES >> 20
+        ),
+        MessageDeletion::TooManyCopies => format!(
+            "cannot delete the message: its transaction id is stored more than {MAX_COPIES} \
+             times in the partition; nothing changed"
+        ),
+        MessageDeletion::Refused { offsets, blocks } => {
             let reasons: Vec<String> = blocks
                 .iter()
                 .map(|block| match block {
@@ -147,17 +170,52 @@ pub(crate) async fn delete_message(
                     DeleteBlock::Behind { group, next } => format!(
                         "consumer group {group} has not consumed offsets {next} to {} before it, \
                          and marking it consumed would skip them",
-                        offset - 1
+                        offsets
+                            .iter()
+                            .find(|&&offset| offset > *next)
+                            .map_or(*next, |offset| offset - 1)
+                    ),
+                    DeleteBlock::Unsearched { group, next, to } => format!(
+                        "consumer group {group} has offsets {next} to {to} to read, which are \
+                         older than what the transaction-id index covers and more than one \
+                         delete decodes, so another copy of it may be among them"
+                    ),
+                    DeleteBlock::Busy { group } => format!(
+                        "consumer group {group} is creating its cursor on the partition right \
+                         now; try again"
+                    ),
+                    DeleteBlock::StartUnknown { group } => format!(
+                        "consumer group {group} pops single partitions, has not read this one \
+                         and has no subscription record, so where it would start reading it is \
+                         not known"
                     ),
                 })
                 .collect();
-            Err(HttpError::Conflict(format!(
-                "cannot delete the message at offset {offset}: {}; a live message can be deleted \
-                 only while it is the next message of every consumer group that has not consumed \
-                 it, and no consumer holds it",
+            format!(
+                "cannot delete the message{}: {}; a message can be deleted only while it is \
+                 the next message of every consumer group that has not consumed it, and no \
+                 consumer holds it; nothing changed",
+                at_offsets(&offsets),
                 reasons.join("; ")
-            )))
+            )
         }
+    };
+    Err(HttpError::Conflict(refusal))
+}
+
+/// " at offset 4", " at offsets 4, 9" (a message stored more than once), or
+/// nothing (only its dead letters were left).
+fn at_offsets(offsets: &[i64]) -> String {
+    match offsets {
+        [] => String::new(),
+        [one] => format!(" at offset {one}"),
+        many => format!(
+            " at offsets {}",
+            many.iter()
+                .map(i64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     }
 }
 
