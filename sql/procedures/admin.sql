@@ -745,7 +745,8 @@ $$;
 -- queen.admin_worker_metrics_v2: GET /api/v1/analytics/worker-metrics, every
 -- broker summed per bucket (newest first) and the brokers' latest figures.
 -- avgLagMs and maxLagMs: how long the messages the brokers delivered in the
--- bucket had waited since their commit (pop_lag_*).
+-- bucket had waited since their commit (pop_lag_*); null in a bucket that
+-- delivered nothing, where there is no wait to report.
 CREATE OR REPLACE FUNCTION queen.admin_worker_metrics_v2(p_from timestamptz, p_to timestamptz)
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -762,8 +763,8 @@ BEGIN
                'pushPerSecond', round(x.pushed / v_seconds, 3),
                'popPerSecond', round(x.popped / v_seconds, 3),
                'ackPerSecond', round(x.acked / v_seconds, 3),
-               'avgLagMs', COALESCE(round(x.lag_sum / NULLIF(x.lag_count, 0)), 0),
-               'maxLagMs', x.lag_max,
+               'avgLagMs', round(x.lag_sum / NULLIF(x.lag_count, 0)),
+               'maxLagMs', CASE WHEN x.lag_count > 0 THEN x.lag_max END,
                'avgEventLoopLagMs', round(x.loop_avg / 1000.0, 3),
                'maxEventLoopLagMs', round(x.loop_max / 1000.0, 3),
                'avgFreeSlots', round(x.free_slots, 2),
