@@ -100,7 +100,9 @@ struct ItemResult {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Wrapped<'a> {
-    #[serde(borrow)]
+    /// `None` only when the field is missing: `"data": null` is a null
+    /// payload (what `queen tail` prints for one), not a missing one.
+    #[serde(borrow, default, deserialize_with = "present")]
     data: Option<&'a RawValue>,
     partition: Option<String>,
     transaction_id: Option<String>,
@@ -253,6 +255,15 @@ fn item(args: &PushArgs, line: &[u8]) -> Result<Option<Item>, String> {
     }))
 }
 
+/// A field that is present, whatever its value (serde reads `null` into an
+/// `Option` as `None`; this keeps it as the raw `null`).
+fn present<'de, D>(deserializer: D) -> Result<Option<&'de RawValue>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    <&RawValue>::deserialize(deserializer).map(Some)
+}
+
 /// A JSON error without serde's "at line 1": the line is the input's.
 fn json_problem(err: &serde_json::Error) -> String {
     let text = err.to_string();
@@ -380,5 +391,10 @@ mod tests {
         assert_eq!(item.payload.get(), "[1]");
         let err = super::item(&wrapped, br#"{"partition": "p"}"#).unwrap_err();
         assert!(err.contains("no \"data\""), "{err}");
+        // A null payload, as `queen tail` prints it, is pushed as null.
+        let null = super::item(&wrapped, br#"{"data": null, "partition": "p"}"#)
+            .unwrap()
+            .unwrap();
+        assert_eq!(null.payload.get(), "null");
     }
 }

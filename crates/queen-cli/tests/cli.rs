@@ -540,9 +540,11 @@ async fn tail_output_pushed_wrapped_copies_a_queue_with_its_partitions() {
     let queen = Queen::at(&broker);
     // A number no f64 holds: payloads travel as their bytes.
     let big = "123456789012345678901234567890";
-    let lines: String = (0..20)
+    let mut lines: String = (0..20)
         .map(|n| format!("{{\"n\":{n},\"big\":{big},\"k\":{}}}\n", n % 3))
         .collect();
+    // A null payload: tail prints `"data": null`, which push --wrapped takes.
+    lines.push_str("null\n");
     let lines = lines.into_bytes();
     queen
         .run_with(&["push", "src", "--partition-key", "k"], &lines, &[])
@@ -557,12 +559,12 @@ async fn tail_output_pushed_wrapped_copies_a_queue_with_its_partitions() {
     let copied = queen
         .run_with(&["push", "dst", "--wrapped"], tailed.stdout.as_bytes(), &[])
         .await;
-    assert_eq!(copied.expect(0).stdout, "queued=20 duplicate=0 failed=0\n");
+    assert_eq!(copied.expect(0).stdout, "queued=21 duplicate=0 failed=0\n");
     // The same transaction ids again are duplicates.
     let again = queen
         .run_with(&["push", "dst", "--wrapped"], tailed.stdout.as_bytes(), &[])
         .await;
-    assert_eq!(again.expect(0).stdout, "queued=0 duplicate=20 failed=0\n");
+    assert_eq!(again.expect(0).stdout, "queued=0 duplicate=21 failed=0\n");
     let out = queen.run(&["tail", "dst", "--group", "check"]).await;
     let key = |l: &Value| {
         (
@@ -574,7 +576,11 @@ async fn tail_output_pushed_wrapped_copies_a_queue_with_its_partitions() {
     let source: BTreeSet<_> = tailed.lines().iter().map(key).collect();
     assert_eq!(out.expect(0).stdout.matches(big).count(), 20, "{out:?}");
     let copy: BTreeSet<_> = out.lines().iter().map(key).collect();
-    assert_eq!(source.len(), 20);
+    assert_eq!(source.len(), 21);
+    assert!(
+        source.iter().any(|(_, _, data)| data == "null"),
+        "{source:?}"
+    );
     assert_eq!(source, copy);
     broker.stop().await;
 }
