@@ -470,6 +470,7 @@ async fn maintenance_turns_on_only_when_confirmed_and_off_again() {
             max_bytes: 1 << 30,
             push_timeout: Duration::from_secs(5),
             adopt: None,
+            database: None,
         }),
         maintenance_refresh: Duration::from_millis(100),
         ..queen_engine::EngineConfig::default()
