@@ -57,6 +57,19 @@ impl TestBroker {
                 source: db.config(),
                 bin_dir: None,
             });
+        // The spool records the database it spools for, as the server's does.
+        if let Some(spool) = config
+            .spool
+            .as_mut()
+            .filter(|spool| spool.database.is_none())
+        {
+            let client = db.client().await;
+            spool.database = Some(
+                queen_sql::system::database_id(&client)
+                    .await
+                    .expect("the database's id"),
+            );
+        }
         let engine = Engine::new(db.pool(16), config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

@@ -61,7 +61,7 @@ BEGIN
 END
 $$;
 
--- queen.stats_write_v1: one broker's statistics of one minute, in one call.
+-- queen.stats_write_v2: one broker's statistics of one minute, in one call.
 --   p_broker  one object: the stats_broker_minute columns but bucket
 --             (hostname, port, pid, cpu_user_us, ...); missing keys are 0
 --   p_queues  an array of objects: queue_name (and tenant_id, else p_tenant:
@@ -72,7 +72,7 @@ $$;
 -- A queue row also records the queue's partition count and how many of its
 -- partitions were created in the minute (read here, one pass over each named
 -- queue's partitions). Rows of the same (bucket, broker) add up.
-CREATE OR REPLACE FUNCTION queen.stats_write_v1(
+CREATE OR REPLACE FUNCTION queen.stats_write_v2(
     p_tenant text,
     p_bucket timestamptz,
     p_broker_id text,
@@ -191,6 +191,126 @@ BEGIN
         partitions_deleted = s.partitions_deleted + EXCLUDED.partitions_deleted,
         ack_requests = s.ack_requests + EXCLUDED.ack_requests,
         ack_messages = s.ack_messages + EXCLUDED.ack_messages;
+    GET DIAGNOSTICS v_rows = ROW_COUNT;
+    RETURN v_rows;
+END
+$$;
+
+-- queen.stats_write_v1: stats_write_v2 as brokers before the ack counts and
+-- the delivery lag called it (it writes neither: ack_requests, ack_messages
+-- and pop_lag_* stay 0). Kept unchanged for them during a rolling upgrade:
+-- such a broker re-applies this body at its boot, so a body changed here
+-- would be overwritten under the brokers that rely on it.
+CREATE OR REPLACE FUNCTION queen.stats_write_v1(
+    p_tenant text,
+    p_bucket timestamptz,
+    p_broker_id text,
+    p_broker jsonb,
+    p_queues jsonb
+) RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_rows integer;
+BEGIN
+    INSERT INTO queen.stats_broker_minute AS s (
+        bucket, broker, hostname, port, pid, cpu_user_us, cpu_system_us, rss_bytes,
+        pool_size, pool_idle, pool_waiting, limiter_limit, limiter_in_flight,
+        event_loop_lag_avg_us, event_loop_lag_max_us, parked,
+        push_requests, pushed, pop_requests, popped, pop_empty, acked, ack_failed, dlq,
+        db_errors, retention_msgs, eviction_msgs, partitions_deleted, dropped_counts)
+    SELECT p_bucket, p_broker_id, COALESCE(b.hostname, ''), COALESCE(b.port, 0), COALESCE(b.pid, 0),
+           COALESCE(b.cpu_user_us, 0), COALESCE(b.cpu_system_us, 0), COALESCE(b.rss_bytes, 0),
+           COALESCE(b.pool_size, 0), COALESCE(b.pool_idle, 0), COALESCE(b.pool_waiting, 0),
+           COALESCE(b.limiter_limit, 0), COALESCE(b.limiter_in_flight, 0),
+           COALESCE(b.event_loop_lag_avg_us, 0), COALESCE(b.event_loop_lag_max_us, 0),
+           COALESCE(b.parked, 0),
+           COALESCE(b.push_requests, 0), COALESCE(b.pushed, 0), COALESCE(b.pop_requests, 0),
+           COALESCE(b.popped, 0), COALESCE(b.pop_empty, 0), COALESCE(b.acked, 0),
+           COALESCE(b.ack_failed, 0), COALESCE(b.dlq, 0), COALESCE(b.db_errors, 0),
+           COALESCE(b.retention_msgs, 0), COALESCE(b.eviction_msgs, 0),
+           COALESCE(b.partitions_deleted, 0), COALESCE(b.dropped_counts, 0)
+      FROM jsonb_to_record(p_broker) AS b (
+               hostname text, port integer, pid integer, cpu_user_us bigint, cpu_system_us bigint,
+               rss_bytes bigint, pool_size integer, pool_idle integer, pool_waiting integer,
+               limiter_limit integer, limiter_in_flight integer, event_loop_lag_avg_us bigint,
+               event_loop_lag_max_us bigint, parked integer, push_requests bigint, pushed bigint,
+               pop_requests bigint, popped bigint, pop_empty bigint, acked bigint,
+               ack_failed bigint, dlq bigint, db_errors bigint, retention_msgs bigint,
+               eviction_msgs bigint, partitions_deleted bigint, dropped_counts bigint)
+    ON CONFLICT (bucket, broker) DO UPDATE SET
+        cpu_user_us = s.cpu_user_us + EXCLUDED.cpu_user_us,
+        cpu_system_us = s.cpu_system_us + EXCLUDED.cpu_system_us,
+        rss_bytes = EXCLUDED.rss_bytes,
+        pool_size = EXCLUDED.pool_size,
+        pool_idle = EXCLUDED.pool_idle,
+        pool_waiting = EXCLUDED.pool_waiting,
+        limiter_limit = EXCLUDED.limiter_limit,
+        limiter_in_flight = EXCLUDED.limiter_in_flight,
+        event_loop_lag_avg_us = greatest(s.event_loop_lag_avg_us, EXCLUDED.event_loop_lag_avg_us),
+        event_loop_lag_max_us = greatest(s.event_loop_lag_max_us, EXCLUDED.event_loop_lag_max_us),
+        parked = EXCLUDED.parked,
+        push_requests = s.push_requests + EXCLUDED.push_requests,
+        pushed = s.pushed + EXCLUDED.pushed,
+        pop_requests = s.pop_requests + EXCLUDED.pop_requests,
+        popped = s.popped + EXCLUDED.popped,
+        pop_empty = s.pop_empty + EXCLUDED.pop_empty,
+        acked = s.acked + EXCLUDED.acked,
+        ack_failed = s.ack_failed + EXCLUDED.ack_failed,
+        dlq = s.dlq + EXCLUDED.dlq,
+        db_errors = s.db_errors + EXCLUDED.db_errors,
+        retention_msgs = s.retention_msgs + EXCLUDED.retention_msgs,
+        eviction_msgs = s.eviction_msgs + EXCLUDED.eviction_msgs,
+        partitions_deleted = s.partitions_deleted + EXCLUDED.partitions_deleted,
+        dropped_counts = s.dropped_counts + EXCLUDED.dropped_counts;
+
+    INSERT INTO queen.stats_queue_minute AS s (
+        bucket, broker, tenant_id, queue_name, push_requests, pushed, pop_requests, popped,
+        pop_empty, acked, ack_failed, dlq, transactions, parked, lag_messages, lag_seconds,
+        partitions, partitions_created, retention_msgs, completed_retention_msgs, eviction_msgs,
+        partitions_deleted)
+    SELECT p_bucket, p_broker_id, COALESCE(r.tenant_id, p_tenant), r.queue_name,
+           COALESCE(r.push_requests, 0), COALESCE(r.pushed, 0), COALESCE(r.pop_requests, 0),
+           COALESCE(r.popped, 0), COALESCE(r.pop_empty, 0), COALESCE(r.acked, 0),
+           COALESCE(r.ack_failed, 0), COALESCE(r.dlq, 0), COALESCE(r.transactions, 0),
+           COALESCE(r.parked, 0), COALESCE(r.lag_messages, 0), COALESCE(r.lag_seconds, 0),
+           COALESCE(pc.partitions, 0), COALESCE(pc.created, 0),
+           COALESCE(r.retention_msgs, 0), COALESCE(r.completed_retention_msgs, 0),
+           COALESCE(r.eviction_msgs, 0), COALESCE(r.partitions_deleted, 0)
+      FROM jsonb_to_recordset(p_queues) AS r (
+               tenant_id text, queue_name text, push_requests bigint, pushed bigint, pop_requests bigint,
+               popped bigint, pop_empty bigint, acked bigint, ack_failed bigint, dlq bigint,
+               transactions bigint, parked integer, lag_messages bigint, lag_seconds bigint,
+               retention_msgs bigint, completed_retention_msgs bigint, eviction_msgs bigint,
+               partitions_deleted bigint)
+      LEFT JOIN LATERAL (
+          SELECT count(*)::integer AS partitions,
+                 (count(*) FILTER (WHERE p.created_at >= p_bucket
+                                     AND p.created_at < p_bucket + interval '1 minute'))::integer AS created
+            FROM queen.queues q
+            JOIN queen.log_partitions p ON p.queue_id = q.id
+           WHERE q.tenant_id = COALESCE(r.tenant_id, p_tenant) AND q.name = r.queue_name
+      ) AS pc ON true
+     WHERE r.queue_name IS NOT NULL
+    ON CONFLICT (bucket, broker, tenant_id, queue_name) DO UPDATE SET
+        push_requests = s.push_requests + EXCLUDED.push_requests,
+        pushed = s.pushed + EXCLUDED.pushed,
+        pop_requests = s.pop_requests + EXCLUDED.pop_requests,
+        popped = s.popped + EXCLUDED.popped,
+        pop_empty = s.pop_empty + EXCLUDED.pop_empty,
+        acked = s.acked + EXCLUDED.acked,
+        ack_failed = s.ack_failed + EXCLUDED.ack_failed,
+        dlq = s.dlq + EXCLUDED.dlq,
+        transactions = s.transactions + EXCLUDED.transactions,
+        parked = greatest(s.parked, EXCLUDED.parked),
+        lag_messages = EXCLUDED.lag_messages,
+        lag_seconds = EXCLUDED.lag_seconds,
+        partitions = EXCLUDED.partitions,
+        partitions_created = greatest(s.partitions_created, EXCLUDED.partitions_created),
+        retention_msgs = s.retention_msgs + EXCLUDED.retention_msgs,
+        completed_retention_msgs = s.completed_retention_msgs + EXCLUDED.completed_retention_msgs,
+        eviction_msgs = s.eviction_msgs + EXCLUDED.eviction_msgs,
+        partitions_deleted = s.partitions_deleted + EXCLUDED.partitions_deleted;
     GET DIAGNOSTICS v_rows = ROW_COUNT;
     RETURN v_rows;
 END

@@ -365,6 +365,12 @@ async fn failed_leases_ack_batching_and_delivery_lag_are_computed() {
     .await;
     configure(&broker, "r", json!({"retryLimit": 2, "leaseTime": 60})).await;
     push(&broker, "r", "p", &[json!(1), json!(2), json!(3)]).await;
+    // A minute that delivered nothing has no delivery lag: null, not 0.
+    broker.engine.observe().write_stats().await.unwrap();
+    let idle = get(&broker, "/api/v1/analytics/worker-metrics").await;
+    let point = &idle["timeSeries"][0];
+    assert!(point.get("avgLagMs").is_some_and(Value::is_null), "{point}");
+    assert!(point.get("maxLagMs").is_some_and(Value::is_null), "{point}");
     let ack = |m: &Value, status: &str| {
         let client = broker.client.clone();
         let body = json!({"transactionId": m["transactionId"], "partitionId": m["partitionId"],

@@ -235,6 +235,7 @@ async fn a_copy_completes_serves_a_broker_and_validates_until_the_target_changes
         ("queen.log_consumers", 2),
         ("queen.message_traces", 1),
         ("queen.system_state", 1),
+        ("queen.database_identity", 1),
         ("queen.stats_queue_minute", 1),
     ] {
         assert_eq!(
@@ -244,6 +245,17 @@ async fn a_copy_completes_serves_a_broker_and_validates_until_the_target_changes
         );
         assert_eq!(row(&validation, table)["targetCount"], rows, "{table}");
     }
+
+    // The copy is the same Queen database to a spool: pushes spooled while
+    // the data moved drain into it.
+    assert_eq!(
+        queen_sql::system::database_id(&copy.client().await)
+            .await
+            .unwrap(),
+        queen_sql::system::database_id(&broker.sql().await)
+            .await
+            .unwrap()
+    );
 
     // The copy is a working Queen database: a broker on it delivers what
     // the source had not consumed, after the cursor the source moved.

@@ -31,6 +31,7 @@ fn spooled(dir: &Path, max_bytes: u64) -> EngineConfig {
             max_bytes,
             push_timeout: Duration::from_secs(5),
             adopt: None,
+            database: None,
         }),
         maintenance_refresh: Duration::from_millis(100),
         ..EngineConfig::default()

@@ -585,6 +585,7 @@ async fn spooled_pushes_drain_into_their_own_tenants_queue() {
             max_bytes: 1 << 30,
             push_timeout: Duration::from_secs(5),
             adopt: None,
+            database: None,
         }),
         maintenance_refresh: Duration::from_millis(100),
         ..queen_engine::EngineConfig::default()

@@ -22,7 +22,9 @@
 //! Prints `queued=N duplicate=N failed=N` (`buffered`, answered while the
 //! broker is in maintenance, counts as queued). Exit 4 when the input held no
 //! message; exit 2 when the broker failed some items (the reference exits 0).
-//! A progress line is drawn on stderr when stderr is a terminal.
+//! A progress line is drawn on stderr when stderr is a terminal: a bar of
+//! the bytes read with `--file` (whose size is known), else a spinner
+//! counting messages.
 
 use std::io::{BufRead, IsTerminal as _, Read as _};
 use std::path::PathBuf;
@@ -100,7 +102,9 @@ struct ItemResult {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Wrapped<'a> {
-    #[serde(borrow)]
+    /// `None` only when the field is missing: `"data": null` is a null
+    /// payload (what `queen tail` prints for one), not a missing one.
+    #[serde(borrow, default, deserialize_with = "present")]
     data: Option<&'a RawValue>,
     partition: Option<String>,
     transaction_id: Option<String>,
@@ -117,26 +121,24 @@ struct Counts {
 
 /// Run `push`.
 pub(crate) async fn run(broker: &Broker, args: &PushArgs, quiet: bool) -> Result<(), CliError> {
+    let mut file_len = None;
     let mut input: Box<dyn BufRead> = match (&args.data, &args.file) {
         (Some(data), _) => Box::new(std::io::Cursor::new(format!("{data}\n").into_bytes())),
-        (None, Some(path)) => Box::new(std::io::BufReader::new(
-            std::fs::File::open(path)
-                .map_err(CliError::io(format!("opening {}", path.display())))?,
-        )),
+        (None, Some(path)) => {
+            let file = std::fs::File::open(path)
+                .map_err(CliError::io(format!("opening {}", path.display())))?;
+            file_len = file.metadata().ok().map(|meta| meta.len());
+            Box::new(std::io::BufReader::new(file))
+        }
         (None, None) => Box::new(std::io::stdin().lock()),
     };
-    let progress = if std::io::stderr().is_terminal() && !quiet {
-        let bar = indicatif::ProgressBar::new_spinner();
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} {human_pos} messages pushed in {elapsed}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
-        );
-        bar
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
+    let shown = std::io::stderr().is_terminal() && !quiet && args.data.is_none();
+    let progress = progress_bar(match (shown, file_len) {
+        (false, _) => Progress::Hidden,
+        (true, Some(len)) => Progress::Bytes(len),
+        (true, None) => Progress::Messages,
+    });
+    let mut consumed: u64 = 0;
     let mut counts = Counts::default();
     let mut items: Vec<Item> = Vec::with_capacity(args.batch as usize);
     let mut line_number: u64 = 0;
@@ -150,6 +152,7 @@ pub(crate) async fn run(broker: &Broker, args: &PushArgs, quiet: bool) -> Result
         if read == 0 {
             break Ok(());
         }
+        consumed += read as u64;
         line_number += 1;
         if line.len() as u64 > MAX_LINE_BYTES {
             break Err(CliError::Input {
@@ -170,7 +173,13 @@ pub(crate) async fn run(broker: &Broker, args: &PushArgs, quiet: bool) -> Result
         items.push(item);
         if items.len() >= args.batch as usize {
             send(broker, &args.queue, &mut items, &mut counts).await?;
-            progress.set_position(counts.queued + counts.duplicate + counts.failed);
+            let pushed = counts.queued + counts.duplicate + counts.failed;
+            if progress.length().is_some() {
+                progress.set_position(consumed);
+                progress.set_message(format!("{pushed} messages pushed"));
+            } else {
+                progress.set_position(pushed);
+            }
         }
     };
     // Everything before a bad line is pushed before it is reported.
@@ -208,6 +217,35 @@ pub(crate) async fn run(broker: &Broker, args: &PushArgs, quiet: bool) -> Result
         ));
     }
     Ok(())
+}
+
+/// What the progress line on stderr shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Progress {
+    /// Nothing (stderr is not a terminal, `--quiet`, `--data`).
+    Hidden,
+    /// A spinner counting messages (stdin: its size is unknown).
+    Messages,
+    /// A bar of the bytes read of a `--file` of this many bytes.
+    Bytes(u64),
+}
+
+fn progress_bar(progress: Progress) -> indicatif::ProgressBar {
+    let (bar, template) = match progress {
+        Progress::Hidden => return indicatif::ProgressBar::hidden(),
+        Progress::Messages => (
+            indicatif::ProgressBar::new_spinner(),
+            "{spinner} {human_pos} messages pushed in {elapsed}",
+        ),
+        Progress::Bytes(len) => (
+            indicatif::ProgressBar::new(len),
+            "{wide_bar} {bytes}/{total_bytes} read, {msg}, {elapsed} (eta {eta})",
+        ),
+    };
+    match indicatif::ProgressStyle::with_template(template) {
+        Ok(style) => bar.with_style(style),
+        Err(_) => bar,
+    }
 }
 
 /// The push item of one input line; `None` for a blank line; `Err` names
@@ -251,6 +289,15 @@ fn item(args: &PushArgs, line: &[u8]) -> Result<Option<Item>, String> {
         transaction_id: transaction_id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
         trace_id,
     }))
+}
+
+/// A field that is present, whatever its value (serde reads `null` into an
+/// `Option` as `None`; this keeps it as the raw `null`).
+fn present<'de, D>(deserializer: D) -> Result<Option<&'de RawValue>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    <&RawValue>::deserialize(deserializer).map(Some)
 }
 
 /// A JSON error without serde's "at line 1": the line is the input's.
@@ -355,6 +402,16 @@ mod tests {
     }
 
     #[test]
+    fn a_file_gets_a_bar_of_its_bytes_and_stdin_a_spinner() {
+        let bar = progress_bar(Progress::Bytes(4096));
+        assert_eq!(bar.length(), Some(4096));
+        bar.set_position(1024);
+        assert_eq!(bar.position(), 1024);
+        assert_eq!(progress_bar(Progress::Messages).length(), None);
+        assert!(progress_bar(Progress::Hidden).is_hidden());
+    }
+
+    #[test]
     fn partition_keys_and_wrapped_items() {
         let keyed = PushArgs {
             partition_key: Some("order.id".into()),
@@ -380,5 +437,10 @@ mod tests {
         assert_eq!(item.payload.get(), "[1]");
         let err = super::item(&wrapped, br#"{"partition": "p"}"#).unwrap_err();
         assert!(err.contains("no \"data\""), "{err}");
+        // A null payload, as `queen tail` prints it, is pushed as null.
+        let null = super::item(&wrapped, br#"{"data": null, "partition": "p"}"#)
+            .unwrap()
+            .unwrap();
+        assert_eq!(null.payload.get(), "null");
     }
 }

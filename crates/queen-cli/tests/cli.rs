@@ -70,6 +70,46 @@ impl Queen {
         Queen::new(Some(broker.client.base().to_owned()))
     }
 
+    /// Run with stderr (and stdout) on a terminal: under `script(1)`, whose
+    /// output is what the terminal showed.
+    async fn run_in_terminal(&self, args: &[&str]) -> Run {
+        let quote = |arg: &str| format!("'{}'", arg.replace('\'', r"'\''"));
+        let mut line = quote(env!("CARGO_BIN_EXE_queen"));
+        for arg in self
+            .server
+            .iter()
+            .flat_map(|s| ["--server", s.as_str()])
+            .chain(args.iter().copied())
+        {
+            line.push(' ');
+            line.push_str(&quote(arg));
+        }
+        let mut cmd = tokio::process::Command::new("script");
+        for var in [
+            "QUEEN_CONFIG",
+            "QUEEN_CONTEXT",
+            "QUEEN_SERVER",
+            "QUEEN_TOKEN",
+        ] {
+            cmd.env_remove(var);
+        }
+        let output = cmd
+            .env("HOME", self.home.path())
+            .args(["-qec", &line, "/dev/null"])
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output();
+        let output = tokio::time::timeout(Duration::from_secs(120), output)
+            .await
+            .unwrap_or_else(|_| panic!("queen {args:?} did not finish"))
+            .expect("run script(1), util-linux's");
+        Run {
+            code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
     async fn run(&self, args: &[&str]) -> Run {
         self.run_with(args, b"", &[]).await
     }
@@ -430,6 +470,7 @@ async fn maintenance_turns_on_only_when_confirmed_and_off_again() {
             max_bytes: 1 << 30,
             push_timeout: Duration::from_secs(5),
             adopt: None,
+            database: None,
         }),
         maintenance_refresh: Duration::from_millis(100),
         ..queen_engine::EngineConfig::default()
@@ -540,9 +581,11 @@ async fn tail_output_pushed_wrapped_copies_a_queue_with_its_partitions() {
     let queen = Queen::at(&broker);
     // A number no f64 holds: payloads travel as their bytes.
     let big = "123456789012345678901234567890";
-    let lines: String = (0..20)
+    let mut lines: String = (0..20)
         .map(|n| format!("{{\"n\":{n},\"big\":{big},\"k\":{}}}\n", n % 3))
         .collect();
+    // A null payload: tail prints `"data": null`, which push --wrapped takes.
+    lines.push_str("null\n");
     let lines = lines.into_bytes();
     queen
         .run_with(&["push", "src", "--partition-key", "k"], &lines, &[])
@@ -557,12 +600,12 @@ async fn tail_output_pushed_wrapped_copies_a_queue_with_its_partitions() {
     let copied = queen
         .run_with(&["push", "dst", "--wrapped"], tailed.stdout.as_bytes(), &[])
         .await;
-    assert_eq!(copied.expect(0).stdout, "queued=20 duplicate=0 failed=0\n");
+    assert_eq!(copied.expect(0).stdout, "queued=21 duplicate=0 failed=0\n");
     // The same transaction ids again are duplicates.
     let again = queen
         .run_with(&["push", "dst", "--wrapped"], tailed.stdout.as_bytes(), &[])
         .await;
-    assert_eq!(again.expect(0).stdout, "queued=0 duplicate=20 failed=0\n");
+    assert_eq!(again.expect(0).stdout, "queued=0 duplicate=21 failed=0\n");
     let out = queen.run(&["tail", "dst", "--group", "check"]).await;
     let key = |l: &Value| {
         (
@@ -574,9 +617,44 @@ async fn tail_output_pushed_wrapped_copies_a_queue_with_its_partitions() {
     let source: BTreeSet<_> = tailed.lines().iter().map(key).collect();
     assert_eq!(out.expect(0).stdout.matches(big).count(), 20, "{out:?}");
     let copy: BTreeSet<_> = out.lines().iter().map(key).collect();
-    assert_eq!(source.len(), 20);
+    assert_eq!(source.len(), 21);
+    assert!(
+        source.iter().any(|(_, _, data)| data == "null"),
+        "{source:?}"
+    );
     assert_eq!(source, copy);
+
+    // From a file, on a terminal: a bar of the bytes read, not a spinner.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tailed.ndjson");
+    std::fs::write(&file, &tailed.stdout).unwrap();
+    let path = file.to_str().unwrap();
+    let args = ["push", "bar", "--wrapped", "--batch", "5", "--file", path];
+    let shown = queen.run_in_terminal(&args).await;
+    assert!(
+        shown
+            .expect(0)
+            .stdout
+            .contains("queued=21 duplicate=0 failed=0"),
+        "{shown:?}"
+    );
+    let total = format!("/{}", human_bytes(tailed.stdout.len()));
+    assert!(
+        shown.stdout.contains(&total) && shown.stdout.contains(" read, "),
+        "no bar ending at {total}: {shown:?}"
+    );
     broker.stop().await;
+}
+
+/// `n` bytes as indicatif's `{bytes}` writes them (binary units).
+fn human_bytes(n: usize) -> String {
+    #[expect(clippy::cast_precision_loss, reason = "a display value")]
+    let kib = n as f64 / 1024.0;
+    if n < 1024 {
+        format!("{n} B")
+    } else {
+        format!("{kib:.2} KiB")
+    }
 }
 
 fn jwt(role: &str) -> String {

@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use parking_lot::Mutex;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
@@ -147,8 +147,35 @@ pub(crate) struct Stats {
     /// Event-loop lag samples (µs) since the last minute row.
     lag: Mutex<LagWindow>,
     /// How long the messages delivered since the last minute row had
-    /// waited since their commit (ms).
-    delivery: Mutex<DeliveryLag>,
+    /// waited since their commit: atomics, as every delivering pop adds
+    /// to them.
+    delivery: DeliveryCounters,
+}
+
+/// The running [`DeliveryLag`] of the minute (see [`delivery_wait_ms`]).
+#[derive(Debug, Default)]
+struct DeliveryCounters {
+    messages: AtomicU64,
+    sum_ms: AtomicU64,
+    max_ms: AtomicU64,
+}
+
+/// The longest wait one delivery counts, ms (a year): a commit timestamp
+/// decades off (a clock set wrong when it was stamped) cannot swamp the sums.
+pub(crate) const MAX_DELIVERY_WAIT_MS: u64 = 365 * 24 * 3_600_000;
+
+/// How long a message committed at `committed` waited until `now`, in ms,
+/// within `0..=MAX_DELIVERY_WAIT_MS`. Two clocks meet here: `committed` is
+/// the database's (the segment's `created_at`, stamped by PostgreSQL at the
+/// commit) and `now` is this broker's. Their skew shifts every wait by the
+/// same amount, so a broker whose clock runs behind the database's would
+/// see negative waits: those count as 0, never as a huge unsigned value.
+pub(crate) fn delivery_wait_ms(now: SystemTime, committed: SystemTime) -> u64 {
+    now.duration_since(committed).map_or(0, |waited| {
+        u64::try_from(waited.as_millis())
+            .unwrap_or(u64::MAX)
+            .min(MAX_DELIVERY_WAIT_MS)
+    })
 }
 
 /// The wait of the messages delivered in one minute, from their commit to
@@ -183,7 +210,7 @@ impl Default for Stats {
             flush_messages: Histogram::new(exponential_buckets(1.0, 4.0, 9)),
             flush_seconds: Histogram::new(exponential_buckets(0.000_25, 2.0, 14)),
             lag: Mutex::default(),
-            delivery: Mutex::default(),
+            delivery: DeliveryCounters::default(),
         }
     }
 }
@@ -412,24 +439,32 @@ impl Stats {
         self.flush_seconds.observe(elapsed.as_secs_f64());
     }
 
-    /// Messages committed at `created` were delivered now.
-    pub(crate) fn delivered(&self, created: impl Iterator<Item = std::time::SystemTime>) {
-        let now = std::time::SystemTime::now();
+    /// Messages committed at `created` were delivered now: three atomic
+    /// operations per pop, no lock (the pop path's hot end).
+    pub(crate) fn delivered(&self, created: impl Iterator<Item = SystemTime>) {
+        let now = SystemTime::now();
         let (mut messages, mut sum_ms, mut max_ms) = (0u64, 0u64, 0u64);
         for at in created {
-            let waited = now.duration_since(at).unwrap_or_default();
-            let ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
+            let ms = delivery_wait_ms(now, at);
             messages += 1;
             sum_ms = sum_ms.saturating_add(ms);
             max_ms = max_ms.max(ms);
         }
-        if messages == 0 {
+        self.add_delivery(DeliveryLag {
+            messages,
+            sum_ms,
+            max_ms,
+        });
+    }
+
+    fn add_delivery(&self, lag: DeliveryLag) {
+        if lag.messages == 0 {
             return;
         }
-        let mut window = self.delivery.lock();
-        window.messages += messages;
-        window.sum_ms = window.sum_ms.saturating_add(sum_ms);
-        window.max_ms = window.max_ms.max(max_ms);
+        let window = &self.delivery;
+        window.messages.fetch_add(lag.messages, Ordering::Relaxed);
+        window.sum_ms.fetch_add(lag.sum_ms, Ordering::Relaxed);
+        window.max_ms.fetch_max(lag.max_ms, Ordering::Relaxed);
     }
 
     /// One event-loop lag sample.
@@ -470,17 +505,22 @@ impl Stats {
         (minute.queues, minute.dropped, lag)
     }
 
-    /// Take the minute's delivery waits, leaving them empty.
+    /// Take the minute's delivery waits, leaving them empty. The three
+    /// swaps are not one atomic step: a pop between them lands partly in
+    /// this minute and partly in the next, which moves one pop's figures by
+    /// a minute and loses nothing.
     pub(crate) fn take_delivery(&self) -> DeliveryLag {
-        std::mem::take(&mut *self.delivery.lock())
+        let window = &self.delivery;
+        DeliveryLag {
+            messages: window.messages.swap(0, Ordering::Relaxed),
+            sum_ms: window.sum_ms.swap(0, Ordering::Relaxed),
+            max_ms: window.max_ms.swap(0, Ordering::Relaxed),
+        }
     }
 
     /// Put delivery waits back that a failed write could not store.
     pub(crate) fn restore_delivery(&self, old: DeliveryLag) {
-        let mut window = self.delivery.lock();
-        window.messages += old.messages;
-        window.sum_ms = window.sum_ms.saturating_add(old.sum_ms);
-        window.max_ms = window.max_ms.max(old.max_ms);
+        self.add_delivery(old);
     }
 
     /// Put counts back that a failed write could not store, merged with
@@ -528,6 +568,49 @@ mod tests {
         let (queues, dropped, _) = stats.take_minute();
         assert!(queues.is_empty());
         assert_eq!(dropped, 0);
+    }
+
+    #[test]
+    fn a_delivery_wait_is_clamped_to_zero_and_a_year() {
+        let now = SystemTime::now();
+        let second = std::time::Duration::from_secs(1);
+        assert_eq!(delivery_wait_ms(now, now - second), 1000);
+        // The broker's clock behind the database's: no wait, not 2^64 - 1000.
+        assert_eq!(delivery_wait_ms(now, now + second), 0);
+        let decades = std::time::Duration::from_secs(40 * 365 * 86_400);
+        assert_eq!(delivery_wait_ms(now, now - decades), MAX_DELIVERY_WAIT_MS);
+    }
+
+    #[test]
+    fn delivery_waits_add_up_across_threads_and_are_taken_once() {
+        let stats = std::sync::Arc::new(Stats::default());
+        let committed = SystemTime::now() - std::time::Duration::from_secs(2);
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let stats = std::sync::Arc::clone(&stats);
+                std::thread::spawn(move || {
+                    for _ in 0..1000 {
+                        stats.delivered([committed, committed].into_iter());
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        stats.delivered(std::iter::empty());
+        let taken = stats.take_delivery();
+        assert_eq!(taken.messages, 8000);
+        assert!((2000..60_000).contains(&taken.max_ms), "{taken:?}");
+        assert!(taken.sum_ms >= 8000 * 2000 && taken.sum_ms <= 8000 * taken.max_ms);
+        assert_eq!(stats.take_delivery(), DeliveryLag::default());
+        stats.restore_delivery(taken);
+        stats.delivered([SystemTime::now() + std::time::Duration::from_secs(5)].into_iter());
+        let again = stats.take_delivery();
+        assert_eq!(
+            (again.messages, again.sum_ms, again.max_ms),
+            (8001, taken.sum_ms, taken.max_ms)
+        );
     }
 
     #[test]

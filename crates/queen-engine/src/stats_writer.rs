@@ -1,5 +1,5 @@
 //! The statistics writer: every `stats_interval` (a minute by default) one
-//! statement (`queen.stats_write_v1`) writes this broker's row and one row
+//! statement (`queen.stats_write_v2`) writes this broker's row and one row
 //! per queue it served in the minute; and the event-loop lag sampler, whose
 //! figures the broker row carries.
 //!

@@ -177,7 +177,7 @@ async fn serve(
     db_config: tokio_postgres::Config,
     signals: &mut ShutdownRequested,
 ) -> Result<(), ServerError> {
-    let Some(()) = apply_schema_with_retry(&db_config, signals).await? else {
+    let Some(database) = apply_schema_with_retry(&db_config, signals).await? else {
         tracing::info!("shutdown requested before the database was reachable");
         return Ok(());
     };
@@ -191,6 +191,9 @@ async fn serve(
     }
     let spool_dir = engine_config.spool.as_ref().map(|spool| spool.dir.clone());
     let mut engine_config = engine_config;
+    if let Some(spool) = engine_config.spool.as_mut() {
+        spool.database = Some(database);
+    }
     engine_config.mesh = mesh_config(config, &db_config)?;
     engine_config.migration = Some(queen_engine::MigrationConfig {
         source: db_config.clone(),
@@ -447,25 +450,29 @@ fn spool_config(config: &Config) -> Option<queen_engine::SpoolConfig> {
         adopt,
         max_bytes: config.spool_max_mb.saturating_mul(1 << 20),
         push_timeout: Duration::from_millis(config.spool_push_timeout_ms),
+        // Set by `serve`, which knows the database.
+        database: None,
     })
 }
 
 /// Apply the schema, retrying while the database is unreachable (it may still be
-/// starting). Returns `None` if a shutdown signal arrives first.
+/// starting); answers the database's id (`queen.database_identity`). Returns
+/// `None` if a shutdown signal arrives first.
 async fn apply_schema_with_retry(
     db_config: &tokio_postgres::Config,
     signals: &mut ShutdownRequested,
-) -> Result<Option<()>, ServerError> {
+) -> Result<Option<uuid::Uuid>, ServerError> {
     let mut delay = Duration::from_millis(500);
     loop {
         let attempt = async {
             let client = queen_sql::connect::connect_one(db_config).await?;
-            queen_sql::apply_schema(&client).await
+            queen_sql::apply_schema(&client).await?;
+            queen_sql::system::database_id(&client).await
         };
         match attempt.await {
-            Ok(()) => {
-                tracing::info!("schema applied");
-                return Ok(Some(()));
+            Ok(id) => {
+                tracing::info!(database = %id, "schema applied");
+                return Ok(Some(id));
             }
             Err(error) if error.is_transient() => {
                 tracing::warn!(

@@ -47,27 +47,27 @@ pub struct Range<'a> {
     pub task: Option<&'a str>,
 }
 
-/// `GET /resources/overview` (`admin_overview_v1`).
+/// `GET /resources/overview` (`admin_overview_v2`).
 pub async fn overview(client: &impl GenericClient, tenant: &str) -> Result<Value, SqlError> {
     always(
         client,
-        "SELECT queen.admin_overview_v1($1)",
+        "SELECT queen.admin_overview_v2($1)",
         &[(&tenant, Type::TEXT)],
     )
     .await
 }
 
-/// `GET /resources/queues` (`admin_queues_v1`).
+/// `GET /resources/queues` (`admin_queues_v2`).
 pub async fn queues(client: &impl GenericClient, tenant: &str) -> Result<Value, SqlError> {
     always(
         client,
-        "SELECT queen.admin_queues_v1($1)",
+        "SELECT queen.admin_queues_v2($1)",
         &[(&tenant, Type::TEXT)],
     )
     .await
 }
 
-/// `GET /resources/queues/:queue` (`admin_queue_v1`).
+/// `GET /resources/queues/:queue` (`admin_queue_v2`).
 pub async fn queue(
     client: &impl GenericClient,
     tenant: &str,
@@ -75,14 +75,14 @@ pub async fn queue(
 ) -> Result<Option<Value>, SqlError> {
     view(
         client,
-        "SELECT queen.admin_queue_v1($1, $2)",
+        "SELECT queen.admin_queue_v2($1, $2)",
         &[(&tenant, Type::TEXT), (&queue, Type::TEXT)],
     )
     .await
 }
 
 /// `GET /resources/namespaces` (`by` = `namespace`) and `/resources/tasks`
-/// (`task`) (`admin_groupings_v1`).
+/// (`task`) (`admin_groupings_v2`).
 pub async fn groupings(
     client: &impl GenericClient,
     tenant: &str,
@@ -90,13 +90,13 @@ pub async fn groupings(
 ) -> Result<Value, SqlError> {
     always(
         client,
-        "SELECT queen.admin_groupings_v1($1, $2)",
+        "SELECT queen.admin_groupings_v2($1, $2)",
         &[(&tenant, Type::TEXT), (&by, Type::TEXT)],
     )
     .await
 }
 
-/// `GET /status/queues/:queue` (`admin_queue_detail_v1`).
+/// `GET /status/queues/:queue` (`admin_queue_detail_v2`).
 pub async fn queue_detail(
     client: &impl GenericClient,
     tenant: &str,
@@ -104,13 +104,13 @@ pub async fn queue_detail(
 ) -> Result<Option<Value>, SqlError> {
     view(
         client,
-        "SELECT queen.admin_queue_detail_v1($1, $2)",
+        "SELECT queen.admin_queue_detail_v2($1, $2)",
         &[(&tenant, Type::TEXT), (&queue, Type::TEXT)],
     )
     .await
 }
 
-/// `GET /status/queues` (`admin_status_queues_v1`).
+/// `GET /status/queues` (`admin_status_queues_v2`).
 pub async fn status_queues(
     client: &impl GenericClient,
     tenant: &str,
@@ -120,7 +120,7 @@ pub async fn status_queues(
 ) -> Result<Value, SqlError> {
     always(
         client,
-        "SELECT queen.admin_status_queues_v1($1, $2, $3, $4, $5, $6, $7, $8)",
+        "SELECT queen.admin_status_queues_v2($1, $2, $3, $4, $5, $6, $7, $8)",
         &[
             (&tenant, Type::TEXT),
             (&range.namespace, Type::TEXT),
@@ -135,7 +135,7 @@ pub async fn status_queues(
     .await
 }
 
-/// `GET /status` (`admin_status_v1`).
+/// `GET /status` (`admin_status_v2`).
 pub async fn status(
     client: &impl GenericClient,
     tenant: &str,
@@ -143,7 +143,7 @@ pub async fn status(
 ) -> Result<Value, SqlError> {
     always(
         client,
-        "SELECT queen.admin_status_v1($1, $2, $3, $4, $5, $6)",
+        "SELECT queen.admin_status_v2($1, $2, $3, $4, $5, $6)",
         &[
             (&tenant, Type::TEXT),
             (&range.from, Type::TIMESTAMPTZ),
@@ -179,7 +179,7 @@ pub async fn analytics(
     .await
 }
 
-/// `GET /analytics/system-metrics` (`admin_system_metrics_v1`).
+/// `GET /analytics/system-metrics` (`admin_system_metrics_v2`).
 pub async fn system_metrics(
     client: &impl GenericClient,
     range: &Range<'_>,
@@ -187,7 +187,7 @@ pub async fn system_metrics(
 ) -> Result<Value, SqlError> {
     always(
         client,
-        "SELECT queen.admin_system_metrics_v1($1, $2, $3)",
+        "SELECT queen.admin_system_metrics_v2($1, $2, $3)",
         &[
             (&range.from, Type::TIMESTAMPTZ),
             (&range.to, Type::TIMESTAMPTZ),
@@ -197,14 +197,14 @@ pub async fn system_metrics(
     .await
 }
 
-/// `GET /analytics/worker-metrics` (`admin_worker_metrics_v1`).
+/// `GET /analytics/worker-metrics` (`admin_worker_metrics_v2`).
 pub async fn worker_metrics(
     client: &impl GenericClient,
     range: &Range<'_>,
 ) -> Result<Value, SqlError> {
     always(
         client,
-        "SELECT queen.admin_worker_metrics_v1($1, $2)",
+        "SELECT queen.admin_worker_metrics_v2($1, $2)",
         &[
             (&range.from, Type::TIMESTAMPTZ),
             (&range.to, Type::TIMESTAMPTZ),
@@ -269,12 +269,12 @@ pub async fn retention(
     .await
 }
 
-/// `GET /analytics/postgres-stats` (`admin_postgres_stats_v1`).
+/// `GET /analytics/postgres-stats` (`admin_postgres_stats_v2`).
 pub async fn postgres_stats(client: &impl GenericClient) -> Result<Value, SqlError> {
-    always(client, "SELECT queen.admin_postgres_stats_v1()", &[]).await
+    always(client, "SELECT queen.admin_postgres_stats_v2()", &[]).await
 }
 
-/// `GET /traces/:partitionId/:transactionId` (`admin_message_traces_v1`).
+/// `GET /traces/:partitionId/:transactionId` (`admin_message_traces_v2`).
 pub async fn message_traces(
     client: &impl GenericClient,
     tenant: &str,
@@ -283,7 +283,7 @@ pub async fn message_traces(
 ) -> Result<Value, SqlError> {
     always(
         client,
-        "SELECT queen.admin_message_traces_v1($1, $2, $3)",
+        "SELECT queen.admin_message_traces_v2($1, $2, $3)",
         &[
             (&tenant, Type::TEXT),
             (&partition_id, Type::UUID),
@@ -293,7 +293,7 @@ pub async fn message_traces(
     .await
 }
 
-/// `GET /traces/by-name/:name` (`admin_traces_by_name_v1`).
+/// `GET /traces/by-name/:name` (`admin_traces_by_name_v2`).
 pub async fn traces_by_name(
     client: &impl GenericClient,
     tenant: &str,
@@ -303,7 +303,7 @@ pub async fn traces_by_name(
 ) -> Result<Value, SqlError> {
     always(
         client,
-        "SELECT queen.admin_traces_by_name_v1($1, $2, $3, $4)",
+        "SELECT queen.admin_traces_by_name_v2($1, $2, $3, $4)",
         &[
             (&tenant, Type::TEXT),
             (&name, Type::TEXT),

@@ -26,6 +26,7 @@ pub const TABLES: &[&str] = &[
     "queen.log_dlq",
     "queen.message_traces",
     "queen.system_state",
+    "queen.database_identity",
     "queen.stats_queue_minute",
     "queen.stats_broker_minute",
     "queen_streams.queries",

@@ -79,7 +79,7 @@ pub async fn cluster_metrics(
 }
 
 /// Write one broker's statistics of the minute starting at `bucket`: one
-/// statement (`queen.stats_write_v1`). `broker` and `queues` are the
+/// statement (`queen.stats_write_v2`). `broker` and `queues` are the
 /// objects that function documents. Returns the queue rows written.
 pub async fn write_minute(
     client: &impl GenericClient,
@@ -91,7 +91,7 @@ pub async fn write_minute(
 ) -> Result<i32, SqlError> {
     let row = client
         .query_typed_one(
-            "SELECT queen.stats_write_v1($1, $2, $3, $4, $5)",
+            "SELECT queen.stats_write_v2($1, $2, $3, $4, $5)",
             &[
                 (&tenant, Type::TEXT),
                 (&bucket, Type::TIMESTAMPTZ),

@@ -1,5 +1,6 @@
-//! Cluster-wide broker state (`queen.system_state`, `schema/007_system_state.sql`):
-//! the maintenance flags every broker on the database follows.
+//! Cluster-wide broker state (`schema/007_system_state.sql`): the
+//! maintenance flags every broker on the database follows
+//! (`queen.system_state`) and the database's id (`queen.database_identity`).
 
 use tokio_postgres::types::Type;
 use tokio_postgres::GenericClient;
@@ -40,4 +41,13 @@ pub async fn set_flag(
         .execute_typed(SET, &[(&key, Type::TEXT), (&enabled, Type::BOOL)])
         .await?;
     Ok(())
+}
+
+const DATABASE_ID: &str = "SELECT id FROM queen.database_identity LIMIT 1";
+
+/// The id of this Queen database, drawn when the schema was first applied
+/// and kept by a copy of it (the spool records which database it spools
+/// for).
+pub async fn database_id(client: &impl GenericClient) -> Result<uuid::Uuid, SqlError> {
+    Ok(client.query_typed_one(DATABASE_ID, &[]).await?.try_get(0)?)
 }

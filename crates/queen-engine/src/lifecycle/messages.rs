@@ -2,7 +2,7 @@
 //! message with its decrypted payload, and moving a live message to the
 //! dead-letter queue. Built in Rust because they decode frames.
 //!
-//! A page reads segments, never a partition: `admin_message_segments_v1`
+//! A page reads segments, never a partition: `admin_message_segments_v2`
 //! picks, newest first, the segments of the window that cover `offset +
 //! limit` messages, at most [`MAX_PAGE_SEGMENTS`]; when that cap cuts the
 //! page short the answer says so (`MessagePage::truncated`) and a narrower

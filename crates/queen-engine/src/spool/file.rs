@@ -15,6 +15,12 @@
 //!   tried them, in drain order (same format). The drainer retries them
 //!   with backoff and rewrites the file without what it stored (to a
 //!   temporary file, fsync'd, renamed).
+//! - `DATABASE`: the id of the Queen database the directory spools for
+//!   (`queen.database_identity`); a directory holding records is never
+//!   opened for another (`Spool::open`).
+//! - `ADOPTING`: present while an earlier version's files move in
+//!   ([`adopt`]).
+//! - `LOCK`: held by the one broker using the directory.
 //!
 //! A record is `u32 length, u32 crc32, body` (little-endian), the body the
 //! fields of one pushed item, each length-prefixed. A record whose length
@@ -262,63 +268,111 @@ pub(crate) struct Adopted {
     pub(crate) held: usize,
 }
 
+/// The file marking an adoption under way in the directory adopting.
+fn adopting_path(dir: &Path) -> PathBuf {
+    dir.join("ADOPTING")
+}
+
+/// Whether `dir` holds spool records: a log, a failed-records file or held
+/// records (a progress file alone is not one).
+pub(crate) fn holds_records(dir: &Path) -> io::Result<bool> {
+    Ok(!logs(dir)?.is_empty() || !failed_seqs(dir)?.is_empty() || !read_held(dir)?.is_empty())
+}
+
+/// Whether `to` can adopt: it holds no records, or an adoption into it was
+/// cut short (by a crash) and is to be finished. (A progress file without
+/// its log is removed before, see `Spool::open`.)
+pub(crate) fn can_adopt_into(to: &Path) -> io::Result<bool> {
+    Ok(adopting_path(to).exists() || !holds_records(to)?)
+}
+
 /// Move the spool files left in `from` (logs, their progress, failed
 /// records, held records; nothing else there is touched) into `to`, both
-/// locked by the caller. `from`'s sequence numbers are renumbered, in their
-/// order, after every number `to` uses, so nothing collides and each log
-/// keeps its progress; `from`'s held records go before `to`'s. A log moves
-/// before its progress file: a crash between the two leaves the log to be
-/// drained from its start (the drain's duplicate check finds what it stored
-/// before) and a progress file the next adoption moves and `Spool::open`
-/// removes. Renames, so both must be on one filesystem.
+/// locked by the caller, `to` one that [`can_adopt_into`]. Each file keeps
+/// its name, so the logs keep their order and their progress, and the
+/// held records stay the first to retry. `to/ADOPTING` marks the move from
+/// before its first rename to after its last: a crash in between leaves
+/// `to` holding part of the files and the mark, and the next adoption
+/// finishes the move. Renames, so both must be on one filesystem.
 pub(crate) fn adopt(from: &Path, to: &Path) -> io::Result<Adopted> {
     let (from_logs, from_positions, from_failed) =
         (logs(from)?, positions(from)?, failed_seqs(from)?);
     let held = read_held(from)?;
-    let mut seqs: Vec<u64> = from_logs
-        .iter()
-        .chain(&from_positions)
-        .chain(&from_failed)
-        .copied()
-        .collect();
-    seqs.sort_unstable();
-    seqs.dedup();
     let mut adopted = Adopted::default();
-    if seqs.is_empty() && held.is_empty() {
+    let mark = adopting_path(to);
+    if from_logs.is_empty()
+        && from_positions.is_empty()
+        && from_failed.is_empty()
+        && held.is_empty()
+    {
+        if mark.exists() {
+            std::fs::remove_file(&mark)?;
+            sync_dir(to)?;
+        }
         return Ok(adopted);
     }
-    let base = logs(to)?
-        .into_iter()
-        .chain(positions(to)?)
-        .chain(failed_seqs(to)?)
-        .max()
-        .unwrap_or(0);
-    for (next, seq) in (base + 1..).zip(seqs) {
-        if from_logs.contains(&seq) {
-            std::fs::rename(log_path(from, seq), log_path(to, next))?;
-            adopted.logs += 1;
-        }
-        if from_positions.contains(&seq) {
-            std::fs::rename(pos_path(from, seq), pos_path(to, next))?;
-        }
-        if from_failed.contains(&seq) {
-            std::fs::rename(failed_path(from, seq), failed_path(to, next))?;
-            adopted.failed += 1;
-        }
+    File::create(&mark)?;
+    sync_dir(to)?;
+    // A log before its progress: a crash between the two leaves the log to
+    // be drained from its start (the drain's duplicate check finds what it
+    // stored before) until the next adoption moves the progress too.
+    for &seq in &from_logs {
+        std::fs::rename(log_path(from, seq), log_path(to, seq))?;
+        adopted.logs += 1;
+    }
+    for &seq in &from_positions {
+        std::fs::rename(pos_path(from, seq), pos_path(to, seq))?;
+    }
+    for &seq in &from_failed {
+        std::fs::rename(failed_path(from, seq), failed_path(to, seq))?;
+        adopted.failed += 1;
     }
     if !held.is_empty() {
-        // Whole records only: a torn tail was never answered.
+        // Whole records only: a torn tail was never answered. Added after
+        // what an adoption cut short moved (the same file's head).
         let (records, _) = records(&held);
         adopted.held = records.len();
         let whole = records.last().map_or(0, |(_, end)| *end);
-        let mut merged = held.get(..whole).unwrap_or_default().to_vec();
-        merged.extend_from_slice(&read_held(to)?);
+        let mut merged = read_held(to)?;
+        merged.extend_from_slice(held.get(..whole).unwrap_or_default());
         rewrite_held(to, &merged)?;
         rewrite_held(from, &[])?;
     }
     sync_dir(to)?;
     sync_dir(from)?;
+    std::fs::remove_file(&mark)?;
+    sync_dir(to)?;
     Ok(adopted)
+}
+
+/// The file naming the Queen database a spool directory spools for.
+fn database_path(dir: &Path) -> PathBuf {
+    dir.join("DATABASE")
+}
+
+/// The Queen database (`queen.database_identity`) `dir` spools for, if it
+/// says; an unreadable or malformed file is an error, never "none".
+pub(crate) fn recorded_database(dir: &Path) -> io::Result<Option<Uuid>> {
+    match std::fs::read_to_string(database_path(dir)) {
+        Ok(text) => Uuid::parse_str(text.trim()).map(Some).map_err(|error| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: {error}", database_path(dir).display()),
+            )
+        }),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
+/// Record that `dir` spools for database `id`, durably.
+pub(crate) fn record_database(dir: &Path, id: Uuid) -> io::Result<()> {
+    let tmp = dir.join("DATABASE.tmp");
+    let mut file = File::create(&tmp)?;
+    file.write_all(format!("{id}\n").as_bytes())?;
+    file.sync_data()?;
+    std::fs::rename(&tmp, database_path(dir))?;
+    sync_dir(dir)
 }
 
 /// The sequence numbers of the progress files in `dir`.
@@ -625,19 +679,15 @@ mod tests {
         assert_eq!(failed_files(dir.path()), (1, 3));
     }
 
-    /// An earlier version's spool moves in after everything the new
-    /// directory numbers, each log with its progress, its held records
-    /// (whole ones) before the new directory's; nothing else there moves.
+    /// An earlier version's spool moves in under its own names, each log
+    /// with its progress, its held records (whole ones); nothing else there
+    /// moves. A directory that holds records adopts nothing.
     #[test]
-    fn adopting_renumbers_after_the_new_directory_and_keeps_progress_and_held_order() {
+    fn adopting_moves_into_an_empty_directory_only_keeping_names_progress_and_held_order() {
         let from = tempfile::tempdir().unwrap();
         let to = tempfile::tempdir().unwrap();
-        for (dir, seq, body) in [
-            (from.path(), 1, "a"),
-            (from.path(), 2, "b"),
-            (to.path(), 5, "new"),
-        ] {
-            let mut active = Active::create(dir, seq).unwrap();
+        for (seq, body) in [(1, "a"), (2, "b")] {
+            let mut active = Active::create(from.path(), seq).unwrap();
             active.write(body.as_bytes()).unwrap();
             active.sync().unwrap();
         }
@@ -649,12 +699,18 @@ mod tests {
         let mut torn = old_held.clone();
         torn.extend_from_slice(&[9, 0, 0, 0, 1]);
         append_held(from.path(), &torn).unwrap();
-        let mut new_held = Vec::new();
-        record(2).encode(&mut new_held);
-        append_held(to.path(), &new_held).unwrap();
         std::fs::write(from.path().join("LOCK"), b"").unwrap();
         std::fs::create_dir(from.path().join("6632")).unwrap();
 
+        // A directory with a log of its own adopts nothing.
+        let busy = tempfile::tempdir().unwrap();
+        Active::create(busy.path(), 5).unwrap().write(b"x").unwrap();
+        assert!(!can_adopt_into(busy.path()).unwrap());
+        let held_only = tempfile::tempdir().unwrap();
+        append_held(held_only.path(), &old_held).unwrap();
+        assert!(!can_adopt_into(held_only.path()).unwrap());
+
+        assert!(can_adopt_into(to.path()).unwrap());
         let adopted = adopt(from.path(), to.path()).unwrap();
         assert_eq!(
             adopted,
@@ -664,21 +720,17 @@ mod tests {
                 held: 2
             }
         );
-        assert_eq!(logs(to.path()).unwrap(), [5, 6, 7]);
-        assert_eq!(std::fs::read(log_path(to.path(), 6)).unwrap(), b"a");
+        assert_eq!(logs(to.path()).unwrap(), [1, 2]);
+        assert_eq!(std::fs::read(log_path(to.path(), 1)).unwrap(), b"a");
         assert_eq!(
-            drained(to.path(), 6).unwrap(),
+            drained(to.path(), 1).unwrap(),
             1,
             "the progress moved with its log"
         );
-        assert_eq!(std::fs::read(log_path(to.path(), 7)).unwrap(), b"b");
-        assert_eq!(std::fs::read(failed_path(to.path(), 8)).unwrap(), b"f");
-        let held: Vec<String> = records(&read_held(to.path()).unwrap())
-            .0
-            .into_iter()
-            .map(|(record, _)| record.transaction_id)
-            .collect();
-        assert_eq!(held, ["t0", "t1", "t2"]);
+        assert_eq!(std::fs::read(log_path(to.path(), 2)).unwrap(), b"b");
+        assert_eq!(std::fs::read(failed_path(to.path(), 3)).unwrap(), b"f");
+        assert_eq!(read_held(to.path()).unwrap(), old_held);
+        assert!(!adopting_path(to.path()).exists());
         let mut left: Vec<String> = std::fs::read_dir(from.path())
             .unwrap()
             .map(|entry| entry.unwrap().file_name().into_string().unwrap())
@@ -690,5 +742,41 @@ mod tests {
             Adopted::default(),
             "nothing left to move"
         );
+        // Once it holds records, the directory adopts no more.
+        assert!(!can_adopt_into(to.path()).unwrap());
+    }
+
+    /// A crash after the first rename: the next adoption finishes it.
+    #[test]
+    fn an_adoption_cut_short_is_finished() {
+        let from = tempfile::tempdir().unwrap();
+        let to = tempfile::tempdir().unwrap();
+        for seq in [1, 2] {
+            let mut active = Active::create(from.path(), seq).unwrap();
+            active.write(b"r").unwrap();
+            active.sync().unwrap();
+        }
+        set_drained(from.path(), 1, 1).unwrap();
+        // What the crash left: the mark and the first log moved.
+        File::create(adopting_path(to.path())).unwrap();
+        std::fs::rename(log_path(from.path(), 1), log_path(to.path(), 1)).unwrap();
+        assert!(can_adopt_into(to.path()).unwrap());
+        adopt(from.path(), to.path()).unwrap();
+        assert_eq!(logs(to.path()).unwrap(), [1, 2]);
+        assert_eq!(drained(to.path(), 1).unwrap(), 1);
+        assert!(logs(from.path()).unwrap().is_empty());
+        assert!(!adopting_path(to.path()).exists());
+    }
+
+    #[test]
+    fn the_recorded_database_reads_back_and_a_malformed_one_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(recorded_database(dir.path()).unwrap(), None);
+        let id = Uuid::now_v7();
+        record_database(dir.path(), id).unwrap();
+        assert_eq!(recorded_database(dir.path()).unwrap(), Some(id));
+        std::fs::write(dir.path().join("DATABASE"), b"not an id\n").unwrap();
+        let error = recorded_database(dir.path()).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::InvalidData);
     }
 }

@@ -76,9 +76,17 @@ pub struct SpoolConfig {
     pub push_timeout: Duration,
     /// A directory an earlier version spooled into (the broker's old default
     /// directory): the spool files it holds are moved into `dir` when the
-    /// spool opens, unless another running broker holds it (then they stay,
-    /// and a warning says so).
+    /// spool opens, if `dir` holds no records, `adopt` names no other
+    /// database than `database`, and no other running broker holds it
+    /// (else they stay, and a warning says why).
     pub adopt: Option<PathBuf>,
+    /// The Queen database the broker stores into (`queen.database_identity`,
+    /// `queen_sql::system::database_id`). The spool records it in `dir`
+    /// (file `DATABASE`) and refuses to open a directory that holds records
+    /// spooled for another one, so they are never drained there. `None`
+    /// checks and records nothing: only for a caller that keeps one spool
+    /// directory per database itself (the server always sets it).
+    pub database: Option<uuid::Uuid>,
 }
 
 /// A pushed item that was spooled, not yet stored.
@@ -203,8 +211,12 @@ impl State {
 }
 
 /// Move what an earlier version left in `from` into `to` (locked by the
-/// caller), under `from`'s lock: a broker still running there keeps it.
-fn adopt(from: &Path, to: &Path) -> std::io::Result<()> {
+/// caller, spooling for `database`), under `from`'s lock: a broker still
+/// running there keeps it. Only into a `to` that holds no records (else the
+/// two spools' orders could not both be kept), and only a spool that names
+/// no other database (an earlier version's names none: nothing tells which
+/// database it spooled for, and it is taken as this broker's).
+fn adopt(from: &Path, to: &Path, database: Option<uuid::Uuid>) -> std::io::Result<()> {
     if from == to || !from.is_dir() {
         return Ok(());
     }
@@ -226,6 +238,31 @@ fn adopt(from: &Path, to: &Path) -> std::io::Result<()> {
         }
         Err(std::fs::TryLockError::Error(error)) => return Err(error),
     }
+    if !file::holds_records(from)? {
+        return Ok(());
+    }
+    if let (Some(theirs), Some(ours)) = (file::recorded_database(from)?, database) {
+        if theirs != ours {
+            tracing::warn!(
+                from = %from.display(),
+                to = %to.display(),
+                spooled_for = %theirs,
+                database = %ours,
+                "the spool directory of an earlier version holds pushes for another Queen \
+                 database; they stay there (a broker of that database drains them)"
+            );
+            return Ok(());
+        }
+    }
+    if !file::can_adopt_into(to)? {
+        tracing::warn!(
+            from = %from.display(),
+            to = %to.display(),
+            "this broker's spool directory already holds pushes, so what an earlier version \
+             spooled stays where it is; drain it with FILE_BUFFER_DIR set to it"
+        );
+        return Ok(());
+    }
     let adopted = file::adopt(from, to)?;
     if adopted != file::Adopted::default() {
         tracing::info!(
@@ -238,6 +275,38 @@ fn adopt(from: &Path, to: &Path) -> std::io::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Check that `dir` spools for `database` and record it there: a directory
+/// that holds records of another database is refused, an empty one is
+/// taken over.
+fn claim(dir: &Path, database: uuid::Uuid) -> std::io::Result<()> {
+    match file::recorded_database(dir)? {
+        Some(recorded) if recorded == database => Ok(()),
+        Some(recorded) if file::holds_records(dir)? => Err(std::io::Error::other(format!(
+            "{} holds pushes spooled for Queen database {recorded}, and this broker's database \
+             is {database}: a spool is never drained into another database. Drain it with a \
+             broker of that database (FILE_BUFFER_DIR set to it), or move it away",
+            dir.display()
+        ))),
+        _ => file::record_database(dir, database),
+    }
+}
+
+/// Remove the progress files of `dir` whose log is gone (left by a crash
+/// between the two removals of a drained log); answers the largest such
+/// sequence number, which is never handed out again.
+fn remove_orphan_positions(dir: &Path) -> std::io::Result<Option<u64>> {
+    let seqs = file::logs(dir)?;
+    let mut largest = None;
+    for seq in file::positions(dir)?
+        .into_iter()
+        .filter(|seq| !seqs.contains(seq))
+    {
+        file::remove_position(dir, seq)?;
+        largest = largest.max(Some(seq));
+    }
+    Ok(largest)
 }
 
 /// The spool component.
@@ -278,16 +347,18 @@ impl Spool {
             )),
             std::fs::TryLockError::Error(error) => error,
         })?;
+        // A crash between the two removals of a drained log leaves its
+        // progress file: remove it (before an adoption, whose files keep
+        // their numbers), and never hand out its number again.
+        let mut orphan = remove_orphan_positions(&config.dir)?;
+        if let Some(database) = config.database {
+            claim(&config.dir, database)?;
+        }
         if let Some(from) = &config.adopt {
-            adopt(from, &config.dir)?;
+            adopt(from, &config.dir, config.database)?;
+            orphan = orphan.max(remove_orphan_positions(&config.dir)?);
         }
         let seqs = file::logs(&config.dir)?;
-        // A crash between the two removals of a drained log leaves its
-        // progress file: remove it, and never hand out its number again.
-        let positions = file::positions(&config.dir)?;
-        for &seq in positions.iter().filter(|seq| !seqs.contains(seq)) {
-            file::remove_position(&config.dir, seq)?;
-        }
         let (mut pending, mut pending_bytes) = (0u64, 0u64);
         let mut log_front = None;
         for &seq in &seqs {
@@ -330,7 +401,8 @@ impl Spool {
         let (failed_files, failed_bytes) = file::failed_files(&config.dir);
         let next_seq = seqs
             .iter()
-            .chain(&positions)
+            .copied()
+            .chain(orphan)
             .max()
             .map_or(1, |last| last + 1);
         let (writer, commands) = mpsc::unbounded_channel();
@@ -555,6 +627,7 @@ mod tests {
             max_bytes: 1 << 20,
             push_timeout: Duration::from_secs(1),
             adopt: None,
+            database: None,
         }
     }
 
@@ -619,5 +692,121 @@ mod tests {
         let again = Spool::open(&config(dir.path()), store, pool).unwrap();
         assert_eq!(again.stats().pending, 2);
         again.shutdown().await;
+    }
+
+    /// A spool directory names the database it spools for: one holding
+    /// records of another is refused (nothing of it is drained there), an
+    /// empty one is taken over.
+    #[tokio::test]
+    async fn a_directory_holding_another_databases_records_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
+        let of = |database| SpoolConfig {
+            database: Some(database),
+            ..config(dir.path())
+        };
+        let (store, pool) = parts();
+        let spool = Spool::open(&of(a), store, pool).unwrap();
+        assert_eq!(file::recorded_database(dir.path()).unwrap(), Some(a));
+        spool.append(&[item(1)], Reason::Spooling).await.unwrap();
+        spool.shutdown().await;
+        drop(spool);
+
+        let (store, pool) = parts();
+        let Err(error) = Spool::open(&of(b), store, pool) else {
+            panic!("a spool of database {a} opened for {b}");
+        };
+        let text = error.to_string();
+        assert!(
+            text.contains(&format!("spooled for Queen database {a}"))
+                && text.contains(&format!("this broker's database is {b}")),
+            "{text}"
+        );
+        assert_eq!(file::recorded_database(dir.path()).unwrap(), Some(a));
+        assert_eq!(file::logs(dir.path()).unwrap().len(), 1, "nothing moved");
+
+        // Its own database opens it; once empty, another takes it over.
+        let (store, pool) = parts();
+        let again = Spool::open(&of(a), store, pool).unwrap();
+        assert_eq!(again.stats().pending, 1);
+        again.shutdown().await;
+        drop(again);
+        for seq in file::logs(dir.path()).unwrap() {
+            file::remove_log(dir.path(), seq).unwrap();
+        }
+        let (store, pool) = parts();
+        let taken = Spool::open(&of(b), store, pool).unwrap();
+        assert_eq!(file::recorded_database(dir.path()).unwrap(), Some(b));
+        taken.shutdown().await;
+    }
+
+    /// An earlier version's spool is adopted only into a directory holding
+    /// no records, and only when it names no other database.
+    #[tokio::test]
+    async fn an_old_spool_is_adopted_only_into_an_empty_directory_of_its_database() {
+        let root = tempfile::tempdir().unwrap();
+        let old = root.path().join("old");
+        let ours = uuid::Uuid::now_v7();
+        let open = |dir: &Path, adopt: Option<&Path>, database| {
+            let (store, pool) = parts();
+            Spool::open(
+                &SpoolConfig {
+                    adopt: adopt.map(Path::to_owned),
+                    database: Some(database),
+                    ..config(dir)
+                },
+                store,
+                pool,
+            )
+            .unwrap()
+        };
+        // The earlier version's spool: two records, no database named.
+        let earlier = open(&old, None, ours);
+        earlier
+            .append(&[item(1), item(2)], Reason::Spooling)
+            .await
+            .unwrap();
+        earlier.shutdown().await;
+        drop(earlier);
+        std::fs::remove_file(old.join("DATABASE")).unwrap();
+
+        // A directory with a record of its own keeps it and adopts nothing.
+        let busy = root.path().join("busy");
+        let spool = open(&busy, None, ours);
+        spool.append(&[item(3)], Reason::Spooling).await.unwrap();
+        spool.shutdown().await;
+        drop(spool);
+        let spool = open(&busy, Some(&old), ours);
+        assert_eq!(spool.stats().pending, 1);
+        assert_eq!(file::logs(&old).unwrap().len(), 1, "left where it was");
+        spool.shutdown().await;
+        drop(spool);
+
+        // Another database's spool is not adopted.
+        file::record_database(&old, uuid::Uuid::now_v7()).unwrap();
+        let other = root.path().join("other");
+        let spool = open(&other, Some(&old), ours);
+        assert_eq!(spool.stats().pending, 0);
+        assert_eq!(file::logs(&old).unwrap().len(), 1, "left where it was");
+        spool.shutdown().await;
+        drop(spool);
+
+        // An empty directory adopts it, unnamed or named ours.
+        for (dir, named) in [("fresh", None), ("named", Some(ours))] {
+            let from = root.path().join(format!("{dir}-old"));
+            std::fs::create_dir(&from).unwrap();
+            for seq in file::logs(&old).unwrap() {
+                std::fs::copy(file::log_path(&old, seq), file::log_path(&from, seq)).unwrap();
+            }
+            if let Some(id) = named {
+                file::record_database(&from, id).unwrap();
+            }
+            let dir = root.path().join(dir);
+            let spool = open(&dir, Some(&from), ours);
+            assert_eq!(spool.stats().pending, 2, "{dir:?}");
+            assert!(file::logs(&from).unwrap().is_empty());
+            assert_eq!(file::recorded_database(&dir).unwrap(), Some(ours));
+            spool.shutdown().await;
+        }
     }
 }

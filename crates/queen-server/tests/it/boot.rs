@@ -324,8 +324,10 @@ async fn a_jwks_server_down_at_boot_does_not_stop_the_broker() {
     assert!(!log.contains(&token), "the log shows a token:\n{log}");
 }
 
+/// A spool directory the broker cannot create, or one holding pushes
+/// spooled for another Queen database, stops the boot with its reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_spool_directory_that_cannot_be_created_stops_the_boot() {
+async fn a_spool_directory_the_broker_cannot_use_stops_the_boot() {
     let db = TestDb::empty().await;
     let url = db.url();
     let output = command(&[
@@ -343,6 +345,29 @@ async fn a_spool_directory_that_cannot_be_created_stops_the_boot() {
         ),
         "{stderr}"
     );
+
+    let scratch = scratch();
+    let spool = scratch.path().join("spool");
+    std::fs::create_dir(&spool).unwrap();
+    std::fs::write(spool.join("spool-00000000000000000001.log"), b"").unwrap();
+    let other = "0190a3c4-0000-7000-8000-000000000001";
+    std::fs::write(spool.join("DATABASE"), format!("{other}\n")).unwrap();
+    let dir = spool.display().to_string();
+    let output = command(&[
+        ("QUEEN_DATABASE_URL", &url),
+        ("FILE_BUFFER_DIR", &dir),
+        ("PORT", "0"),
+    ])
+    .output()
+    .expect("run queen-server");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!("holds pushes spooled for Queen database {other}"))
+            && stderr.contains("a spool is never drained into another database"),
+        "{stderr}"
+    );
+    assert!(spool.join("spool-00000000000000000001.log").is_file());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -542,6 +567,12 @@ async fn brokers_in_one_directory_spool_per_port_and_take_over_the_old_default()
             &serde_json::json!(3)
         ]
     );
+    // The directory names the database it spools for.
+    let id = queen_sql::system::database_id(&db.client().await)
+        .await
+        .unwrap();
+    let recorded = std::fs::read_to_string(legacy.join(port.to_string()).join("DATABASE")).unwrap();
+    assert_eq!(recorded.trim(), id.to_string());
     for broker in [first, second] {
         let (status, log) = tokio::task::spawn_blocking(move || broker.terminate())
             .await

@@ -106,3 +106,58 @@ fn only_the_concurrent_index_file_runs_outside_the_transaction() {
         }
     }
 }
+
+/// Each function's digest: its result type, volatility, settings and body.
+const DIGESTS_SQL: &str = "\
+SELECT md5(concat_ws(E'\\n', pg_get_function_result(p.oid), p.provolatile,
+                     array_to_string(p.proconfig, ','), p.prosrc))
+       || '  ' || n.nspname || '.' || p.proname
+       || '(' || pg_get_function_identity_arguments(p.oid) || ')'
+  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+ WHERE n.nspname IN ('queen', 'queen_streams')";
+
+/// The digests `sql/function_digests.txt` records (its `#` lines are
+/// comments).
+const DIGESTS: &str = include_str!("../../../../sql/function_digests.txt");
+
+/// A procedure's name promises its meaning to every broker version that
+/// calls it, and each version re-applies its own body at boot: a body
+/// changed under a released name is overwritten by (and overwrites) the
+/// other version's during a rolling upgrade. So every function's digest is
+/// recorded, and a change to one fails here: give the new meaning a new
+/// name, or, when both bodies answer the same (a faster plan), say so in the
+/// file beside the new digest.
+#[tokio::test]
+async fn released_function_bodies_keep_their_digests() {
+    let db = queen_testkit::TestDb::empty().await;
+    let client = db.client().await;
+    queen_sql::apply_schema(&client)
+        .await
+        .unwrap_or_else(|e| panic!("apply_schema: {}", queen_sql::error_chain(&e)));
+    let name = |line: &str| line.split_once("  ").map(|(_, n)| n.to_owned());
+    let mut applied = crate::rows_as_text(&client, DIGESTS_SQL, &[]).await;
+    applied.sort_by_key(|line| name(line));
+    let mut recorded: Vec<&str> = DIGESTS
+        .lines()
+        .filter(|line| !line.starts_with('#') && !line.trim().is_empty())
+        .collect();
+    recorded.sort_by_key(|line| name(line));
+    if applied != recorded {
+        let known: Vec<Option<String>> = recorded.iter().map(|l| name(l)).collect();
+        let changed: Vec<&String> = applied
+            .iter()
+            .filter(|line| !recorded.contains(&line.as_str()) && known.contains(&name(line)))
+            .collect();
+        panic!(
+            "the applied functions differ from sql/function_digests.txt.\n\
+             Changed bodies of recorded names (a new meaning needs a new name):\n{}\n\n\
+             The digests now, one per line:\n{}",
+            changed
+                .iter()
+                .map(|l| l.as_str())
+                .collect::<Vec<_>>()
+                .join("\n"),
+            applied.join("\n")
+        );
+    }
+}

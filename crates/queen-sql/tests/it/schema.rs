@@ -91,12 +91,16 @@ async fn apply_twice_on_an_empty_database_builds_the_whole_schema() {
         .await
         .unwrap();
     apply(&client).await;
+    let id = queen_sql::system::database_id(&client).await.unwrap();
     apply(&client).await;
+    // The database's id is drawn once: a re-apply keeps it.
+    assert_eq!(queen_sql::system::database_id(&client).await.unwrap(), id);
 
     assert_eq!(
         rows_as_text(&client, TABLES_SQL, &[]).await[..],
         [
             "consumer_groups_metadata",
+            "database_identity",
             "log_consumers",
             "log_dlq",
             "log_partitions",
@@ -714,7 +718,7 @@ async fn reapply_takes_no_lock_on_queen_tables() {
             "BEGIN;
              LOCK TABLE queen.queues, queen.consumer_groups_metadata, queen.log_partitions,
                         queen.log_segments, queen.log_txns, queen.log_consumers, queen.log_dlq,
-                        queen.message_traces, queen.system_state,
+                        queen.message_traces, queen.system_state, queen.database_identity,
                         queen.stats_queue_minute, queen.stats_broker_minute,
                         queen_streams.queries, queen_streams.state
                  IN ACCESS EXCLUSIVE MODE;",
