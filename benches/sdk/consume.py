@@ -16,6 +16,8 @@ import argparse
 import asyncio
 import json
 import multiprocessing as mp
+import os
+import pwd
 import resource
 import time
 import uuid
@@ -56,8 +58,6 @@ def cpu_ticks(pids):
 
 
 def pids_of_user(user):
-    import os
-    import pwd
     uid = pwd.getpwnam(user).pw_uid
     return [int(d) for d in os.listdir("/proc") if d.isdigit() and os.stat(f"/proc/{d}").st_uid == uid]
 
@@ -164,7 +164,6 @@ def main():
     seconds = last - start
     server = {}
     if before is not None and seen:
-        import os
         us = 1e6 / os.sysconf("SC_CLK_TCK") / len(seen)
         server = {
             "broker_cpu_us_per_msg": round((after[0] - before[0]) * us, 1),
