@@ -28,12 +28,13 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
-use queen_frame::{Frame, SegmentBuilder};
+use queen_frame::SegmentBuilder;
 use queen_sql::push::{Coverage, SegmentWrite, SlotOutcome};
 use tokio::sync::{mpsc, oneshot, watch};
 use uuid::Uuid;
 
 use super::dedup::DedupCache;
+use super::segment::{duplicate_winners, encode_entries, MAX_SEGMENT_PAYLOAD_BYTES};
 use super::{Entry, EntryResult};
 use crate::crypto::AtRest;
 use crate::naming::{derive_namespace_task, queue_key};
@@ -59,14 +60,6 @@ const CONCURRENT_FLUSH_MESSAGES: usize = 256;
 /// this long at most, then they go alongside it. A flush usually takes 1 to
 /// 3 ms on local disks.
 const COALESCE_WAIT: Duration = Duration::from_millis(10);
-
-/// The most payload bytes one segment holds: a push cuts a partition's items
-/// into submissions of at most this much (`push/mod.rs`), and a lane's flush
-/// takes no submission that would carry it past this (the first is always
-/// taken). One item larger than this is a segment of its own. A safety bound
-/// on a segment's size (pops inflate whole segments), not a batch size:
-/// under ordinary load segments are far smaller.
-pub(crate) const MAX_SEGMENT_PAYLOAD_BYTES: usize = 8 * 1024 * 1024;
 
 /// Rounds of one flush: a slot refused for a stale encryption flag or for
 /// duplicates is rebuilt and written again, at most this many times in total.
@@ -671,65 +664,6 @@ fn build_segment(
     })
 }
 
-/// Frames of `entries`, packed and compressed, with their sidecar.
-pub(crate) struct Encoded {
-    pub(crate) blob: Vec<u8>,
-    pub(crate) hashes: Vec<u8>,
-    pub(crate) n_frames: i32,
-    /// Some transaction id came from a client: probe for duplicates.
-    pub(crate) probe: bool,
-}
-
-/// Pack `entries` into one segment, sealing payloads when `encrypted` (which
-/// needs `key`: without one the push fails, it never stores plaintext).
-pub(crate) fn encode_entries<'a>(
-    entries: impl Iterator<Item = &'a Entry>,
-    encrypted: bool,
-    key: Option<&crate::crypto::EncryptionKey>,
-    queue: &str,
-    builder: &mut SegmentBuilder,
-) -> Result<Encoded, EngineError> {
-    let key = match (key, encrypted) {
-        (_, false) => None,
-        (Some(key), true) => Some(key),
-        (None, true) => {
-            return Err(EngineError::EncryptionKeyMissing {
-                queue: queue.to_owned(),
-            })
-        }
-    };
-    let mut hashes = Vec::new();
-    let mut probe = false;
-    for entry in entries {
-        let sealed;
-        let payload: &[u8] = match key {
-            Some(key) => {
-                sealed = key.seal(&entry.payload)?;
-                &sealed
-            }
-            None => &entry.payload,
-        };
-        builder.push(&Frame {
-            message_id: *entry.message_id.as_bytes(),
-            trace_id: entry.trace_id.map(|id| *id.as_bytes()),
-            transaction_id: &entry.transaction_id,
-            producer_sub: entry.producer_sub.as_deref(),
-            encrypted,
-            audience: entry.audience.as_deref(),
-            payload,
-        })?;
-        hashes.extend_from_slice(&entry.hash);
-        probe |= entry.client_id;
-    }
-    let encoded = builder.finish()?;
-    Ok(Encoded {
-        n_frames: i32::try_from(encoded.n_frames).map_err(|_| EngineError::BatchTooLarge)?,
-        blob: encoded.blob,
-        hashes,
-        probe,
-    })
-}
-
 /// One call of `log_push_v1` for `tenant`'s slots, retried on deadlock or
 /// serialization failure.
 async fn write(
@@ -847,45 +781,6 @@ fn apply_outcome(
         }
     }
     Ok(())
-}
-
-/// Each duplicate's frame index in its slot with its winner's message id
-/// (`None` when the winner's segment is gone); each winner segment arrives
-/// once and is inflated once. Also answers how many were inflated.
-pub(crate) fn duplicate_winners(
-    duplicates: Vec<queen_sql::push::Duplicate>,
-) -> (u64, Vec<(usize, Option<Uuid>)>) {
-    let mut segments: HashMap<i64, Vec<Uuid>> = HashMap::new();
-    for duplicate in &duplicates {
-        if let (Some(base), Some(blob)) = (duplicate.winner_base, &duplicate.winner_blob) {
-            segments.insert(base, message_ids(blob));
-        }
-    }
-    let winners = duplicates
-        .into_iter()
-        .map(|duplicate| {
-            let winner = duplicate
-                .winner_base
-                .and_then(|base| segments.get(&base))
-                .and_then(|ids| ids.get(duplicate.winner_frame).copied());
-            (duplicate.item, winner)
-        })
-        .collect();
-    (segments.len() as u64, winners)
-}
-
-/// The message ids of a stored segment, in frame order (as far as it
-/// decodes; a duplicate whose winner cannot be read answers without one).
-/// The drain's duplicate check (`replay.rs`) answers its duplicates the same way.
-pub(super) fn message_ids(blob: &[u8]) -> Vec<Uuid> {
-    let Ok(segment) = queen_frame::decompress(blob) else {
-        return Vec::new();
-    };
-    segment
-        .frames()
-        .map_while(Result::ok)
-        .map(|frame| Uuid::from_bytes(frame.message_id))
-        .collect()
 }
 
 /// Send each submission its entries' results, or the lane's failure.

@@ -11,6 +11,7 @@ mod dedup;
 mod fusion;
 mod replay;
 mod route;
+mod segment;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,12 +21,11 @@ use uuid::Uuid;
 
 pub use dedup::DEFAULT_DEDUP_CACHE_BYTES;
 pub use fusion::PushStats;
-pub(crate) use fusion::{
-    duplicate_winners, encode_entries, Fusion, FusionConfig, MAX_SEGMENT_PAYLOAD_BYTES,
-};
+pub(crate) use fusion::{Fusion, FusionConfig};
 pub(crate) use replay::{already_stored, CLOCK_SLACK};
 pub use route::Pushed;
 pub(crate) use route::{Parts as RouteParts, Pushes};
+pub(crate) use segment::{duplicate_winners, encode_entries, MAX_SEGMENT_PAYLOAD_BYTES};
 
 use crate::EngineError;
 

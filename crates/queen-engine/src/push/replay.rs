@@ -147,7 +147,7 @@ pub(crate) async fn already_stored(
         let mut ids_of: HashMap<i64, Vec<Uuid>> = HashMap::new();
         for matched in &probe.matches {
             if let Some(blob) = &matched.blob {
-                ids_of.insert(matched.base_offset, super::fusion::message_ids(blob));
+                ids_of.insert(matched.base_offset, super::segment::message_ids(blob));
             }
         }
         for matched in &probe.matches {
