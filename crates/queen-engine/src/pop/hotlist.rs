@@ -89,6 +89,13 @@ struct Ring {
     /// A pop found nothing ready while names were out: the next check-in
     /// that puts names back should wake the queue's parked pops.
     starved: bool,
+    /// Names whose lease an ack here released while names were out: a pop
+    /// out with one may have seen the lease before it went, and its
+    /// `LeasedUntil` must not park the name until a lease that no longer
+    /// exists (or `LEASED_PUSH_RECHECK`). An entry leaves at the name's next
+    /// check-in, and all of them when nothing is out; at most
+    /// `MAX_RING_PARTITIONS`.
+    released_while_out: HashSet<String>,
 }
 
 /// Why a name waits for its revisit.
@@ -123,6 +130,7 @@ impl Ring {
             used_at: now,
             out: 0,
             starved: false,
+            released_while_out: HashSet::new(),
         }
     }
 
@@ -186,6 +194,9 @@ impl Ring {
     /// when it looked. True when the name became ready (a push came during
     /// the lease, perhaps after the ack looked).
     fn released(&mut self, name: &str) -> bool {
+        if self.out > 0 && self.released_while_out.len() < MAX_RING_PARTITIONS {
+            self.released_while_out.insert(name.to_owned());
+        }
         match self.waiting.get(name).copied() {
             Some(Wait::Lease { pushed: true, .. }) => {
                 self.push_back(name);
@@ -512,8 +523,15 @@ impl HotList {
             ring.push_front(name);
         }
         for (name, outcome) in outcomes {
+            let raced_release = ring.released_while_out.remove(name.as_str());
             match *outcome {
                 Outcome::Delivered => {
+                    ring.push_back(name);
+                    readied = true;
+                }
+                // The lease this pop saw was released since: look again now
+                // rather than at its expiry (one claim more at worst).
+                Outcome::LeasedUntil(_) if raced_release => {
                     ring.push_back(name);
                     readied = true;
                 }
@@ -529,6 +547,9 @@ impl HotList {
                     earliest = Some(earliest.map_or(at, |e| e.min(at)));
                 }
             }
+        }
+        if ring.out == 0 {
+            ring.released_while_out.clear();
         }
         let woke = readied && std::mem::take(&mut ring.starved);
         if let Some(at) = earliest {
@@ -883,6 +904,35 @@ mod tests {
             now,
         );
         assert!(!hot.release_for("q", "g", "p"));
+        assert!(!hot.has_ready("q", "g", now));
+    }
+
+    #[test]
+    fn a_lease_released_while_a_pop_was_out_does_not_park_its_answer() {
+        let hot = HotList::default();
+        let now = Instant::now();
+        let expiry = now + Duration::from_secs(60);
+        hot.reseed("q", "g", vec!["p".into()], now);
+        // A pop takes p; its claim sees another consumer's lease, and that
+        // consumer's ack here releases the lease before the pop checks in.
+        assert_eq!(names(&hot.take("q", "g", 16, now)), ["p"]);
+        assert!(!hot.release_for("q", "g", "p"));
+        hot.check_in(
+            "q",
+            "g",
+            &[("p".into(), Outcome::LeasedUntil(expiry))],
+            vec![],
+            now,
+        );
+        // The lease it saw is gone: p is looked at again now, not at the
+        // lease's expiry or the next push's LEASED_PUSH_RECHECK.
+        assert!(hot.has_ready("q", "g", now), "parked behind a released lease");
+        // The next lease is honoured: a release recorded while nothing of
+        // it was out, or already consumed, readies nothing.
+        assert_eq!(names(&hot.take("q", "g", 16, now)), ["p"]);
+        lease(&hot, "p", expiry, now);
+        assert!(!hot.has_ready("q", "g", now));
+        hot.mark_pushed("q", "p", now);
         assert!(!hot.has_ready("q", "g", now));
     }
 
