@@ -32,3 +32,4 @@ mod tenants;
 mod txn;
 mod upgrade;
 mod webapp;
+mod wide_queues;

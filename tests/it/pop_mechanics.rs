@@ -19,16 +19,14 @@ async fn a_pop_never_waits_for_a_lock_another_transaction_holds() {
     let broker = TestBroker::start().await;
     push(&broker, "locks", "held", &[json!("h")]).await;
     push(&broker, "locks", "free", &[json!("f")]).await;
-    // First contact: the group's cursors exist.
-    let _ = pop_data(
-        &broker,
-        "/api/v1/pop/queue/locks?batch=0&consumerGroup=g&wait=false",
-    )
-    .await;
+    // The group's cursors exist (as they do once it has taken from each).
     let sql = broker.sql().await;
-    sql.batch_execute("UPDATE queen.log_consumers SET committed = -1")
-        .await
-        .unwrap();
+    sql.batch_execute(
+        "INSERT INTO queen.log_consumers (partition_id, consumer_group, committed) \
+         SELECT id, 'g', -1 FROM queen.log_partitions",
+    )
+    .await
+    .unwrap();
     // Another transaction holds the 'held' cursor row.
     let holder = broker.sql().await;
     holder
@@ -877,11 +875,13 @@ async fn a_pop_never_waits_for_the_bulk_seed() {
     broker.stop().await;
 }
 
-/// D8: the bulk seed runs chunk by chunk and still seeds every partition of a
+/// D8: the bulk seed (the SQL candidate path's first contact; the hot-list
+/// path seeds each cursor when it first touches its partition, see
+/// wide_queues.rs) runs chunk by chunk and still seeds every partition of a
 /// queue larger than one chunk, each where the subscription says.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_chunked_bulk_seed_covers_every_partition() {
-    let broker = TestBroker::start().await;
+    let broker = TestBroker::start_with(hotlist_config(false)).await;
     // More than one chunk (1,024 partitions).
     let items = (0..1100)
         .map(|i| json!({"queue": "wide", "partition": format!("p{i:04}"), "payload": i}))
@@ -987,6 +987,16 @@ async fn a_lease_extend_without_the_registry_reads_only_the_leased_rows() {
         .map(|i| json!({"queue": "many", "partition": format!("p{i}"), "payload": i}))
         .collect();
     push_items(&broker, items).await;
+    // A cursor on every partition (as once the group has taken from each).
+    broker
+        .sql()
+        .await
+        .batch_execute(
+            "INSERT INTO queen.log_consumers (partition_id, consumer_group, committed) \
+             SELECT id, '__QUEUE_MODE__', -1 FROM queen.log_partitions",
+        )
+        .await
+        .unwrap();
     let popped = pop(&broker, "/api/v1/pop/queue/many?batch=1")
         .await
         .expect("a leased message");
@@ -999,7 +1009,7 @@ async fn a_lease_extend_without_the_registry_reads_only_the_leased_rows() {
         "SELECT count(*) FROM queen.log_consumers",
     )
     .await;
-    assert_eq!(cursors, 2000, "the first contact seeds every cursor");
+    assert_eq!(cursors, 2000);
     // A session of its own: PostgreSQL 15 keeps a session's unflushed table
     // counts in its xact view, so the count above would show up here.
     let sql = broker.sql().await;

@@ -127,7 +127,9 @@ async fn warm_one(
         sub_from: None,
     };
     crate::pop::first_contact_of(&*transaction, queue_id, &params).await?;
-    queen_sql::pop::pending_partitions(&*transaction, queue_id, params.group, 1).await?;
+    queen_sql::pop::register_subscription(&*transaction, queue_id, params.group, "all", None)
+        .await?;
+    queen_sql::pop::hot_reseed(&*transaction, queue_id, params.group, None, None, 1, 1).await?;
     let rows = queen_sql::pop::pop_list(
         &transaction,
         queue_id,

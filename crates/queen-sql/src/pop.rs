@@ -13,6 +13,9 @@ use crate::prepared::{self, Conn};
 use crate::SqlError;
 
 const FIRST_CONTACT: &str = "SELECT queen.log_group_first_contact_v1($1, $2, $3, $4)";
+const REGISTER_SUBSCRIPTION: &str = "SELECT queen.log_register_subscription_v1($1, $2, $3, $4)";
+const HOT_RESEED: &str =
+    "SELECT o_names, o_next, o_now FROM queen.log_hot_reseed_v1($1, $2, $3, $4, $5, $6)";
 const SEED_CURSORS: &str = "SELECT queen.log_seed_cursors_v1($1, $2, $3, $4, $5, $6)";
 const SUBSCRIBE_EARLY: &str = "SELECT * FROM queen.log_subscribe_early_v1($1, $2, $3, $4, $5, $6)";
 const POP_LIST: &str =
@@ -29,10 +32,6 @@ const QUEUE_BY_NAME: &str =
 const QUEUES_BY_NAMESPACE_TASK: &str = "SELECT name FROM queen.queues \
      WHERE tenant_id = $1 AND ($2::text IS NULL OR namespace = $2) AND ($3::text IS NULL OR task = $3) \
      ORDER BY name";
-const PENDING_PARTITIONS: &str = "SELECT p.name FROM queen.log_partitions p \
-     LEFT JOIN queen.log_consumers c ON c.partition_id = p.id AND c.consumer_group = $2 \
-     WHERE p.queue_id = $1 AND (c.partition_id IS NULL OR p.last_offset > c.committed) \
-     LIMIT $3";
 
 /// How a pop claims and where a new cursor starts.
 #[derive(Debug, Clone)]
@@ -192,27 +191,75 @@ pub async fn queues_by_namespace_task(
         .collect()
 }
 
-/// Partitions of a queue with data past the group's cursor (leases ignored),
-/// at most `limit`: the hot-list's reseed.
-pub async fn pending_partitions(
+/// One reseed of the hot-list ring of (queue, group): what
+/// `log_hot_reseed_v1` found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reseed {
+    /// Partitions believed pending for the group, at most the call's limit.
+    pub names: Vec<String>,
+    /// Where the keyset walk continues; `None` when this page reached the
+    /// queue's last partition (the next one starts over).
+    pub next: Option<String>,
+    /// PostgreSQL's clock when the reseed looked: the next reseed's `since`.
+    pub now: SystemTime,
+}
+
+/// The hot-list's reseed: partitions written since `since` (`None`: a
+/// ring's first reseed) that are pending for `group`, plus the pending ones
+/// among the next `page` partitions of the queue by name after `after`; at
+/// most `limit` names. Its cost follows what was written and `page`, not
+/// the queue's partition count.
+pub async fn hot_reseed(
     client: &impl GenericClient,
     queue_id: Uuid,
     group: &str,
-    limit: i64,
-) -> Result<Vec<String>, SqlError> {
-    let rows = client
-        .query_typed(
-            PENDING_PARTITIONS,
+    since: Option<SystemTime>,
+    after: Option<&str>,
+    page: i32,
+    limit: i32,
+) -> Result<Reseed, SqlError> {
+    let row = client
+        .query_typed_one(
+            HOT_RESEED,
             &[
                 (&queue_id, Type::UUID),
                 (&group, Type::TEXT),
-                (&limit, Type::INT8),
+                (&since, Type::TIMESTAMPTZ),
+                (&after, Type::TEXT),
+                (&page, Type::INT4),
+                (&limit, Type::INT4),
             ],
         )
         .await?;
-    rows.iter()
-        .map(|row| row.try_get(0).map_err(SqlError::from))
-        .collect()
+    Ok(Reseed {
+        names: row.try_get(0)?,
+        next: row.try_get(1)?,
+        now: row.try_get(2)?,
+    })
+}
+
+/// Register the subscription of (queue, group), first writer wins, without
+/// seeding a cursor: the hot-list path's first contact (cursors appear when
+/// the group first touches a partition).
+pub async fn register_subscription(
+    client: &impl GenericClient,
+    queue_id: Uuid,
+    group: &str,
+    sub_mode: &str,
+    sub_from: Option<SystemTime>,
+) -> Result<(), SqlError> {
+    client
+        .query_typed(
+            REGISTER_SUBSCRIPTION,
+            &[
+                (&queue_id, Type::UUID),
+                (&group, Type::TEXT),
+                (&sub_mode, Type::TEXT),
+                (&sub_from, Type::TIMESTAMPTZ),
+            ],
+        )
+        .await?;
+    Ok(())
 }
 
 /// Register a (queue, group) and elect its one seeder. True when this call

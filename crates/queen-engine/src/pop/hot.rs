@@ -5,6 +5,9 @@
 #[allow(clippy::wildcard_imports)] // the pop module's own names
 use super::*;
 
+/// The longest one pop walks a catching-up ring's pages that find nothing.
+const CATCH_UP_BUDGET: Duration = Duration::from_millis(50);
+
 impl Serving {
     /// One look at the ring of (queue, group): `None` when this broker has
     /// none yet (first contact).
@@ -40,15 +43,19 @@ impl Serving {
         let (rows, candidates) = {
             let client = self.pop_client().await?;
             if first_contact {
-                first_contact_of(&**client, info.id, &params).await?;
+                // O(1): the subscription is recorded, and each cursor row
+                // appears when the group first touches its partition.
+                queen_sql::pop::register_subscription(
+                    &**client,
+                    info.id,
+                    group,
+                    params.sub_mode,
+                    params.sub_from,
+                )
+                .await?;
             }
             if reseed {
-                let limit =
-                    i64::try_from(crate::pop::hotlist::MAX_RING_PARTITIONS).unwrap_or(i64::MAX);
-                let names =
-                    queen_sql::pop::pending_partitions(&**client, info.id, group, limit).await?;
-                self.hotlist
-                    .reseed(&queue.key, group, names, Instant::now());
+                self.reseed(&**client, queue, info.id, group).await?;
             }
             let k = (request.max_partitions.saturating_mul(8)).clamp(16, 256);
             let candidates = self.hotlist.take_share(
@@ -97,6 +104,43 @@ impl Serving {
         }
         self.check_in(queue, group, &rows, candidates, !request.auto_ack);
         self.render(queue, request, worker, &rows).await
+    }
+
+    /// Reseed the ring of (queue, group) from SQL. A ring still catching up
+    /// walks page after page while they find nothing, for at most
+    /// [`CATCH_UP_BUDGET`]: a first pop answers quickly, and a sparse
+    /// backlog of a big queue is found within a few pops.
+    async fn reseed(
+        &self,
+        client: &impl queen_sql::GenericClient,
+        queue: &QueueRef<'_>,
+        queue_id: Uuid,
+        group: &str,
+    ) -> Result<(), EngineError> {
+        let started = Instant::now();
+        let limit = crate::pop::hotlist::MAX_RING_PARTITIONS;
+        loop {
+            let walk = self.hotlist.walk(&queue.key, group);
+            let found = queen_sql::pop::hot_reseed(
+                client,
+                queue_id,
+                group,
+                walk.since,
+                walk.after.as_deref(),
+                walk.page(),
+                i32::try_from(limit).unwrap_or(i32::MAX),
+            )
+            .await?;
+            let found_any = !found.names.is_empty();
+            self.hotlist
+                .reseeded(&queue.key, group, found, limit, Instant::now());
+            if found_any
+                || self.hotlist.walk(&queue.key, group).caught_up
+                || started.elapsed() >= CATCH_UP_BUDGET
+            {
+                return Ok(());
+            }
+        }
     }
 
     /// Check verdicts back into the ring; `leased`: the pop leased what it

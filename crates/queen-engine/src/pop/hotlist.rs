@@ -8,6 +8,15 @@
 //! every `QUEEN_HOTLIST_RESEED_MS` (default 5000), so a missed hint costs at
 //! most one reseed period, never a stranded message.
 //!
+//! A reseed (`log_hot_reseed_v1`) reads what was written since the previous
+//! one, plus one page of a keyset walk over the queue's partitions by name:
+//! its cost follows the work, not the partition count. Until the walk has
+//! gone once round the queue since the ring was created (or since the ring
+//! dropped a name at its cap), the ring is catching up: a pop that finds
+//! nothing ready reseeds at once with a big page ([`CATCH_UP_PAGE`]) rather
+//! than waiting out the period. Once round, every period reads a small page
+//! ([`RESEED_PAGE`]): the rare full pass, spread out.
+//!
 //! After each `log_pop_list_v1`, the verdicts are checked back in: delivered
 //! (keep, there may be more), empty (drop), leased (wait for the lease's
 //! release or expiry: a local push meanwhile readies nothing, see
@@ -24,12 +33,19 @@
 //! the lock is held only to move names around.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::Mutex;
 
 /// Most partition names one ring holds.
 pub(super) const MAX_RING_PARTITIONS: usize = 65_536;
+
+/// Partitions one periodic reseed walks once the ring has caught up (with
+/// their cursors, about twice as many rows read).
+pub(super) const RESEED_PAGE: i32 = 256;
+
+/// Partitions one reseed walks while the ring catches up.
+pub(super) const CATCH_UP_PAGE: i32 = 8_192;
 
 /// A ring unused this long is forgotten (and reseeded if used again).
 pub(super) const IDLE_RING_EXPIRY: Duration = Duration::from_secs(300);
@@ -83,6 +99,8 @@ struct Ring {
     waiting: HashMap<String, Wait>,
     wheel: BTreeMap<Instant, Vec<String>>,
     reseeded_at: Option<Instant>,
+    /// Where the next reseed starts.
+    walk: Walk,
     used_at: Instant,
     /// Names taken by pops and not checked back in yet.
     out: usize,
@@ -96,6 +114,29 @@ struct Ring {
     /// check-in, and all of them when nothing is out; at most
     /// `MAX_RING_PARTITIONS`.
     released_while_out: HashSet<String>,
+}
+
+/// Where a ring's reseeds stand: what the next `log_hot_reseed_v1` asks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Walk {
+    /// PostgreSQL's clock at the previous reseed (`None`: none yet).
+    pub(super) since: Option<SystemTime>,
+    /// The keyset walk's position: the last partition name it looked at.
+    pub(super) after: Option<String>,
+    /// The walk went once round the queue since the ring was created or
+    /// last dropped a name at its cap.
+    pub(super) caught_up: bool,
+}
+
+impl Walk {
+    /// Partitions the next reseed's page walks.
+    pub(super) fn page(&self) -> i32 {
+        if self.caught_up {
+            RESEED_PAGE
+        } else {
+            CATCH_UP_PAGE
+        }
+    }
 }
 
 /// Why a name waits for its revisit.
@@ -127,6 +168,7 @@ impl Ring {
             waiting: HashMap::new(),
             wheel: BTreeMap::new(),
             reseeded_at: None,
+            walk: Walk::default(),
             used_at: now,
             out: 0,
             starved: false,
@@ -135,7 +177,14 @@ impl Ring {
     }
 
     fn push_back(&mut self, name: &str) {
-        if self.in_ready.len() >= MAX_RING_PARTITIONS || self.in_ready.contains(name) {
+        if self.in_ready.contains(name) {
+            return;
+        }
+        if self.in_ready.len() >= MAX_RING_PARTITIONS {
+            // Dropped: only the walk finds it again, so it starts over and
+            // the ring is catching up until it has gone round.
+            self.walk.after = None;
+            self.walk.caught_up = false;
             return;
         }
         self.waiting.remove(name);
@@ -323,9 +372,10 @@ impl HotList {
                 }
                 Probe {
                     known: true,
-                    reseed_due: ring
-                        .reseeded_at
-                        .is_none_or(|at| now.duration_since(at) >= period),
+                    reseed_due: (!ready && !ring.walk.caught_up)
+                        || ring
+                            .reseeded_at
+                            .is_none_or(|at| now.duration_since(at) >= period),
                     ready,
                 }
             }
@@ -356,9 +406,52 @@ impl HotList {
         self.with_ring(queue, group, |ring| ring.is_some())
     }
 
+    /// Where the next reseed of (queue, group) starts (a fresh walk when
+    /// there is no ring yet).
+    pub(super) fn walk(&self, queue: &str, group: &str) -> Walk {
+        self.with_ring(queue, group, |ring| {
+            ring.map(|ring| ring.walk.clone()).unwrap_or_default()
+        })
+    }
+
+    /// A reseed asked for at most `limit` names found `reseed`. Its walk
+    /// moves on unless it returned `limit` names (it may have dropped some
+    /// of its page); it went round when its page reached the queue's end.
+    pub(super) fn reseeded(
+        &self,
+        queue: &str,
+        group: &str,
+        reseed: queen_sql::pop::Reseed,
+        limit: usize,
+        now: Instant,
+    ) {
+        let full = reseed.names.len() >= limit;
+        self.reseed_with(queue, group, reseed.names, now, |walk| {
+            walk.since = Some(reseed.now);
+            if !full {
+                walk.caught_up |= reseed.next.is_none();
+                walk.after = reseed.next;
+            }
+        });
+    }
+
+    #[cfg(test)]
     /// Replace the ring's ready set with `names` from SQL (plus anything due),
     /// keeping pending revisits.
     pub(super) fn reseed(&self, queue: &str, group: &str, names: Vec<String>, now: Instant) {
+        self.reseed_with(queue, group, names, now, |_| {});
+    }
+
+    /// [`HotList::reseed`], moving the walk with `walked` before the names go
+    /// in (a name dropped at the cap then restarts it).
+    fn reseed_with(
+        &self,
+        queue: &str,
+        group: &str,
+        names: Vec<String>,
+        now: Instant,
+        walked: impl FnOnce(&mut Walk),
+    ) {
         let mut rings = self.rings.lock();
         let groups = rings.by_queue.entry(queue.to_owned()).or_default();
         let before = groups.len();
@@ -367,6 +460,7 @@ impl HotList {
             .or_insert_with(|| Ring::new(now));
         ring.reseeded_at = Some(now);
         ring.used_at = now;
+        walked(&mut ring.walk);
         for name in names {
             if !ring.waiting.contains_key(&name) {
                 ring.push_back(&name);
@@ -657,6 +751,60 @@ mod tests {
         candidates.names.iter().map(String::as_str).collect()
     }
 
+    fn found(names: &[&str], next: Option<&str>) -> queen_sql::pop::Reseed {
+        queen_sql::pop::Reseed {
+            names: names.iter().map(|&n| n.to_owned()).collect(),
+            next: next.map(str::to_owned),
+            now: std::time::SystemTime::now(),
+        }
+    }
+
+    #[test]
+    fn a_ring_catches_up_page_by_page_then_reseeds_once_a_period() {
+        let hot = HotList::default();
+        let now = Instant::now();
+        let period = Duration::from_secs(5);
+        // A new ring walks big pages from the start.
+        assert_eq!(hot.walk("q", "g"), Walk::default());
+        assert_eq!(Walk::default().page(), CATCH_UP_PAGE);
+        hot.reseeded("q", "g", found(&[], Some("p8191")), 16, now);
+        let walk = hot.walk("q", "g");
+        assert_eq!(walk.after.as_deref(), Some("p8191"));
+        assert!(walk.since.is_some() && !walk.caught_up);
+        // Nothing ready and not round yet: the next pop reseeds at once.
+        assert!(hot.probe("q", "g", now, period).reseed_due);
+        // A page that found names: they are served before the next page.
+        hot.reseeded("q", "g", found(&["p9000"], Some("p16383")), 16, now);
+        assert!(!hot.probe("q", "g", now, period).reseed_due);
+        assert_eq!(names(&hot.take("q", "g", 16, now)), ["p9000"]);
+        hot.check_in("q", "g", &[("p9000".into(), Outcome::Empty)], vec![], now);
+        assert!(hot.probe("q", "g", now, period).reseed_due);
+        // The walk reaches the queue's end: caught up, small pages, and no
+        // reseed before the period however empty the ring.
+        hot.reseeded("q", "g", found(&[], None), 16, now);
+        let walk = hot.walk("q", "g");
+        assert!(walk.caught_up && walk.after.is_none());
+        assert_eq!(walk.page(), RESEED_PAGE);
+        assert!(!hot.probe("q", "g", now, period).reseed_due);
+        assert!(hot.probe("q", "g", now + period, period).reseed_due);
+        // A reseed that filled its limit may have dropped part of its page:
+        // the walk does not move past it.
+        hot.reseeded("q", "g", found(&["a", "b"], Some("zzz")), 2, now);
+        assert!(hot.walk("q", "g").after.is_none());
+    }
+
+    #[test]
+    fn a_name_dropped_at_the_cap_restarts_the_walk() {
+        let hot = HotList::default();
+        let now = Instant::now();
+        let all: Vec<String> = (0..=MAX_RING_PARTITIONS).map(|i| format!("p{i}")).collect();
+        hot.reseeded("q", "g", found(&[], None), 16, now);
+        assert!(hot.walk("q", "g").caught_up);
+        hot.reseed("q", "g", all, now);
+        let walk = hot.walk("q", "g");
+        assert!(!walk.caught_up && walk.after.is_none());
+    }
+
     #[test]
     fn pushes_feed_every_group_ring_of_the_queue_once() {
         let hot = HotList::default();
@@ -926,7 +1074,10 @@ mod tests {
         );
         // The lease it saw is gone: p is looked at again now, not at the
         // lease's expiry or the next push's LEASED_PUSH_RECHECK.
-        assert!(hot.has_ready("q", "g", now), "parked behind a released lease");
+        assert!(
+            hot.has_ready("q", "g", now),
+            "parked behind a released lease"
+        );
         // The next lease is honoured: a release recorded while nothing of
         // it was out, or already consumed, readies nothing.
         assert_eq!(names(&hot.take("q", "g", 16, now)), ["p"]);

@@ -660,9 +660,12 @@ impl Serving {
 /// trips (about 1.3 times the old single statement's time).
 const SEED_CHUNK: i32 = 1024;
 
-/// The first contact of (queue, group) on this broker: register, and if this
-/// call wins the election, bulk-seed every partition's cursor chunk by chunk.
-/// No chunk waits on a pop creating a cursor, and no pop waits on a chunk.
+/// The SQL candidate path's first contact of (queue, group) on this broker:
+/// register, and if this call wins the election, bulk-seed every partition's
+/// cursor chunk by chunk (the path's candidate filters count a missing
+/// cursor as pending). No chunk waits on a pop creating a cursor, and no pop
+/// waits on a chunk. The hot-list path seeds nothing: it registers the
+/// subscription, and `log_hot_reseed_v1` applies it to missing cursors.
 pub(crate) async fn first_contact_of(
     client: &impl queen_sql::GenericClient,
     queue_id: Uuid,
