@@ -315,6 +315,164 @@ BEGIN
 END;
 $$;
 
+-- v3: v2, with a registered group that has no cursor on a partition yet
+-- counted at the position its cursor would start from, not as having
+-- consumed nothing: the hot-list path no longer seeds every cursor at a
+-- group's first contact, so a 'new' group that never touches an old
+-- partition must not hold back its completedRetentionSeconds.
+CREATE OR REPLACE FUNCTION queen.log_retention_step_v3(
+    p_max_partitions integer,
+    p_max_segments   integer
+) RETURNS TABLE (
+    o_skipped         boolean,
+    o_partitions      integer,
+    o_segments        integer,
+    o_messages        bigint,
+    o_txn_rows        integer,
+    o_more            boolean,
+    o_by_queue        jsonb
+)
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    -- "QUEENRET": the retention sweep's lock, shared by every broker version.
+    c_lock constant bigint := 5860666654061643092;
+    v_now       timestamptz := clock_timestamp();
+    v_part      record;
+    v_cut_time  timestamptz;
+    v_cut_done  timestamptz;
+    v_consumed  bigint;
+    v_gone_n    integer;
+    v_gone_msgs bigint;
+    v_more      boolean;
+    v_purged    integer := 0;
+    v_by_time   bigint;
+    v_name      text;
+BEGIN
+    o_skipped := false; o_partitions := 0; o_segments := 0; o_messages := 0;
+    o_txn_rows := 0; o_more := false; o_by_queue := '{}'::jsonb;
+    IF NOT pg_try_advisory_xact_lock(c_lock) THEN
+        o_skipped := true;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+
+    -- 1. Segments.
+    FOR v_part IN
+        SELECT p.id, p.queue_id, queen.queue_key_v1(q.tenant_id, q.name) AS queue_name, q.retention_seconds,
+               q.completed_retention_seconds
+          FROM queen.queues q
+          CROSS JOIN LATERAL (
+              SELECT p.id, p.queue_id
+                FROM queen.log_partitions p
+               WHERE p.queue_id = q.id
+                 AND p.oldest_live_at IS NOT NULL
+                 AND p.oldest_live_at < v_now - make_interval(secs => least(
+                         CASE WHEN q.retention_seconds > 0 THEN q.retention_seconds END,
+                         CASE WHEN q.completed_retention_seconds > 0
+                              THEN q.completed_retention_seconds END))
+               ORDER BY p.oldest_live_at
+               LIMIT p_max_partitions) p
+         WHERE q.retention_enabled
+           AND (q.retention_seconds > 0 OR q.completed_retention_seconds > 0)
+         LIMIT p_max_partitions
+    LOOP
+        PERFORM 1
+          FROM queen.log_partitions p
+         WHERE p.id = v_part.id
+           FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            CONTINUE;  -- a push holds it: next pass
+        END IF;
+        v_cut_time := CASE WHEN v_part.retention_seconds > 0
+                           THEN v_now - make_interval(secs => v_part.retention_seconds)
+                           ELSE '-infinity' END;
+        v_cut_done := CASE WHEN v_part.completed_retention_seconds > 0
+                           THEN v_now - make_interval(secs => v_part.completed_retention_seconds)
+                           ELSE '-infinity' END;
+        -- Consumed by every group: the least of the cursors here and, for a
+        -- group registered on the queue with no cursor here yet (cursors
+        -- appear when a group first touches a partition), where its cursor
+        -- would start (log_seed_position_v1: a 'new' or from-timestamp group
+        -- has passed what came before its moment, an 'all' group nothing).
+        v_consumed := NULL;
+        IF v_cut_done > '-infinity' THEN
+            SELECT min(x.pos) INTO v_consumed
+              FROM (SELECT c.committed AS pos
+                      FROM queen.log_consumers c
+                     WHERE c.partition_id = v_part.id
+                    UNION ALL
+                    SELECT queen.log_seed_position_v1(v_part.id, v_part.queue_id,
+                                                      m.consumer_group, 'all', NULL)
+                      FROM queen.consumer_groups_metadata m
+                     WHERE m.queue_id = v_part.queue_id
+                       AND NOT EXISTS (SELECT 1 FROM queen.log_consumers c
+                                        WHERE c.partition_id = v_part.id
+                                          AND c.consumer_group = m.consumer_group)) x;
+        END IF;
+        SELECT d.o_segments, d.o_messages, d.o_more, d.o_time_messages
+          INTO v_gone_n, v_gone_msgs, v_more, v_by_time
+          FROM queen.log_drop_prefix_v2(v_part.id, v_cut_time, v_cut_done, v_consumed,
+                                        p_max_segments) d;
+        IF v_gone_n = 0 THEN
+            CONTINUE;
+        END IF;
+        -- Per queue: [messages past retentionSeconds, messages consumed and
+        -- past completedRetentionSeconds].
+        v_name := v_part.queue_name;
+        o_by_queue := o_by_queue || jsonb_build_object(v_name, jsonb_build_array(
+            COALESCE((o_by_queue -> v_name ->> 0)::bigint, 0) + v_by_time,
+            COALESCE((o_by_queue -> v_name ->> 1)::bigint, 0) + v_gone_msgs - v_by_time));
+        o_more := o_more OR v_more;
+        o_partitions := o_partitions + 1;
+        -- A full list of partitions with work done: there may be more.
+        IF o_partitions >= p_max_partitions THEN
+            o_more := true;
+        END IF;
+        o_segments := o_segments + v_gone_n;
+        o_messages := o_messages + v_gone_msgs;
+    END LOOP;
+
+    -- 2. The sidecar, on its own clock. Every queue's cutoff is at least
+    --    900 s old, so one range scan of the global work-list
+    --    (idx_log_partitions_oldest_txn) from the oldest finds the due
+    --    partitions, whatever the queue count: it used to probe every
+    --    queue's list (10,000 queues: 10,000 index probes a step with
+    --    nothing to do).
+    FOR v_part IN
+        SELECT p.id,
+               v_now - make_interval(secs => greatest(q.dedup_window_seconds,
+                                                      q.completed_retention_seconds, 900)) AS cutoff
+          FROM queen.log_partitions p
+          JOIN queen.queues q ON q.id = p.queue_id
+         WHERE p.oldest_txn_at IS NOT NULL
+           AND p.oldest_txn_at < v_now - interval '900 seconds'
+           AND p.oldest_txn_at < v_now - make_interval(secs => greatest(
+                   q.dedup_window_seconds, q.completed_retention_seconds, 900))
+         ORDER BY p.oldest_txn_at
+         LIMIT p_max_partitions
+    LOOP
+        PERFORM 1 FROM queen.log_partitions p WHERE p.id = v_part.id FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            CONTINUE;
+        END IF;
+        SELECT d.o_rows, d.o_more INTO v_gone_n, v_more
+          FROM queen.log_purge_txns_v1(v_part.id, v_part.cutoff, p_max_segments) d;
+        IF v_gone_n = 0 THEN
+            CONTINUE;
+        END IF;
+        o_more := o_more OR v_more;
+        o_txn_rows := o_txn_rows + v_gone_n;
+        v_purged := v_purged + 1;
+        IF v_purged >= p_max_partitions THEN
+            o_more := true;
+        END IF;
+    END LOOP;
+    RETURN NEXT;
+END;
+$$;
+
 -- v1: v2 without the per-queue counts, for brokers of the previous version.
 CREATE OR REPLACE FUNCTION queen.log_retention_step_v1(
     p_max_partitions integer,

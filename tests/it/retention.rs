@@ -137,6 +137,61 @@ async fn completed_retention_deletes_only_what_every_group_consumed() {
     assert_eq!(partition_state(&broker, "done").await, (1, 3, true));
 }
 
+/// A group registered on the queue with no cursor on a partition yet (a
+/// cursor appears when the group first touches it) counts where its cursor
+/// would start: a 'new' group has passed what came before it subscribed, an
+/// 'all' group nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_without_a_cursor_counts_where_its_cursor_would_start() {
+    let broker = broker().await;
+    configure(
+        &broker,
+        "done",
+        json!({"retentionEnabled": true, "completedRetentionSeconds": 1}),
+    )
+    .await;
+    push_each(&broker, "done", 0, 3).await;
+    // Subscribed after the three: nothing for it, and no cursor made.
+    assert!(pop(
+        &broker,
+        "/api/v1/pop/queue/done?consumerGroup=late&subscriptionMode=new&autoAck=true"
+    )
+    .await
+    .is_none());
+    let cursors = select_i64(
+        &broker.sql().await,
+        "SELECT count(*) FROM queen.log_consumers WHERE consumer_group = 'late'",
+    )
+    .await;
+    assert_eq!(cursors, 0);
+    let all = pop(&broker, "/api/v1/pop/queue/done?autoAck=true&batch=3")
+        .await
+        .unwrap();
+    assert_eq!(data(&all).len(), 3);
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    // Queue mode consumed all three and "late" never wanted them.
+    assert_eq!(broker.engine.retention_pass().await.unwrap().segments, 3);
+    assert_eq!(partition_state(&broker, "done").await, (0, 3, true));
+
+    // An 'all' group registered with no cursor here has consumed nothing.
+    push_each(&broker, "done", 3, 1).await;
+    broker
+        .sql()
+        .await
+        .batch_execute(
+            "INSERT INTO queen.consumer_groups_metadata (consumer_group, queue_id, subscription_mode) \
+             SELECT 'everything', id, 'all' FROM queen.queues WHERE name = 'done'",
+        )
+        .await
+        .unwrap();
+    let all = pop(&broker, "/api/v1/pop/queue/done?autoAck=true")
+        .await
+        .unwrap();
+    assert_eq!(data(&all), [json!(3)]);
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert_eq!(broker.engine.retention_pass().await.unwrap().segments, 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sidecar_is_purged_on_its_own_clock_whatever_the_retention() {
     let broker = broker().await;

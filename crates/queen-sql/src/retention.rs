@@ -4,7 +4,7 @@ use tokio_postgres::GenericClient;
 
 use crate::SqlError;
 
-const STEP: &str = "SELECT * FROM queen.log_retention_step_v2($1, $2)";
+const STEP: &str = "SELECT * FROM queen.log_retention_step_v3($1, $2)";
 const EVICT: &str = "SELECT * FROM queen.log_eviction_step_v2($1, $2)";
 const CLEANUP: &str = "SELECT * FROM queen.log_partition_cleanup_step_v2($1, $2)";
 
