@@ -715,24 +715,26 @@ $$;
 
 -- The hot-list's reseed (decisions.md §5), priced by the work and not by the
 -- partition count. Two reads, each bounded:
---   written  partitions written since p_since (the previous reseed's o_now,
---            NULL on a ring's first reseed: now), with 10 s of slack for
---            last_write_at's one-second quantisation and for writes that
---            committed after that reseed looked (and, on the first, for
---            pushes whose hint came before the ring existed), through
+--   written  partitions written since p_since (the previous reseed's o_now),
+--            with 5 s of slack for last_write_at's one-second quantisation
+--            and for pushes that committed after that reseed looked; on a
+--            ring's first reseed (NULL p_since) the last 2 s, for pushes
+--            whose hint came before the ring existed. Through
 --            idx_log_partitions_queue_write;
 --   page     the next p_page partitions by name after p_after, a keyset walk
 --            of the whole queue spread over many reseeds: what no write
---            announces (a hint lost, a ring over its cap) is still found.
+--            announces (a hint lost, a ring over its cap, a cursor moved
+--            back) is still found.
 -- Pending means: the group's cursor is behind last_offset; or, with no
 -- cursor yet (cursors appear when the group first touches a partition), the
 -- partition holds anything at all for a group subscribed to everything, and
--- was written at or after the subscription's moment for a 'new' or
--- from-timestamp group (a segment created then bumps last_write_at to within
--- a second of its created_at). Coarse like every candidate filter:
--- log_pop_v1 decides under the row lock. o_names holds at most p_limit
--- names; o_next is where the walk continues (NULL: it reached the end, the
--- next page starts over); o_now is this reseed's p_since for the next one.
+-- a segment created at or after the subscription's moment for a 'new' or
+-- from-timestamp group (exactly where its cursor would start: the newest
+-- segment, one backward index step, looked at only when last_write_at is
+-- within its one-second quantisation of that moment). log_pop_v1 still
+-- decides under the row lock. o_names holds at most p_limit names; o_next
+-- is where the walk continues (NULL: it reached the end, the next page
+-- starts over); o_now is this reseed's p_since for the next one.
 CREATE OR REPLACE FUNCTION queen.log_hot_reseed_v1(
     p_qid    uuid,
     p_group  text,
@@ -750,15 +752,14 @@ STABLE
 SET plan_cache_mode = force_custom_plan
 AS $$
 DECLARE
-    v_named boolean := p_group <> '__QUEUE_MODE__';
     v_from  timestamptz;
     v_limit integer := greatest(p_limit, 1);
     v_page  text[];
     v_count integer;
 BEGIN
     o_now := clock_timestamp();
-    IF v_named THEN
-        SELECT m.subscription_timestamp - interval '2 seconds' INTO v_from
+    IF p_group <> '__QUEUE_MODE__' THEN
+        SELECT m.subscription_timestamp INTO v_from
           FROM queen.consumer_groups_metadata m
          WHERE m.consumer_group = p_group AND m.queue_id = p_qid;
     END IF;
@@ -768,19 +769,26 @@ BEGIN
               LEFT JOIN queen.log_consumers c
                 ON c.partition_id = p.id AND c.consumer_group = p_group
              WHERE p.queue_id = p_qid
-               AND p.last_write_at >= coalesce(p_since, o_now) - interval '10 seconds'
-               AND CASE WHEN c.partition_id IS NULL
-                        THEN v_from IS NULL OR p.last_write_at >= v_from
-                        ELSE p.last_offset > c.committed END
+               AND p.last_write_at >= CASE WHEN p_since IS NULL THEN o_now - interval '2 seconds'
+                                           ELSE p_since - interval '5 seconds' END
+               AND CASE WHEN c.partition_id IS NOT NULL THEN p.last_offset > c.committed
+                        WHEN v_from IS NULL THEN true
+                        ELSE p.last_write_at >= v_from - interval '2 seconds'
+                             AND (SELECT s.created_at FROM queen.log_segments s
+                                   WHERE s.partition_id = p.id
+                                   ORDER BY s.base_offset DESC LIMIT 1) >= v_from END
              LIMIT v_limit) w;
     IF p_page > 0 AND coalesce(array_length(o_names, 1), 0) < v_limit THEN
         SELECT array_agg(g.name ORDER BY g.name) FILTER (WHERE g.pending),
                max(g.name), count(*)
           INTO v_page, o_next, v_count
           FROM (SELECT p.name,
-                       CASE WHEN c.partition_id IS NULL
-                            THEN v_from IS NULL OR p.last_write_at >= v_from
-                            ELSE p.last_offset > c.committed END AS pending
+                       CASE WHEN c.partition_id IS NOT NULL THEN p.last_offset > c.committed
+                            WHEN v_from IS NULL THEN true
+                            ELSE p.last_write_at >= v_from - interval '2 seconds'
+                                 AND (SELECT s.created_at FROM queen.log_segments s
+                                       WHERE s.partition_id = p.id
+                                       ORDER BY s.base_offset DESC LIMIT 1) >= v_from END AS pending
                   FROM queen.log_partitions p
                   LEFT JOIN queen.log_consumers c
                     ON c.partition_id = p.id AND c.consumer_group = p_group
