@@ -40,6 +40,18 @@
 //! [`ENTRY_OVERHEAD`]), and an entry whose generations all expired is
 //! dropped, so partitions written once with client ids do not linger.
 //!
+//! Every generation is also queued, in the order generations open, in one
+//! list for the whole cache ([`Opened`], counted in the budget): eviction
+//! takes the oldest from its front instead of looking at every partition
+//! (at a million partitions that look was a million entries per evicted
+//! generation), and each `record` sweeps from the front the generations past
+//! their window (a generation's newest row is at most a quarter window after
+//! it opened, so 1.25 windows after opening it has expired). So a partition
+//! that holds no transaction id from inside its window costs nothing after
+//! at most 1.25 windows, whether or not it is pushed to again; the list's
+//! entries of generations already gone are dropped when they reach the
+//! front.
+//!
 //! Only rows with a client transaction id are learned: a row whose ids the
 //! broker generated (fresh UUIDv7s, which need no duplicate check) ends the
 //! partition's coverage instead, so the cache's size follows the client-id
@@ -149,8 +161,9 @@ impl Partition {
         freed
     }
 
-    /// Learn the row `[base, end]` (contiguous with `known_to`).
-    fn append(&mut self, base: i64, end: i64, hashes: &[u8], now: SystemTime) {
+    /// Learn the row `[base, end]` (contiguous with `known_to`). Returns the
+    /// first offset of the generation it opened, if it opened one.
+    fn append(&mut self, base: i64, end: i64, hashes: &[u8], now: SystemTime) -> Option<i64> {
         let span = self.window / GENERATIONS;
         let incoming = hashes.len() / queen_frame::HASH_LEN;
         let open_new = self.generations.back().is_none_or(|newest| {
@@ -167,14 +180,22 @@ impl Partition {
             });
         }
         self.known_to = end;
-        let Some(generation) = self.generations.back_mut() else {
-            return;
-        };
+        let generation = self.generations.back_mut()?;
         generation.newest = now;
         generation.set.extend(prefixes(hashes));
         let before = generation.bytes;
         generation.bytes = set_bytes(&generation.set);
         self.bytes += generation.bytes - before;
+        open_new.then_some(base)
+    }
+
+    /// True when its oldest generation is the one `opened` names.
+    fn front_is(&self, opened: &Opened) -> bool {
+        self.partition_id == opened.partition_id
+            && self
+                .generations
+                .front()
+                .is_some_and(|front| front.first_base == opened.first_base)
     }
 }
 
@@ -189,6 +210,29 @@ fn entry_bytes(key: &Key) -> usize {
     ENTRY_OVERHEAD + key.0.len() + key.1.len()
 }
 
+/// A generation as it opened, in the cache-wide list in opening order.
+#[derive(Debug)]
+struct Opened {
+    opened: SystemTime,
+    /// Its partition's window then.
+    window: Duration,
+    key: Key,
+    partition_id: Uuid,
+    first_base: i64,
+}
+
+impl Opened {
+    /// When the generation has surely expired: its newest row is at most a
+    /// quarter window after it opened.
+    fn expired_by(&self) -> SystemTime {
+        self.opened + self.window + self.window / GENERATIONS
+    }
+}
+
+/// What one entry of the list of opened generations costs the budget (the
+/// key's `Arc`s are shared with the partition's entry).
+const OPENED_BYTES: usize = std::mem::size_of::<Opened>();
+
 /// The cache, keyed by (queue, partition name).
 #[derive(Debug)]
 pub(crate) struct DedupCache {
@@ -199,6 +243,9 @@ pub(crate) struct DedupCache {
 #[derive(Debug, Default)]
 struct Inner {
     partitions: HashMap<Key, Partition>,
+    /// Every generation in the order it opened (entries of generations
+    /// already gone included, until they reach the front).
+    order: VecDeque<Opened>,
     bytes: usize,
     warned: Option<Instant>,
 }
@@ -274,6 +321,7 @@ impl DedupCache {
             _ => Partition::new(partition_id, window, base),
         };
         partition.window = window;
+        let mut opened = Vec::new();
         for row in known {
             if row.end_offset <= partition.known_to {
                 continue;
@@ -281,15 +329,25 @@ impl DedupCache {
             if row.base_offset != partition.known_to + 1 {
                 break;
             }
-            partition.append(row.base_offset, row.end_offset, &row.hashes, now);
+            opened.extend(partition.append(row.base_offset, row.end_offset, &row.hashes, now));
         }
         if base != partition.known_to + 1 {
             partition = Partition::new(partition_id, window, base);
         }
         let n = i64::try_from(hashes.len() / queen_frame::HASH_LEN).unwrap_or(0);
-        partition.append(base, base + n - 1, hashes, now);
+        opened.extend(partition.append(base, base + n - 1, hashes, now));
         partition.expire(now);
         inner.insert(key, partition);
+        for first_base in opened {
+            inner.opened(Opened {
+                opened: now,
+                window,
+                key: key.clone(),
+                partition_id,
+                first_base,
+            });
+        }
+        inner.sweep(now);
         inner.enforce(self.budget, now);
     }
 
@@ -316,6 +374,9 @@ impl DedupCache {
                 true
             }
         });
+        let before = inner.order.len();
+        inner.order.retain(|opened| &*opened.key.0 != queue);
+        inner.bytes -= (before - inner.order.len()) * OPENED_BYTES;
     }
 
     /// What the cache holds now.
@@ -361,28 +422,65 @@ impl Inner {
         Some(partition)
     }
 
+    /// Queue a generation that just opened.
+    fn opened(&mut self, opened: Opened) {
+        self.bytes += OPENED_BYTES;
+        self.order.push_back(opened);
+    }
+
+    /// Take the list's oldest entry out.
+    fn pop_opened(&mut self) -> Option<Opened> {
+        let opened = self.order.pop_front()?;
+        self.bytes -= OPENED_BYTES;
+        Some(opened)
+    }
+
+    /// Drop the generations surely past their window, oldest first: each
+    /// call does the work of the generations that expired since the last.
+    fn sweep(&mut self, now: SystemTime) {
+        while self
+            .order
+            .front()
+            .is_some_and(|front| front.expired_by() <= now)
+        {
+            let Some(front) = self.pop_opened() else {
+                break;
+            };
+            let Some(partition) = self.partitions.get_mut(&front.key) else {
+                continue;
+            };
+            if !partition.front_is(&front) {
+                continue; // gone already
+            }
+            let freed = partition.expire(now);
+            self.bytes -= freed;
+            if partition.generations.is_empty() {
+                self.remove(&front.key);
+            } else if partition.front_is(&front) {
+                // Its window grew since: look again when the new one ends.
+                let window = partition.window;
+                self.opened(Opened { window, ..front });
+            }
+        }
+    }
+
     /// Over budget: drop the oldest generation of the whole cache until under
-    /// it. Warns when what goes was still inside its window.
+    /// it (the list's front, entries of generations already gone skipped).
+    /// Warns when what goes was still inside its window.
     fn enforce(&mut self, budget: usize, now: SystemTime) {
         let mut held: Option<(Duration, Duration)> = None;
         while self.bytes > budget {
-            let oldest = self
-                .partitions
-                .iter()
-                .filter_map(|(key, partition)| {
-                    let front = partition.generations.front()?;
-                    Some((front.newest, key))
-                })
-                .min_by_key(|(newest, _)| *newest)
-                .map(|(_, key)| key.clone());
-            let Some(key) = oldest else {
+            let Some(front) = self.pop_opened() else {
                 break;
             };
-            let Some(partition) = self.partitions.get_mut(&key) else {
-                break;
+            let Some(partition) = self.partitions.get_mut(&front.key) else {
+                continue;
             };
+            if !partition.front_is(&front) {
+                continue;
+            }
             let Some(dropped) = partition.generations.pop_front() else {
-                break;
+                continue;
             };
             partition.bytes -= dropped.bytes;
             self.bytes -= dropped.bytes;
@@ -398,7 +496,7 @@ impl Inner {
                 held = Some((reach, partition.window));
             }
             if partition.generations.is_empty() {
-                self.remove(&key);
+                self.remove(&front.key);
             }
         }
         let Some((age, window)) = held else {
@@ -501,6 +599,64 @@ mod tests {
         assert_eq!(cache.stats().partitions, 9_999);
         cache.forget_queue("q");
         assert_eq!(cache.stats().bytes, 0);
+    }
+
+    #[test]
+    fn a_partition_without_an_id_inside_its_window_costs_nothing_after_one_and_a_quarter_windows() {
+        let cache = DedupCache::new(DEFAULT_DEDUP_CACHE_BYTES);
+        let t0 = SystemTime::now();
+        let at = |millis: u64| t0 + Duration::from_millis(millis);
+        for i in 0..10_000 {
+            let key: Key = (Arc::from("q"), Arc::from(format!("p{i}")));
+            cache.record(&key, Uuid::now_v7(), 4, &[], (0, &hashes(&[1])), at(0));
+        }
+        assert_eq!(cache.stats().partitions, 10_000);
+        // Never pushed to again, never looked up: still inside the window.
+        cache.record(
+            &key(),
+            Uuid::now_v7(),
+            4,
+            &[],
+            (0, &hashes(&[2])),
+            at(4_000),
+        );
+        assert_eq!(cache.stats().partitions, 10_001);
+        // 1.25 windows after they opened, any push sweeps them out.
+        cache.record(
+            &key(),
+            Uuid::now_v7(),
+            4,
+            &[],
+            (1, &hashes(&[3])),
+            at(5_000),
+        );
+        let stats = cache.stats();
+        assert_eq!(stats.partitions, 1, "{stats:?}");
+        assert!(
+            stats.bytes < 2_048,
+            "one partition and its list entries: {stats:?}"
+        );
+        cache.forget_queue("q");
+        assert_eq!(cache.stats().bytes, 0);
+    }
+
+    #[test]
+    fn the_sweep_keeps_a_generation_whose_window_grew() {
+        let cache = DedupCache::new(DEFAULT_DEDUP_CACHE_BYTES);
+        let pid = Uuid::now_v7();
+        let t0 = SystemTime::now();
+        let at = |secs: u64| t0 + Duration::from_secs(secs);
+        cache.record(&key(), pid, 4, &[], (0, &hashes(&[1])), at(0));
+        // The queue's window went to 300 s: the row of 0 s is inside it.
+        cache.record(&key(), pid, 300, &[], (1, &hashes(&[2])), at(1));
+        let other: Key = (Arc::from("q"), Arc::from("other"));
+        cache.record(&other, Uuid::now_v7(), 4, &[], (0, &hashes(&[3])), at(6));
+        assert_eq!(cache.coverage(&key(), &hashes(&[1]), at(6)), None);
+        assert_eq!(
+            cache.cover(&key()),
+            Some((0, 1)),
+            "the swept generation was still inside the grown window"
+        );
     }
 
     #[test]
@@ -616,7 +772,15 @@ mod tests {
         cache.record(&key(), pid, 300, &[], (0, &hashes(&[1])), now);
         assert_eq!(cache.stats().partitions, 1);
         cache.record(&key(), pid, 0, &[], (1, &hashes(&[2])), now);
-        assert_eq!(cache.stats(), DedupStats::default());
+        // Only the list's entry of the forgotten generation is left, counted,
+        // until it reaches the front.
+        assert_eq!(
+            cache.stats(),
+            DedupStats {
+                bytes: OPENED_BYTES,
+                ..DedupStats::default()
+            }
+        );
     }
 
     #[test]
