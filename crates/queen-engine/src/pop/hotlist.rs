@@ -435,7 +435,7 @@ impl HotList {
         });
     }
 
-    #[cfg(test)]
+    #[cfg(any(test, feature = "bench"))]
     /// Replace the ring's ready set with `names` from SQL (plus anything due),
     /// keeping pending revisits.
     pub(super) fn reseed(&self, queue: &str, group: &str, names: Vec<String>, now: Instant) {
