@@ -7,8 +7,10 @@
 //!    (`p000000`, `p000001`, ...), from 4 connections: seconds and
 //!    partitions/s.
 //! 2. **First contact**: a consumer group `g` pops once with
-//!    `subscriptionMode=new`, so it starts caught up; that pop seeds a
-//!    cursor per partition, and its time is reported.
+//!    `subscriptionMode=new`, so it starts caught up, and its time is
+//!    reported; so are the first pops (autoAck, batch 10) of a group
+//!    subscribed to everything and of one subscribed from 30 s before
+//!    creation ended.
 //! 3. **Cost per partition**: rows and `pg_total_relation_size` of
 //!    `log_partitions`, `log_segments`, `log_txns` and `log_consumers`,
 //!    divided by the partition count.
@@ -90,9 +92,13 @@ struct Size {
     partitions: usize,
     create_seconds: f64,
     partitions_per_second: f64,
-    /// The group's first pop (`subscriptionMode=new`), which seeds a cursor
-    /// per partition.
+    /// The group's first pop (`subscriptionMode=new`).
     first_contact_seconds: f64,
+    /// The first pop (autoAck, batch 10) of a group subscribed to everything.
+    first_contact_all_seconds: f64,
+    /// The first pop (autoAck, batch 10) of a group subscribed from 30 s
+    /// before the queue's creation ended.
+    first_contact_from_seconds: f64,
     /// Messages it delivered (0: the group started caught up).
     first_contact_messages: usize,
     tables: Vec<TableCost>,
@@ -229,6 +235,21 @@ async fn size(
     conn.ack_all(&client::completed(&first), Some(GROUP))
         .await?;
     let first_contact_messages = first.len();
+    let first_contact_all_seconds = first_pop(
+        &mut conn,
+        &format!(
+            "/api/v1/pop/queue/{QUEUE}?consumerGroup={GROUP}-all&batch=10&wait=false&autoAck=true"
+        ),
+    )
+    .await?;
+    let from = db_time_ago(env, &dbname, 30).await?;
+    let first_contact_from_seconds = first_pop(
+        &mut conn,
+        &format!(
+            "/api/v1/pop/queue/{QUEUE}?consumerGroup={GROUP}-from&subscriptionFrom={from}&batch=10&wait=false&autoAck=true"
+        ),
+    )
+    .await?;
     let tables = table_costs(env, &dbname, n).await?;
     brokers[0].check_alive()?;
 
@@ -253,6 +274,8 @@ async fn size(
         partitions_per_second: n as f64 / create_seconds,
         first_contact_seconds,
         first_contact_messages,
+        first_contact_all_seconds,
+        first_contact_from_seconds,
         tables,
         traffic,
         empty_pops,
@@ -307,6 +330,29 @@ async fn create(addr: std::net::SocketAddr, n: usize) -> Result<f64> {
 }
 
 /// Rows and bytes of each log table, in all and per partition.
+/// Seconds one pop of `path` takes.
+async fn first_pop(conn: &mut Conn, path: &str) -> Result<f64> {
+    let started = Instant::now();
+    conn.pop(path).await?;
+    Ok(started.elapsed().as_secs_f64())
+}
+
+/// The database's clock `seconds` ago, as an ISO-8601 UTC timestamp.
+async fn db_time_ago(env: &Env, dbname: &str, seconds: i32) -> Result<String> {
+    let sql = queen_sql::connect::connect_one(&env.connect_config(dbname))
+        .await
+        .with_context(|| format!("connect to {dbname}"))?;
+    let row = sql
+        .query_one(
+            "SELECT to_char((now() - make_interval(secs => $1)) AT TIME ZONE 'UTC', \
+                    'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')",
+            &[&f64::from(seconds)],
+        )
+        .await
+        .context("read the database's clock")?;
+    Ok(row.get(0))
+}
+
 async fn table_costs(env: &Env, dbname: &str, n: usize) -> Result<Vec<TableCost>> {
     let sql = queen_sql::connect::connect_one(&env.connect_config(dbname))
         .await
@@ -560,13 +606,23 @@ fn table(big: &Size, small: &Size) -> String {
     fn pop(s: &Size, f: fn(&EmptyPops) -> f64) -> Option<f64> {
         s.empty_pops.as_ref().map(f)
     }
-    let figures: [Figure; 29] = [
+    let figures: [Figure; 31] = [
         ("partitions", |s| Some(s.partitions as f64), 0),
         ("create seconds", |s| Some(s.create_seconds), 1),
         ("partitions/s", |s| Some(s.partitions_per_second), 0),
         (
             "first contact seconds",
             |s| Some(s.first_contact_seconds),
+            3,
+        ),
+        (
+            "first contact seconds ('all')",
+            |s| Some(s.first_contact_all_seconds),
+            3,
+        ),
+        (
+            "first contact seconds (from 30 s ago)",
+            |s| Some(s.first_contact_from_seconds),
             3,
         ),
         (
