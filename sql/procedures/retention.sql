@@ -664,6 +664,62 @@ BEGIN
 END;
 $$;
 
+-- v3: v2 with its work-list read in one range scan of the global
+-- idx_log_partitions_empty (last_write_at) WHERE oldest_live_at IS NULL,
+-- oldest first, whatever the queue count: v2 probed every queue's list (and
+-- read the whole queues table) on every pass.
+CREATE OR REPLACE FUNCTION queen.log_partition_cleanup_step_v3(
+    p_idle_seconds   integer,
+    p_max_partitions integer
+) RETURNS TABLE (o_removed integer, o_by_queue jsonb)
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    v_cutoff  timestamptz := clock_timestamp() - make_interval(secs => p_idle_seconds);
+    v_part    record;
+    v_cursors bigint;
+    v_locked  bigint;
+BEGIN
+    o_removed := 0;
+    o_by_queue := '{}'::jsonb;
+    FOR v_part IN
+        SELECT p.id, queen.queue_key_v1(q.tenant_id, q.name) AS queue_name
+          FROM (SELECT p.id, p.queue_id
+                  FROM queen.log_partitions p
+                 WHERE p.oldest_live_at IS NULL
+                   AND p.last_write_at < v_cutoff
+                 ORDER BY p.last_write_at
+                 LIMIT p_max_partitions) p
+          JOIN queen.queues q ON q.id = p.queue_id
+    LOOP
+        PERFORM 1 FROM queen.log_partitions p WHERE p.id = v_part.id FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            CONTINUE;
+        END IF;
+        -- Its cursors too: filing a dead letter locks the cursor row first
+        -- (log_dlq_head_v1) and inserts the letter in the same transaction,
+        -- so a cursor someone holds may be about to file one. Skip the
+        -- partition then; once these locks are held, a filing waits, finds
+        -- no cursor after the delete, and files nothing.
+        SELECT count(*) INTO v_cursors FROM queen.log_consumers c WHERE c.partition_id = v_part.id;
+        SELECT count(*) INTO v_locked
+          FROM (SELECT 1 FROM queen.log_consumers c
+                 WHERE c.partition_id = v_part.id
+                   FOR UPDATE SKIP LOCKED) l;
+        IF v_locked < v_cursors OR NOT queen.log_partition_dead_v1(v_part.id, v_cutoff) THEN
+            CONTINUE;
+        END IF;
+        DELETE FROM queen.log_txns t WHERE t.partition_id = v_part.id;
+        DELETE FROM queen.log_partitions p WHERE p.id = v_part.id;
+        o_removed := o_removed + 1;
+        o_by_queue := o_by_queue || jsonb_build_object(v_part.queue_name,
+            COALESCE((o_by_queue ->> v_part.queue_name)::integer, 0) + 1);
+    END LOOP;
+    RETURN NEXT;
+END;
+$$;
+
 -- v1: the count alone, for brokers of the previous version.
 CREATE OR REPLACE FUNCTION queen.log_partition_cleanup_step_v1(
     p_idle_seconds   integer,

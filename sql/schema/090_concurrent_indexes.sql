@@ -59,6 +59,23 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS idx_log_partitions_queue_empty
     ON queen.log_partitions (queue_id, last_write_at)
     WHERE oldest_live_at IS NULL;
 
+-- The same work-list for every queue at once (log_partition_cleanup_step_v3:
+-- one range scan from the oldest, not a probe per queue).
+CREATE INDEX CONCURRENTLY IF NOT EXISTS idx_log_partitions_empty
+    ON queen.log_partitions (last_write_at)
+    WHERE oldest_live_at IS NULL;
+
+-- The queues the retention and eviction steps visit: only those configured
+-- for them, so a step reads none of the queues that are not (the steps'
+-- queue filters are these predicates, which lets the planner use them).
+CREATE INDEX CONCURRENTLY IF NOT EXISTS idx_queues_retention
+    ON queen.queues (id)
+    WHERE retention_enabled AND (retention_seconds > 0 OR completed_retention_seconds > 0);
+
+CREATE INDEX CONCURRENTLY IF NOT EXISTS idx_queues_eviction
+    ON queen.queues (id)
+    WHERE max_wait_time_seconds > 0;
+
 -- The trace-name lookup of the trace views (GET /api/v1/traces/by-name/:name
 -- and /traces/names): trace_names @> ARRAY[name] without reading every trace.
 CREATE INDEX CONCURRENTLY IF NOT EXISTS idx_message_traces_names

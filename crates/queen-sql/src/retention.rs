@@ -6,7 +6,7 @@ use crate::SqlError;
 
 const STEP: &str = "SELECT * FROM queen.log_retention_step_v3($1, $2)";
 const EVICT: &str = "SELECT * FROM queen.log_eviction_step_v2($1, $2)";
-const CLEANUP: &str = "SELECT * FROM queen.log_partition_cleanup_step_v2($1, $2)";
+const CLEANUP: &str = "SELECT * FROM queen.log_partition_cleanup_step_v3($1, $2)";
 
 /// The per-queue counts of a step (`o_by_queue`: an object of queue name to
 /// a count, or to an array of counts), as (queue, counts) pairs.

@@ -41,3 +41,74 @@ async fn a_step_with_nothing_due_reads_no_queue_s_sidecar_list() {
         "{scans} index scans and {seq_read} rows read of log_partitions for {QUEUES} queues"
     );
 }
+
+/// Rows of `queues` and `log_partitions` read so far by this session's
+/// transaction (PostgreSQL 15's xact view also holds the session's unflushed
+/// counts, so callers take differences).
+async fn rows_read(client: &tokio_postgres::Client) -> i64 {
+    client
+        .query_one(
+            "SELECT COALESCE(sum(seq_tup_read + COALESCE(idx_tup_fetch, 0)), 0)::bigint \
+               FROM pg_stat_xact_user_tables \
+              WHERE schemaname = 'queen' AND relname IN ('queues', 'log_partitions')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// Issue 31, T4: with nothing due, no background step reads the queues or
+/// partitions of every queue: the retention and eviction steps visit only
+/// the queues configured for them, partition cleanup reads one global list.
+#[tokio::test]
+async fn no_background_step_reads_every_queue_when_nothing_is_due() {
+    let db = TestDb::new().await;
+    let client = db.client().await;
+    // Queues with neither retention nor eviction, each with an empty
+    // partition written just now (not idle yet) and one holding fresh rows;
+    // one queue with retention and one with eviction, nothing due in either.
+    client
+        .batch_execute(&format!(
+            "INSERT INTO queen.queues (id, tenant_id, name, namespace, task) \
+             SELECT gen_random_uuid(), 'default', 'q' || g, '', '' FROM generate_series(1, {QUEUES}) g; \
+             UPDATE queen.queues SET retention_enabled = true, retention_seconds = 3600 WHERE name = 'q1'; \
+             UPDATE queen.queues SET max_wait_time_seconds = 3600 WHERE name = 'q2'; \
+             INSERT INTO queen.log_partitions (id, queue_id, name, oldest_live_at, oldest_txn_at) \
+             SELECT gen_random_uuid(), q.id, 'live', now(), now() FROM queen.queues q; \
+             INSERT INTO queen.log_partitions (id, queue_id, name) \
+             SELECT gen_random_uuid(), q.id, 'empty' FROM queen.queues q; \
+             ANALYZE queen.queues; ANALYZE queen.log_partitions;"
+        ))
+        .await
+        .unwrap();
+    client.batch_execute("BEGIN").await.unwrap();
+    let before = rows_read(&client).await;
+    let step = queen_sql::retention::step(&client, 32, 256).await.unwrap();
+    let retention = rows_read(&client).await - before;
+    let before = rows_read(&client).await;
+    let evicted = queen_sql::retention::evict_step(&client, 32, 256)
+        .await
+        .unwrap();
+    let eviction = rows_read(&client).await - before;
+    let before = rows_read(&client).await;
+    let cleanup = queen_sql::retention::cleanup_step(&client, 60, 32)
+        .await
+        .unwrap();
+    let cleaning = rows_read(&client).await - before;
+    client.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(
+        (step.partitions, evicted.segments, cleanup.removed),
+        (0, 0, 0)
+    );
+    for (name, rows) in [
+        ("retention", retention),
+        ("eviction", eviction),
+        ("cleanup", cleaning),
+    ] {
+        assert!(
+            rows < 20,
+            "the {name} step read {rows} rows of queues and log_partitions for {QUEUES} queues"
+        );
+    }
+}

@@ -307,6 +307,7 @@ async fn check_indexes(client: &tokio_postgres::Client) {
     assert_eq!(
         texts(client, INDEXES_SQL, "queen.log_partitions").await[..],
         [
+            "idx_log_partitions_empty|valid|CREATE INDEX idx_log_partitions_empty ON queen.log_partitions USING btree (last_write_at) WHERE (oldest_live_at IS NULL)",
             "idx_log_partitions_oldest_txn|valid|CREATE INDEX idx_log_partitions_oldest_txn ON queen.log_partitions USING btree (oldest_txn_at) WHERE (oldest_txn_at IS NOT NULL)",
             "idx_log_partitions_queue_empty|valid|CREATE INDEX idx_log_partitions_queue_empty ON queen.log_partitions USING btree (queue_id, last_write_at) WHERE (oldest_live_at IS NULL)",
             "idx_log_partitions_queue_oldest_live|valid|CREATE INDEX idx_log_partitions_queue_oldest_live ON queen.log_partitions USING btree (queue_id, oldest_live_at) WHERE (oldest_live_at IS NOT NULL)",
@@ -319,6 +320,8 @@ async fn check_indexes(client: &tokio_postgres::Client) {
     assert_eq!(
         texts(client, INDEXES_SQL, "queen.queues").await[..],
         [
+            "idx_queues_eviction|valid|CREATE INDEX idx_queues_eviction ON queen.queues USING btree (id) WHERE (max_wait_time_seconds > 0)",
+            "idx_queues_retention|valid|CREATE INDEX idx_queues_retention ON queen.queues USING btree (id) WHERE (retention_enabled AND ((retention_seconds > 0) OR (completed_retention_seconds > 0)))",
             "queues_pkey|valid|CREATE UNIQUE INDEX queues_pkey ON queen.queues USING btree (id)",
             "queues_tenant_name_uk|valid|CREATE UNIQUE INDEX queues_tenant_name_uk ON queen.queues USING btree (tenant_id, name)",
         ]
@@ -567,7 +570,7 @@ async fn two_concurrent_applies_on_one_empty_database_both_succeed() {
             .iter()
             .filter(|index| index.contains("|valid|"))
             .count(),
-        7
+        8
     );
     let observer = db.client().await;
     for client in [&first, &second] {
