@@ -58,7 +58,7 @@ async fn rows_read(client: &tokio_postgres::Client) -> i64 {
         .get(0)
 }
 
-/// Issue 31, T4: with nothing due, no background step reads the queues or
+/// With nothing due, no background step reads the queues or
 /// partitions of every queue: the retention and eviction steps visit only
 /// the queues configured for them, partition cleanup reads one global list.
 #[tokio::test]
