@@ -748,8 +748,17 @@ CREATE OR REPLACE FUNCTION queen.log_hot_reseed_v1(
 )
 LANGUAGE plpgsql
 STABLE
--- p_since excludes almost every partition of a big queue only at run time.
-SET plan_cache_mode = force_custom_plan
+-- Generic plans: planning both reads at every call (a custom plan each
+-- time) cost more than the reads themselves for a queue of a few
+-- partitions, and a broker reseeds each of its rings every period. Both
+-- generic plans take their index on (queue_id, ...): the written part's
+-- last_write_at bound is an index condition of
+-- idx_log_partitions_queue_write, the page's order that of the unique
+-- (queue_id, name); tests/it/wide_queues.rs checks the rows they read. A
+-- generic plan cannot see how few partitions the bound keeps, and on a small
+-- table would rather read it whole: no sequential scans in this function.
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 DECLARE
     v_from  timestamptz;
@@ -777,6 +786,9 @@ BEGIN
                              AND (SELECT s.created_at FROM queen.log_segments s
                                    WHERE s.partition_id = p.id
                                    ORDER BY s.base_offset DESC LIMIT 1) >= v_from END
+             -- Newest first: the order idx_log_partitions_queue_write gives,
+             -- so the generic plan walks that index from its newest end.
+             ORDER BY p.last_write_at DESC
              LIMIT v_limit) w;
     IF p_page > 0 AND coalesce(array_length(o_names, 1), 0) < v_limit THEN
         SELECT array_agg(g.name ORDER BY g.name) FILTER (WHERE g.pending),
