@@ -202,8 +202,10 @@ async fn a_reseed_reads_what_was_written_and_one_page_not_the_queue() {
     .unwrap();
     let (_, _, names) = rows_read_by(&sql, &reseed("now()", "NULL", 256)).await;
     assert_eq!(names, 0);
-    let (_, _, names) = rows_read_by(&sql, &reseed("now()", "'p0511'", 256)).await;
+    let (rows, _, names) = rows_read_by(&sql, &reseed("now()", "'p0511'", 256)).await;
     assert_eq!(names, 1, "the page over p0700 missed it");
+    // A page deep in the walk starts where the last one ended.
+    assert!(rows <= 2 * 256 + 16, "a page after p0511 read {rows} rows");
     // A partition written since: found by the written part alone, reading
     // about that partition and its cursor only.
     push(&broker, "wide", "p1234", &[json!("late")]).await;
