@@ -748,17 +748,11 @@ CREATE OR REPLACE FUNCTION queen.log_hot_reseed_v1(
 )
 LANGUAGE plpgsql
 STABLE
--- Generic plans: planning both reads at every call (a custom plan each
--- time) cost more than the reads themselves for a queue of a few
--- partitions, and a broker reseeds each of its rings every period. Both
--- generic plans take their index on (queue_id, ...): the written part's
--- last_write_at bound is an index condition of
--- idx_log_partitions_queue_write, the page's order that of the unique
--- (queue_id, name); tests/it/wide_queues.rs checks the rows they read. A
--- generic plan cannot see how few partitions the bound keeps, and on a small
--- table would rather read it whole: no sequential scans in this function.
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
+-- Custom plans: the written part's bound excludes almost every partition of
+-- a big queue, which only the actual values show. Generic plans were tried:
+-- cheaper for queues of a few partitions, slower at a million partitions
+-- (docs/benchmarks.md, "Ten thousand queues, 2026-12-06").
+SET plan_cache_mode = force_custom_plan
 AS $$
 DECLARE
     v_from  timestamptz;
