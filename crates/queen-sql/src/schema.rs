@@ -325,6 +325,9 @@ mod tests {
                 "idx_log_partitions_oldest_txn",
                 "idx_log_consumers_worker",
                 "idx_log_partitions_queue_empty",
+                "idx_log_partitions_empty",
+                "idx_queues_retention",
+                "idx_queues_eviction",
                 "idx_message_traces_names",
             ]
         );
