@@ -780,49 +780,26 @@ BEGIN
                              AND (SELECT s.created_at FROM queen.log_segments s
                                    WHERE s.partition_id = p.id
                                    ORDER BY s.base_offset DESC LIMIT 1) >= v_from END
-             -- Newest first: the order idx_log_partitions_queue_write gives,
-             -- so the generic plan walks that index from its newest end.
-             ORDER BY p.last_write_at DESC
              LIMIT v_limit) w;
     IF p_page > 0 AND coalesce(array_length(o_names, 1), 0) < v_limit THEN
-        -- The walk's first page and the others are two statements: in one
-        -- generic plan, "p_after IS NULL OR p.name > p_after" is no index
-        -- condition, and each page would read the queue from its start.
-        IF p_after IS NULL THEN
-            SELECT array_agg(g.name ORDER BY g.name) FILTER (WHERE g.pending),
-                   max(g.name), count(*)
-              INTO v_page, o_next, v_count
-              FROM (SELECT p.name,
-                           CASE WHEN c.partition_id IS NOT NULL THEN p.last_offset > c.committed
-                                WHEN v_from IS NULL THEN true
-                                ELSE p.last_write_at >= v_from - interval '2 seconds'
-                                     AND (SELECT s.created_at FROM queen.log_segments s
-                                           WHERE s.partition_id = p.id
-                                           ORDER BY s.base_offset DESC LIMIT 1) >= v_from END AS pending
-                      FROM queen.log_partitions p
-                      LEFT JOIN queen.log_consumers c
-                        ON c.partition_id = p.id AND c.consumer_group = p_group
-                     WHERE p.queue_id = p_qid
-                     ORDER BY p.name
-                     LIMIT p_page) g;
-        ELSE
-            SELECT array_agg(g.name ORDER BY g.name) FILTER (WHERE g.pending),
-                   max(g.name), count(*)
-              INTO v_page, o_next, v_count
-              FROM (SELECT p.name,
-                           CASE WHEN c.partition_id IS NOT NULL THEN p.last_offset > c.committed
-                                WHEN v_from IS NULL THEN true
-                                ELSE p.last_write_at >= v_from - interval '2 seconds'
-                                     AND (SELECT s.created_at FROM queen.log_segments s
-                                           WHERE s.partition_id = p.id
-                                           ORDER BY s.base_offset DESC LIMIT 1) >= v_from END AS pending
-                      FROM queen.log_partitions p
-                      LEFT JOIN queen.log_consumers c
-                        ON c.partition_id = p.id AND c.consumer_group = p_group
-                     WHERE p.queue_id = p_qid AND p.name > p_after
-                     ORDER BY p.name
-                     LIMIT p_page) g;
-        END IF;
+        SELECT array_agg(g.name ORDER BY g.name) FILTER (WHERE g.pending),
+               max(g.name), count(*)
+          INTO v_page, o_next, v_count
+          FROM (SELECT p.name,
+                       CASE WHEN c.partition_id IS NOT NULL THEN p.last_offset > c.committed
+                            WHEN v_from IS NULL THEN true
+                            ELSE p.last_write_at >= v_from - interval '2 seconds'
+                                 AND (SELECT s.created_at FROM queen.log_segments s
+                                       WHERE s.partition_id = p.id
+                                       ORDER BY s.base_offset DESC LIMIT 1) >= v_from END AS pending
+                  FROM queen.log_partitions p
+                  LEFT JOIN queen.log_consumers c
+                    ON c.partition_id = p.id AND c.consumer_group = p_group
+                 -- A custom plan sees p_after's value, so the OR folds away
+                 -- and the page starts where the last one ended.
+                 WHERE p.queue_id = p_qid AND (p_after IS NULL OR p.name > p_after)
+                 ORDER BY p.name
+                 LIMIT p_page) g;
         IF v_count < p_page THEN
             o_next := NULL;
         END IF;

@@ -132,12 +132,10 @@ impl Serving {
             )
             .await?;
             let found_any = !found.names.is_empty();
-            self.hotlist
+            let caught_up = self
+                .hotlist
                 .reseeded(&queue.key, group, found, limit, Instant::now());
-            if found_any
-                || self.hotlist.walk(&queue.key, group).caught_up
-                || started.elapsed() >= CATCH_UP_BUDGET
-            {
+            if found_any || caught_up || started.elapsed() >= CATCH_UP_BUDGET {
                 return Ok(());
             }
         }

@@ -417,6 +417,7 @@ impl HotList {
     /// A reseed asked for at most `limit` names found `reseed`. Its walk
     /// moves on unless it returned `limit` names (it may have dropped some
     /// of its page); it went round when its page reached the queue's end.
+    /// Returns whether the walk has caught up.
     pub(super) fn reseeded(
         &self,
         queue: &str,
@@ -424,7 +425,7 @@ impl HotList {
         reseed: queen_sql::pop::Reseed,
         limit: usize,
         now: Instant,
-    ) {
+    ) -> bool {
         let full = reseed.names.len() >= limit;
         self.reseed_with(queue, group, reseed.names, now, |walk| {
             walk.since = Some(reseed.now);
@@ -432,14 +433,14 @@ impl HotList {
                 walk.caught_up |= reseed.next.is_none();
                 walk.after = reseed.next;
             }
-        });
+        })
     }
 
     #[cfg(any(test, feature = "bench"))]
     /// Replace the ring's ready set with `names` from SQL (plus anything due),
     /// keeping pending revisits.
     pub(super) fn reseed(&self, queue: &str, group: &str, names: Vec<String>, now: Instant) {
-        self.reseed_with(queue, group, names, now, |_| {});
+        let _ = self.reseed_with(queue, group, names, now, |_| {});
     }
 
     /// [`HotList::reseed`], moving the walk with `walked` before the names go
@@ -451,7 +452,7 @@ impl HotList {
         names: Vec<String>,
         now: Instant,
         walked: impl FnOnce(&mut Walk),
-    ) {
+    ) -> bool {
         let mut rings = self.rings.lock();
         let groups = rings.by_queue.entry(queue.to_owned()).or_default();
         let before = groups.len();
@@ -466,8 +467,10 @@ impl HotList {
                 ring.push_back(&name);
             }
         }
+        let caught_up = ring.walk.caught_up;
         let after = groups.len();
         rings.count += after - before;
+        caught_up
     }
 
     /// A peer's hint (a push or an ack-promote there) made `partition` of
