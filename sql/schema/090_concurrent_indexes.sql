@@ -76,6 +76,13 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS idx_queues_eviction
     ON queen.queues (id)
     WHERE max_wait_time_seconds > 0;
 
+-- The queues every broker must know before it writes to them (maxSize,
+-- encryptionEnabled), read again every second by each broker
+-- (queen_sql::queues::marked_queues): only those, in key order.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS idx_queues_marked
+    ON queen.queues (tenant_id, name)
+    WHERE max_queue_size > 0 OR encryption_enabled;
+
 -- The trace-name lookup of the trace views (GET /api/v1/traces/by-name/:name
 -- and /traces/names): trace_names @> ARRAY[name] without reading every trace.
 CREATE INDEX CONCURRENTLY IF NOT EXISTS idx_message_traces_names

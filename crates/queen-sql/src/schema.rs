@@ -328,6 +328,7 @@ mod tests {
                 "idx_log_partitions_empty",
                 "idx_queues_retention",
                 "idx_queues_eviction",
+                "idx_queues_marked",
                 "idx_message_traces_names",
             ]
         );

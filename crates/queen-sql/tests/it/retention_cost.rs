@@ -112,3 +112,37 @@ async fn no_background_step_reads_every_queue_when_nothing_is_due() {
         );
     }
 }
+
+/// Every broker reads the queues with `maxSize` or `encryptionEnabled`
+/// every second: it reads those, not the whole queue table.
+#[tokio::test]
+async fn the_marked_queue_refresh_reads_only_the_marked_queues() {
+    let db = TestDb::new().await;
+    let client = db.client().await;
+    client
+        .batch_execute(&format!(
+            "INSERT INTO queen.queues (id, tenant_id, name, namespace, task) \
+             SELECT gen_random_uuid(), 'default', 'q' || g, '', '' FROM generate_series(1, {QUEUES}) g; \
+             UPDATE queen.queues SET max_queue_size = 10 WHERE name = 'q7'; \
+             UPDATE queen.queues SET encryption_enabled = true WHERE name = 'q9'; \
+             ANALYZE queen.queues;"
+        ))
+        .await
+        .unwrap();
+    client.batch_execute("BEGIN").await.unwrap();
+    let before = rows_read(&client).await;
+    let marked = queen_sql::queues::marked_queues(&client, 1000)
+        .await
+        .unwrap();
+    let read = rows_read(&client).await - before;
+    client.batch_execute("ROLLBACK").await.unwrap();
+    let names: Vec<(&str, bool, bool)> = marked
+        .iter()
+        .map(|q| (q.name.as_str(), q.bounded, q.encrypted))
+        .collect();
+    assert_eq!(names, [("q7", true, false), ("q9", false, true)]);
+    assert!(
+        read < 20,
+        "the refresh read {read} rows of queues for {QUEUES} queues"
+    );
+}

@@ -321,6 +321,7 @@ async fn check_indexes(client: &tokio_postgres::Client) {
         texts(client, INDEXES_SQL, "queen.queues").await[..],
         [
             "idx_queues_eviction|valid|CREATE INDEX idx_queues_eviction ON queen.queues USING btree (id) WHERE (max_wait_time_seconds > 0)",
+            "idx_queues_marked|valid|CREATE INDEX idx_queues_marked ON queen.queues USING btree (tenant_id, name) WHERE ((max_queue_size > 0) OR encryption_enabled)",
             "idx_queues_retention|valid|CREATE INDEX idx_queues_retention ON queen.queues USING btree (id) WHERE (retention_enabled AND ((retention_seconds > 0) OR (completed_retention_seconds > 0)))",
             "queues_pkey|valid|CREATE UNIQUE INDEX queues_pkey ON queen.queues USING btree (id)",
             "queues_tenant_name_uk|valid|CREATE UNIQUE INDEX queues_tenant_name_uk ON queen.queues USING btree (tenant_id, name)",
