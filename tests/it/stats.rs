@@ -373,3 +373,44 @@ async fn retention_eviction_and_cleanup_are_counted_per_queue() {
     );
     broker.stop().await;
 }
+
+/// A minute with no queue rows (no traffic, nothing parked) writes the
+/// broker's row without reading the cluster series (every queue's and
+/// group's lag, a read of every partition). Seen through a lock: with
+/// `log_dlq` (which the series reads and the write does not) locked by
+/// another session, a series read would wait on it (and still be waiting
+/// after the write gives up on it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_minute_does_not_read_every_queue_s_lag() {
+    let broker = TestBroker::start_with(manual()).await;
+    push(&broker, "idle", "p", &[json!(1)]).await;
+    // The traffic's minute: its row, and the series read it needs.
+    assert_eq!(broker.engine.observe().write_stats().await.unwrap(), 1);
+    let db = broker.db.client().await;
+    let locker = broker.db.client().await;
+    locker
+        .batch_execute("BEGIN; LOCK TABLE queen.log_dlq IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    // Past the series cache's lifetime, so a read would go to the database.
+    tokio::time::sleep(queen_engine::metrics::CLUSTER_TTL).await;
+    assert_eq!(broker.engine.observe().write_stats().await.unwrap(), 0);
+    let waiting: i64 = db
+        .query_one(
+            "SELECT count(*) FROM pg_locks \
+              WHERE NOT granted AND relation = 'queen.log_dlq'::regclass",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    locker.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(waiting, 0, "the idle minute read the cluster series");
+    let broker_rows: i64 = db
+        .query_one("SELECT count(*) FROM queen.stats_broker_minute", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(broker_rows >= 1);
+    broker.stop().await;
+}

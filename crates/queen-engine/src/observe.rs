@@ -125,15 +125,15 @@ impl Observer {
     /// writer does every `stats_interval`): one statement. Returns the queue
     /// rows written; on failure the counts wait for the next write.
     pub async fn write_stats(&self) -> Result<usize, EngineError> {
-        let (cluster, _) = self.cluster.get(&self.parts.pool).await;
         let process = self.process_metrics();
         let (hostname, port) = &self.parts.identity;
+        let cluster = async { self.cluster.get(&self.parts.pool).await.0 };
         self.writer
             .write(
                 &self.parts.pool,
                 &self.parts.stats,
                 &process,
-                &cluster,
+                cluster,
                 (hostname, *port),
             )
             .await

@@ -7,7 +7,7 @@
 //! A failed write puts the per-queue counts back (bounded like any minute),
 //! so the next write carries them.
 
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
@@ -26,6 +26,21 @@ const LAG_PERIOD: Duration = Duration::from_millis(100);
 #[derive(Debug, Default)]
 pub(crate) struct WriterState {
     last: Mutex<Option<Reported>>,
+}
+
+/// The queues that get a row: those with traffic in the minute, and those
+/// with parked consumers and no traffic.
+fn queue_names<'a>(
+    process: &'a ProcessMetrics,
+    queues: &'a std::collections::HashMap<String, QueueMinute>,
+) -> Vec<&'a str> {
+    let mut names: Vec<&str> = queues.keys().map(String::as_str).collect();
+    for (queue, _) in &process.parked {
+        if !crate::naming::split_queue_key(queue).1.is_empty() && !queues.contains_key(queue) {
+            names.push(queue);
+        }
+    }
+    names
 }
 
 impl WriterState {
@@ -123,13 +138,7 @@ fn rows(state: &WriterState, minute: &Minute<'_>) -> (Value, Value) {
         .iter()
         .map(|(queue, n)| (queue.as_str(), *n))
         .collect();
-    let mut names: Vec<&str> = queues.keys().map(String::as_str).collect();
-    // A queue with parked consumers and no traffic still gets its row.
-    for queue in parked.keys() {
-        if !crate::naming::split_queue_key(queue).1.is_empty() && !queues.contains_key(*queue) {
-            names.push(queue);
-        }
-    }
+    let names = queue_names(process, queues);
     let rows: Vec<Value> = names
         .into_iter()
         .map(|queue| {
@@ -180,18 +189,25 @@ impl WriterState {
         pool: &deadpool_postgres::Pool,
         stats: &crate::stats::Stats,
         process: &ProcessMetrics,
-        cluster: &crate::metrics::ClusterMetrics,
+        cluster: impl std::future::Future<Output = Arc<crate::metrics::ClusterMetrics>>,
         (hostname, port): (&str, u16),
     ) -> Result<usize, crate::EngineError> {
         let (queues, dropped, lag) = stats.take_minute();
         let delivery = stats.take_delivery();
+        // The cluster series (every queue's lag) is read only for a minute
+        // with queue rows: an idle broker reads nothing of every queue.
+        let cluster = if queue_names(process, &queues).is_empty() {
+            Arc::default()
+        } else {
+            cluster.await
+        };
         let minute = Minute {
             process,
             queues: &queues,
             dropped,
             lag,
             delivery,
-            cluster,
+            cluster: &cluster,
             port,
             hostname,
         };
