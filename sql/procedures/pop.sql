@@ -813,6 +813,33 @@ BEGIN
 END;
 $$;
 
+-- The periodic reseeds of a broker's rings in one statement: ring i of the
+-- arrays is log_hot_reseed_v1(p_qids[i], p_groups[i], p_since[i],
+-- p_after[i], p_pages[i], p_limit), answered by the row with o_ring = i.
+-- With many rings polled and nothing pushed (parked long-polls on many
+-- queues), one round trip per reseed period, not one per ring.
+CREATE OR REPLACE FUNCTION queen.log_hot_reseed_many_v1(
+    p_qids   uuid[],
+    p_groups text[],
+    p_since  timestamptz[],
+    p_after  text[],
+    p_pages  integer[],
+    p_limit  integer
+)
+RETURNS TABLE (o_ring integer, o_names text[], o_next text, o_now timestamptz)
+LANGUAGE plpgsql
+STABLE
+AS $$
+BEGIN
+    FOR i IN 1 .. coalesce(array_length(p_qids, 1), 0) LOOP
+        RETURN QUERY
+        SELECT i, r.o_names, r.o_next, r.o_now
+          FROM queen.log_hot_reseed_v1(p_qids[i], p_groups[i], p_since[i],
+                                       p_after[i], p_pages[i], p_limit) r;
+    END LOOP;
+END;
+$$;
+
 -- minPopWaitTime's question (life-of-a-pop, "The minimum pop wait"): how
 -- many messages could a claim of up to p_max_partitions partitions take for
 -- this group now, at most p_cap. Coarse like the candidate scan (a missing

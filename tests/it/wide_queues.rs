@@ -215,3 +215,71 @@ async fn a_reseed_reads_what_was_written_and_one_page_not_the_queue() {
     assert!(rows <= 16, "the written part read {rows} rows");
     broker.stop().await;
 }
+
+/// Long-polls parked on many queues with nothing pushed: the rings' periodic
+/// reseeds go out together, one statement a period for all of them (it was
+/// one per ring, plus a queue lookup each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parked_pops_on_many_queues_share_one_reseed_statement_a_period() {
+    const QUEUES: usize = 20;
+    let period = std::time::Duration::from_millis(400);
+    let broker = TestBroker::start_with(queen_engine::EngineConfig {
+        hotlist_reseed: period,
+        ..queen_engine::EngineConfig::default()
+    })
+    .await;
+    let items: Vec<Value> = (0..QUEUES)
+        .map(|q| json!({"queue": format!("pq{q}"), "payload": q}))
+        .collect();
+    push_items(&broker, items).await;
+    for q in 0..QUEUES {
+        let got = pop_data(&broker, &format!("/api/v1/pop/queue/pq{q}?autoAck=true")).await;
+        assert_eq!(got, Some(vec![json!(q)]));
+    }
+    let parked: Vec<_> = (0..QUEUES)
+        .map(|q| {
+            let client = broker.client.clone();
+            tokio::spawn(async move {
+                client
+                    .get(&format!(
+                        "/api/v1/pop/queue/pq{q}?wait=true&timeout=15000&autoAck=true"
+                    ))
+                    .await
+            })
+        })
+        .collect();
+    let observe = broker.engine.observe();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while observe.process_metrics().parked_total() < QUEUES {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the pops never parked"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let (statements0, rings0) = observe.process_metrics().hotlist_reseeds;
+    tokio::time::sleep(period * 5).await;
+    let (statements1, rings1) = observe.process_metrics().hotlist_reseeds;
+    let (statements, rings) = (statements1 - statements0, rings1 - rings0);
+    assert!(
+        rings >= 3 * QUEUES as u64,
+        "{rings} ring reseeds in five periods for {QUEUES} parked rings"
+    );
+    assert!(
+        statements <= 12,
+        "{statements} reseed statements for {rings} ring reseeds in five periods"
+    );
+    // The parked pops still get what comes (a reseed that finds a write
+    // no hint announced wakes its pop too: mesh.rs, a lost hint).
+    push_items(&broker, vec![json!({"queue": "pq3", "payload": "late"})]).await;
+    for (q, pop) in parked.into_iter().enumerate() {
+        if q == 3 {
+            let reply = pop.await.unwrap();
+            assert_eq!(reply.status, 200);
+            assert_eq!(reply.json()["messages"][0]["data"], json!("late"));
+        } else {
+            pop.abort();
+        }
+    }
+    broker.stop().await;
+}

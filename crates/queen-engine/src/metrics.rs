@@ -56,6 +56,8 @@ pub struct ProcessMetrics {
     pub hotlist_bytes: usize,
     /// Parked pops a wake gate woke, since start.
     pub pop_wakeups: u64,
+    /// Hot-list reseed statements, and the rings they reseeded, since start.
+    pub hotlist_reseeds: (u64, u64),
     /// The client-keyed maps.
     pub memory: MemoryStats,
     /// The push spool, if any.
@@ -406,6 +408,16 @@ impl Collector for EngineCollector {
                     t.db_errors,
                 ),
                 ("pop_wakeups", "Parked pops a wake gate woke", p.pop_wakeups),
+                (
+                    "hotlist_reseed_statements",
+                    "Hot-list reseed statements sent",
+                    p.hotlist_reseeds.0,
+                ),
+                (
+                    "hotlist_reseeds",
+                    "Hot-list rings reseeded",
+                    p.hotlist_reseeds.1,
+                ),
             ],
         )?;
         {

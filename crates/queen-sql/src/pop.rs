@@ -16,6 +16,8 @@ const FIRST_CONTACT: &str = "SELECT queen.log_group_first_contact_v1($1, $2, $3,
 const REGISTER_SUBSCRIPTION: &str = "SELECT queen.log_register_subscription_v1($1, $2, $3, $4)";
 const HOT_RESEED: &str =
     "SELECT o_names, o_next, o_now FROM queen.log_hot_reseed_v1($1, $2, $3, $4, $5, $6)";
+const HOT_RESEED_MANY: &str = "SELECT o_ring, o_names, o_next, o_now \
+       FROM queen.log_hot_reseed_many_v1($1, $2, $3, $4, $5, $6)";
 const SEED_CURSORS: &str = "SELECT queen.log_seed_cursors_v1($1, $2, $3, $4, $5, $6)";
 const SUBSCRIBE_EARLY: &str = "SELECT * FROM queen.log_subscribe_early_v1($1, $2, $3, $4, $5, $6)";
 const POP_LIST: &str =
@@ -236,6 +238,73 @@ pub async fn hot_reseed(
         next: row.try_get(1)?,
         now: row.try_get(2)?,
     })
+}
+
+/// One ring's question in [`hot_reseed_many`]: the arguments of
+/// [`hot_reseed`] but the limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReseedAsk {
+    /// The queue's id.
+    pub queue_id: Uuid,
+    /// The consumer group.
+    pub group: String,
+    /// The previous reseed's `now` (`None`: the ring's first).
+    pub since: Option<SystemTime>,
+    /// Where the keyset walk stands.
+    pub after: Option<String>,
+    /// Partitions the walk's page visits.
+    pub page: i32,
+}
+
+/// [`hot_reseed`] of several rings in one statement
+/// (`log_hot_reseed_many_v1`): answer `i` is ring `asks[i]`'s.
+pub async fn hot_reseed_many(
+    client: &impl GenericClient,
+    asks: &[ReseedAsk],
+    limit: i32,
+) -> Result<Vec<Reseed>, SqlError> {
+    let qids: Vec<Uuid> = asks.iter().map(|ask| ask.queue_id).collect();
+    let groups: Vec<&str> = asks.iter().map(|ask| ask.group.as_str()).collect();
+    let since: Vec<Option<SystemTime>> = asks.iter().map(|ask| ask.since).collect();
+    let after: Vec<Option<&str>> = asks.iter().map(|ask| ask.after.as_deref()).collect();
+    let pages: Vec<i32> = asks.iter().map(|ask| ask.page).collect();
+    let rows = client
+        .query_typed(
+            HOT_RESEED_MANY,
+            &[
+                (&qids, Type::UUID_ARRAY),
+                (&groups, Type::TEXT_ARRAY),
+                (&since, Type::TIMESTAMPTZ_ARRAY),
+                (&after, Type::TEXT_ARRAY),
+                (&pages, Type::INT4_ARRAY),
+                (&limit, Type::INT4),
+            ],
+        )
+        .await?;
+    let mut found: Vec<Option<Reseed>> = vec![None; asks.len()];
+    for row in rows {
+        let ring: i32 = row.try_get(0)?;
+        let slot = usize::try_from(ring)
+            .ok()
+            .and_then(|ring| ring.checked_sub(1))
+            .and_then(|index| found.get_mut(index))
+            .ok_or(SqlError::Protocol {
+                what: "log_hot_reseed_many_v1 answered for a ring it was not asked about",
+            })?;
+        *slot = Some(Reseed {
+            names: row.try_get(1)?,
+            next: row.try_get(2)?,
+            now: row.try_get(3)?,
+        });
+    }
+    found
+        .into_iter()
+        .map(|reseed| {
+            reseed.ok_or(SqlError::Protocol {
+                what: "log_hot_reseed_many_v1 left a ring unanswered",
+            })
+        })
+        .collect()
 }
 
 /// Register the subscription of (queue, group), first writer wins, without

@@ -131,10 +131,11 @@ impl Serving {
                 i32::try_from(limit).unwrap_or(i32::MAX),
             )
             .await?;
+            self.state.reseeds.counted(1);
             let found_any = !found.names.is_empty();
-            let caught_up = self
-                .hotlist
-                .reseeded(&queue.key, group, found, limit, Instant::now());
+            let caught_up =
+                self.hotlist
+                    .reseeded(&queue.key, group, queue_id, found, limit, Instant::now());
             if found_any || caught_up || started.elapsed() >= CATCH_UP_BUDGET {
                 return Ok(());
             }

@@ -5,8 +5,9 @@
 //! Fed by: local pushes after commit (`mark_ready` on every ring of the
 //! queue), acks that leave data behind the cursor, the revisit wheel (a lease
 //! expires, a visibility hold ends), and a reseed from SQL on first contact and
-//! every `QUEEN_HOTLIST_RESEED_MS` (default 5000), so a missed hint costs at
-//! most one reseed period, never a stranded message.
+//! every `QUEEN_HOTLIST_RESEED_MS` (default 5000; `reseeder.rs` reseeds the
+//! rings pops keep polling together, a pop the others), so a missed hint
+//! costs at most about one reseed period, never a stranded message.
 //!
 //! A reseed (`log_hot_reseed_v1`) reads what was written since the previous
 //! one, plus one page of a keyset walk over the queue's partitions by name:
@@ -99,6 +100,9 @@ struct Ring {
     waiting: HashMap<String, Wait>,
     wheel: BTreeMap<Instant, Vec<String>>,
     reseeded_at: Option<Instant>,
+    /// The queue's id, once a reseed from the pop path named it (what the
+    /// periodic reseeds of [`HotList::due_reseeds`] ask with).
+    queue_id: Option<uuid::Uuid>,
     /// Where the next reseed starts.
     walk: Walk,
     used_at: Instant,
@@ -139,6 +143,15 @@ impl Walk {
     }
 }
 
+/// A ring whose periodic reseed is due ([`HotList::due_reseeds`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Due {
+    pub(super) queue: String,
+    pub(super) group: String,
+    pub(super) queue_id: uuid::Uuid,
+    pub(super) walk: Walk,
+}
+
 /// Why a name waits for its revisit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Wait {
@@ -168,6 +181,7 @@ impl Ring {
             waiting: HashMap::new(),
             wheel: BTreeMap::new(),
             reseeded_at: None,
+            queue_id: None,
             walk: Walk::default(),
             used_at: now,
             out: 0,
@@ -370,12 +384,16 @@ impl HotList {
                 if !ready && ring.out > 0 {
                     ring.starved = true;
                 }
+                // A ring the periodic reseeds keep fresh never gets here;
+                // one they skipped (unused for a period) or fell behind on
+                // is reseeded by the pop.
+                let late = period.saturating_mul(2);
                 Probe {
                     known: true,
                     reseed_due: (!ready && !ring.walk.caught_up)
                         || ring
                             .reseeded_at
-                            .is_none_or(|at| now.duration_since(at) >= period),
+                            .is_none_or(|at| now.duration_since(at) >= late),
                     ready,
                 }
             }
@@ -414,6 +432,48 @@ impl HotList {
         })
     }
 
+    /// The rings whose periodic reseed is due at `now` (reseeded `period`
+    /// ago or more, or `early` less: rings due before the next round go in
+    /// this one, so rings created at different moments fall into step and
+    /// share a statement) and that pops used within the last `period`,
+    /// caught up and with their queue id known; at most `max` of them, the
+    /// most overdue first. A ring nobody polls is left to its next pop.
+    pub(super) fn due_reseeds(
+        &self,
+        now: Instant,
+        period: Duration,
+        early: Duration,
+        max: usize,
+    ) -> Vec<Due> {
+        let rings = self.rings.lock();
+        let mut due: Vec<(Instant, Due)> = Vec::new();
+        for (queue, groups) in &rings.by_queue {
+            for (group, ring) in groups {
+                let (Some(queue_id), Some(at)) = (ring.queue_id, ring.reseeded_at) else {
+                    continue;
+                };
+                if ring.walk.caught_up
+                    && (now + early).duration_since(at) >= period
+                    && now.duration_since(ring.used_at) < period
+                {
+                    due.push((
+                        at,
+                        Due {
+                            queue: queue.clone(),
+                            group: group.clone(),
+                            queue_id,
+                            walk: ring.walk.clone(),
+                        },
+                    ));
+                }
+            }
+        }
+        drop(rings);
+        due.sort_by_key(|(at, _)| *at);
+        due.truncate(max);
+        due.into_iter().map(|(_, due)| due).collect()
+    }
+
     /// A reseed asked for at most `limit` names found `reseed`. Its walk
     /// moves on unless it returned `limit` names (it may have dropped some
     /// of its page); it went round when its page reached the queue's end.
@@ -422,38 +482,85 @@ impl HotList {
         &self,
         queue: &str,
         group: &str,
+        queue_id: uuid::Uuid,
         reseed: queen_sql::pop::Reseed,
         limit: usize,
         now: Instant,
     ) -> bool {
+        self.apply_reseed(queue, group, Some(queue_id), reseed, limit, now)
+            .unwrap_or(false)
+    }
+
+    /// [`HotList::reseeded`] of a periodic reseed: a ring forgotten while
+    /// the statement ran (its queue deleted, its group's cursors moved) is
+    /// not brought back (`None`).
+    pub(super) fn reseeded_if_known(
+        &self,
+        queue: &str,
+        group: &str,
+        reseed: queen_sql::pop::Reseed,
+        limit: usize,
+        now: Instant,
+    ) -> Option<bool> {
+        self.apply_reseed(queue, group, None, reseed, limit, now)
+    }
+
+    /// What [`HotList::reseeded`] does; with no `queue_id`, only to a ring
+    /// that exists.
+    fn apply_reseed(
+        &self,
+        queue: &str,
+        group: &str,
+        queue_id: Option<uuid::Uuid>,
+        reseed: queen_sql::pop::Reseed,
+        limit: usize,
+        now: Instant,
+    ) -> Option<bool> {
         let full = reseed.names.len() >= limit;
-        self.reseed_with(queue, group, reseed.names, now, |walk| {
-            walk.since = Some(reseed.now);
-            if !full {
-                walk.caught_up |= reseed.next.is_none();
-                walk.after = reseed.next;
-            }
-        })
+        self.reseed_with(
+            queue,
+            group,
+            reseed.names,
+            now,
+            queue_id.is_some(),
+            |ring| {
+                if queue_id.is_some() {
+                    ring.queue_id = queue_id;
+                }
+                let walk = &mut ring.walk;
+                walk.since = Some(reseed.now);
+                if !full {
+                    walk.caught_up |= reseed.next.is_none();
+                    walk.after = reseed.next;
+                }
+            },
+        )
     }
 
     #[cfg(any(test, feature = "bench"))]
     /// Replace the ring's ready set with `names` from SQL (plus anything due),
     /// keeping pending revisits.
     pub(super) fn reseed(&self, queue: &str, group: &str, names: Vec<String>, now: Instant) {
-        let _ = self.reseed_with(queue, group, names, now, |_| {});
+        let _ = self.reseed_with(queue, group, names, now, true, |_| {});
     }
 
     /// [`HotList::reseed`], moving the walk with `walked` before the names go
-    /// in (a name dropped at the cap then restarts it).
+    /// in (a name dropped at the cap then restarts it). Creates the ring
+    /// only when `create` (`None`: there was none); else whether the walk
+    /// has caught up.
     fn reseed_with(
         &self,
         queue: &str,
         group: &str,
         names: Vec<String>,
         now: Instant,
-        walked: impl FnOnce(&mut Walk),
-    ) -> bool {
+        create: bool,
+        walked: impl FnOnce(&mut Ring),
+    ) -> Option<bool> {
         let mut rings = self.rings.lock();
+        if !create && rings.get_mut(queue, group).is_none() {
+            return None;
+        }
         let groups = rings.by_queue.entry(queue.to_owned()).or_default();
         let before = groups.len();
         let ring = groups
@@ -461,7 +568,7 @@ impl HotList {
             .or_insert_with(|| Ring::new(now));
         ring.reseeded_at = Some(now);
         ring.used_at = now;
-        walked(&mut ring.walk);
+        walked(ring);
         for name in names {
             if !ring.waiting.contains_key(&name) {
                 ring.push_back(&name);
@@ -470,7 +577,7 @@ impl HotList {
         let caught_up = ring.walk.caught_up;
         let after = groups.len();
         rings.count += after - before;
-        caught_up
+        Some(caught_up)
     }
 
     /// A peer's hint (a push or an ack-promote there) made `partition` of
@@ -750,6 +857,8 @@ impl HotList {
 mod tests {
     use super::*;
 
+    const QID: uuid::Uuid = uuid::Uuid::from_u128(7);
+
     fn names(candidates: &Candidates) -> Vec<&str> {
         candidates.names.iter().map(String::as_str).collect()
     }
@@ -770,30 +879,112 @@ mod tests {
         // A new ring walks big pages from the start.
         assert_eq!(hot.walk("q", "g"), Walk::default());
         assert_eq!(Walk::default().page(), CATCH_UP_PAGE);
-        hot.reseeded("q", "g", found(&[], Some("p8191")), 16, now);
+        hot.reseeded("q", "g", QID, found(&[], Some("p8191")), 16, now);
         let walk = hot.walk("q", "g");
         assert_eq!(walk.after.as_deref(), Some("p8191"));
         assert!(walk.since.is_some() && !walk.caught_up);
         // Nothing ready and not round yet: the next pop reseeds at once.
         assert!(hot.probe("q", "g", now, period).reseed_due);
         // A page that found names: they are served before the next page.
-        hot.reseeded("q", "g", found(&["p9000"], Some("p16383")), 16, now);
+        hot.reseeded("q", "g", QID, found(&["p9000"], Some("p16383")), 16, now);
         assert!(!hot.probe("q", "g", now, period).reseed_due);
         assert_eq!(names(&hot.take("q", "g", 16, now)), ["p9000"]);
         hot.check_in("q", "g", &[("p9000".into(), Outcome::Empty)], vec![], now);
         assert!(hot.probe("q", "g", now, period).reseed_due);
         // The walk reaches the queue's end: caught up, small pages, and no
-        // reseed before the period however empty the ring.
-        hot.reseeded("q", "g", found(&[], None), 16, now);
+        // reseed by a pop however empty the ring: the periodic reseeds
+        // (`due_reseeds`) take it at the period, a pop only once they have
+        // missed one.
+        hot.reseeded("q", "g", QID, found(&[], None), 16, now);
         let walk = hot.walk("q", "g");
         assert!(walk.caught_up && walk.after.is_none());
         assert_eq!(walk.page(), RESEED_PAGE);
         assert!(!hot.probe("q", "g", now, period).reseed_due);
-        assert!(hot.probe("q", "g", now + period, period).reseed_due);
+        assert!(!hot.probe("q", "g", now + period, period).reseed_due);
+        assert!(hot.probe("q", "g", now + 2 * period, period).reseed_due);
         // A reseed that filled its limit may have dropped part of its page:
         // the walk does not move past it.
-        hot.reseeded("q", "g", found(&["a", "b"], Some("zzz")), 2, now);
+        hot.reseeded("q", "g", QID, found(&["a", "b"], Some("zzz")), 2, now);
         assert!(hot.walk("q", "g").after.is_none());
+    }
+
+    #[test]
+    fn the_periodic_reseeds_take_the_caught_up_rings_pops_use() {
+        let hot = HotList::default();
+        let now = Instant::now();
+        let period = Duration::from_secs(5);
+        let queues = |due: Vec<Due>| -> Vec<(String, String)> {
+            due.into_iter().map(|due| (due.queue, due.group)).collect()
+        };
+        // Caught up at `now`: "a" polled since, "b" never again, "c" still
+        // walking, "d" filled by a bench with no queue id.
+        for queue in ["a", "b", "c"] {
+            let next = (queue == "c").then_some("p9");
+            hot.reseeded(queue, "g", QID, found(&[], next), 16, now);
+        }
+        hot.reseed("d", "g", vec![], now);
+        assert!(hot.due_reseeds(now, period, Duration::ZERO, 10).is_empty());
+        let later = now + period;
+        for queue in ["a", "c", "d"] {
+            hot.probe(queue, "g", later - Duration::from_secs(1), period);
+        }
+        let due = hot.due_reseeds(later, period, Duration::ZERO, 10);
+        assert_eq!(queues(due.clone()), [("a".into(), "g".into())]);
+        assert_eq!(due[0].queue_id, QID);
+        assert_eq!(due[0].walk.page(), RESEED_PAGE);
+        // Applied: not due again until the next period; a forgotten ring
+        // is not brought back.
+        assert_eq!(
+            hot.reseeded_if_known("a", "g", found(&["p1"], None), 16, later),
+            Some(true)
+        );
+        assert!(hot
+            .due_reseeds(later, period, Duration::ZERO, 10)
+            .is_empty());
+        hot.forget_queue("a");
+        assert_eq!(
+            hot.reseeded_if_known("a", "g", found(&["p1"], None), 16, later),
+            None
+        );
+        assert!(!hot.knows("a", "g"));
+        // The most overdue first, at most `max`.
+        hot.reseeded("x", "g", QID, found(&[], None), 16, now);
+        hot.reseeded(
+            "y",
+            "g",
+            QID,
+            found(&[], None),
+            16,
+            now + Duration::from_secs(1),
+        );
+        let at = now + 3 * period;
+        for queue in ["x", "y"] {
+            hot.probe(queue, "g", at, period);
+        }
+        assert_eq!(
+            queues(hot.due_reseeds(at, period, Duration::ZERO, 1)),
+            [("x".into(), "g".into())]
+        );
+        // Due within `early`: taken now, with the ones due already.
+        hot.reseeded("x", "g", QID, found(&[], None), 16, at);
+        hot.reseeded(
+            "y",
+            "g",
+            QID,
+            found(&[], None),
+            16,
+            at + Duration::from_secs(1),
+        );
+        let next = at + period;
+        for queue in ["x", "y"] {
+            hot.probe(queue, "g", next, period);
+        }
+        assert_eq!(hot.due_reseeds(next, period, Duration::ZERO, 10).len(), 1);
+        assert_eq!(
+            hot.due_reseeds(next, period, Duration::from_secs(1), 10)
+                .len(),
+            2
+        );
     }
 
     #[test]
@@ -801,7 +992,7 @@ mod tests {
         let hot = HotList::default();
         let now = Instant::now();
         let all: Vec<String> = (0..=MAX_RING_PARTITIONS).map(|i| format!("p{i}")).collect();
-        hot.reseeded("q", "g", found(&[], None), 16, now);
+        hot.reseeded("q", "g", QID, found(&[], None), 16, now);
         assert!(hot.walk("q", "g").caught_up);
         hot.reseed("q", "g", all, now);
         let walk = hot.walk("q", "g");

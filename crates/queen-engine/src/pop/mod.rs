@@ -29,6 +29,7 @@ mod queue_cache;
 mod ready;
 mod render;
 mod request;
+mod reseeder;
 mod scan;
 mod wake;
 mod wheel;
@@ -83,6 +84,8 @@ pub(crate) struct PopState {
     /// Parked pops a gate woke (`queen_pop_wakeups`): what a push costs the
     /// pops parked on its queue.
     wakeups: AtomicU64,
+    /// Reseed statements and rings reseeded.
+    reseeds: Arc<reseeder::ReseedCounts>,
 }
 
 /// Async gates by key hash: a fixed set of stripes (so no map keyed by client
@@ -177,6 +180,8 @@ pub(crate) struct Serving {
     at_rest: Arc<AtRest>,
     shutting_down: Arc<AtomicBool>,
     wheel: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The periodic reseeds (`reseeder.rs`; none on the SQL path).
+    reseeder: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Serving {
@@ -196,10 +201,24 @@ impl Serving {
             Arc::clone(&hotlist),
             Arc::clone(&shutting_down),
         ));
+        let state = PopState::default();
+        let reseeder = config.hotlist.then(|| {
+            tokio::spawn(
+                reseeder::Reseeder {
+                    pool: pool.clone(),
+                    hotlist: Arc::clone(&hotlist),
+                    gates: Arc::clone(&gates),
+                    counts: Arc::clone(&state.reseeds),
+                    period: config.hotlist_reseed,
+                    shutting_down: Arc::clone(&shutting_down),
+                }
+                .run(),
+            )
+        });
         Serving {
             pool,
             config,
-            state: PopState::default(),
+            state,
             limiter: Limiter::new(limiter),
             gates,
             hotlist,
@@ -207,6 +226,7 @@ impl Serving {
             at_rest,
             shutting_down,
             wheel: Mutex::new(Some(wheel)),
+            reseeder: Mutex::new(reseeder),
         }
     }
 
@@ -227,12 +247,19 @@ impl Serving {
         self.gates.open_all();
     }
 
-    /// Stop the revisit wheel (after [`Serving::begin_shutdown`]).
+    /// Stop the revisit wheel and the reseeder (after
+    /// [`Serving::begin_shutdown`]).
     pub(crate) async fn shutdown(&self) {
         self.begin_shutdown();
         let wheel = self.wheel.lock().take();
         if let Some(wheel) = wheel {
             let _ = wheel.await;
+        }
+        // It may sleep a quarter period before it looks at the flag.
+        let reseeder = self.reseeder.lock().take();
+        if let Some(reseeder) = reseeder {
+            reseeder.abort();
+            let _ = reseeder.await;
         }
     }
 
@@ -382,6 +409,11 @@ impl Serving {
     /// Parked pops a wake gate woke since start.
     pub(crate) fn wakeups(&self) -> u64 {
         self.state.wakeups.load(Ordering::Relaxed)
+    }
+
+    /// (reseed statements, rings they reseeded) since start.
+    pub(crate) fn reseeds(&self) -> (u64, u64) {
+        self.state.reseeds.get()
     }
 
     /// Connections the pop path has checked out since start: each is at
