@@ -11,7 +11,7 @@ use queen_engine::EngineConfig;
 use queen_tests::TestBroker;
 use serde_json::{json, Value};
 
-use crate::support::{ack_all, both_paths, expect_status};
+use crate::support::{ack_all, both_paths, expect_status, pop, push};
 
 /// Every message must reach a consumer parked before its queue existed this
 /// fast: well under the 1 s backoff floor a lost wake would cost.
@@ -435,5 +435,37 @@ async fn consumers_woken_by_the_creating_push_deliver_its_message_at_once() {
         "{most_checkouts} pop connections in one round"
     );
     assert!(worst < DELIVERY_BOUND, "worst first delivery {worst:?}");
+    broker.stop().await;
+}
+
+/// A long-poll on a caught-up queue waits for its gate, not its backoff
+/// timer: whatever makes work for it opens the gate (the periodic reseeds
+/// too), so it looks again once a reseed period. A pop of one named
+/// partition (no ring) keeps the backoff.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_queue_pop_does_not_re_poll_on_the_backoff_timer() {
+    let broker = TestBroker::start().await;
+    push(&broker, "calm", "p", &[json!(1)]).await;
+    let got = pop(&broker, "/api/v1/pop/queue/calm?autoAck=true").await;
+    assert!(got.is_some());
+    let observe = broker.engine.observe();
+    let before = observe.process_metrics().pop_rechecks;
+    let reply = broker
+        .client
+        .get("/api/v1/pop/queue/calm?wait=true&timeout=2500&autoAck=true")
+        .await;
+    assert_eq!(reply.status, 204);
+    let queue_rechecks = observe.process_metrics().pop_rechecks - before;
+    let before = observe.process_metrics().pop_rechecks;
+    let reply = broker
+        .client
+        .get("/api/v1/pop/queue/calm/partition/p?wait=true&timeout=2500&autoAck=true")
+        .await;
+    assert_eq!(reply.status, 204);
+    let partition_rechecks = observe.process_metrics().pop_rechecks - before;
+    // 2.5 s under the default 5 s reseed period: one timer, the deadline's.
+    assert!(queue_rechecks <= 1, "{queue_rechecks} re-checks");
+    // The backoff: 100 ms three times, then growing to 1 s.
+    assert!(partition_rechecks >= 4, "{partition_rechecks} re-checks");
     broker.stop().await;
 }

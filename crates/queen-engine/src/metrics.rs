@@ -56,6 +56,9 @@ pub struct ProcessMetrics {
     pub hotlist_bytes: usize,
     /// Parked pops a wake gate woke, since start.
     pub pop_wakeups: u64,
+    /// Parked pops' timed re-checks (their timer, not a gate, ended the
+    /// wait), since start.
+    pub pop_rechecks: u64,
     /// Hot-list reseed statements, and the rings they reseeded, since start.
     pub hotlist_reseeds: (u64, u64),
     /// The client-keyed maps.
@@ -408,6 +411,11 @@ impl Collector for EngineCollector {
                     t.db_errors,
                 ),
                 ("pop_wakeups", "Parked pops a wake gate woke", p.pop_wakeups),
+                (
+                    "pop_rechecks",
+                    "Parked pops that looked again on their timer",
+                    p.pop_rechecks,
+                ),
                 (
                     "hotlist_reseed_statements",
                     "Hot-list reseed statements sent",

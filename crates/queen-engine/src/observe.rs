@@ -94,6 +94,7 @@ impl Observer {
             hotlist: (hotlist.0, hotlist.1),
             hotlist_bytes: hotlist.2,
             pop_wakeups: parts.serving.wakeups(),
+            pop_rechecks: parts.serving.rechecks(),
             hotlist_reseeds: parts.serving.reseeds(),
             memory: self.memory_stats(),
             spool: self.spool_stats(),

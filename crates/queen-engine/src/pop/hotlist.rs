@@ -424,6 +424,13 @@ impl HotList {
         self.with_ring(queue, group, |ring| ring.is_some())
     }
 
+    /// True when (queue, group) has a ring whose walk has gone round.
+    pub(super) fn caught_up(&self, queue: &str, group: &str) -> bool {
+        self.with_ring(queue, group, |ring| {
+            ring.is_some_and(|ring| ring.walk.caught_up)
+        })
+    }
+
     /// Where the next reseed of (queue, group) starts (a fresh walk when
     /// there is no ring yet).
     pub(super) fn walk(&self, queue: &str, group: &str) -> Walk {
@@ -435,9 +442,10 @@ impl HotList {
     /// The rings whose periodic reseed is due at `now` (reseeded `period`
     /// ago or more, or `early` less: rings due before the next round go in
     /// this one, so rings created at different moments fall into step and
-    /// share a statement) and that pops used within the last `period`,
+    /// share a statement) and that pops used within the last two periods,
     /// caught up and with their queue id known; at most `max` of them, the
-    /// most overdue first. A ring nobody polls is left to its next pop.
+    /// most overdue first. A ring nobody polled for two periods is left to
+    /// its next pop (a parked pop looks at its ring once a period).
     pub(super) fn due_reseeds(
         &self,
         now: Instant,
@@ -454,7 +462,7 @@ impl HotList {
                 };
                 if ring.walk.caught_up
                     && (now + early).duration_since(at) >= period
-                    && now.duration_since(ring.used_at) < period
+                    && now.duration_since(ring.used_at) < period.saturating_mul(2)
                 {
                     due.push((
                         at,
@@ -924,7 +932,7 @@ mod tests {
         }
         hot.reseed("d", "g", vec![], now);
         assert!(hot.due_reseeds(now, period, Duration::ZERO, 10).is_empty());
-        let later = now + period;
+        let later = now + 2 * period;
         for queue in ["a", "c", "d"] {
             hot.probe(queue, "g", later - Duration::from_secs(1), period);
         }

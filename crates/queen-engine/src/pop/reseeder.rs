@@ -5,10 +5,12 @@
 //! no queue lookup to find out there is still nothing). What a reseed finds
 //! opens the queue's gate for each name, so a parked pop wakes for it.
 //!
-//! A ring nobody polled within the period is left alone; its next pop
+//! A ring nobody polled within two periods is left alone; its next pop
 //! reseeds it (`HotList::probe` says so once two periods passed, so a ring
-//! this task keeps fresh is never reseeded by a pop too). A ring still
-//! catching up is walked by its pops (`hot.rs`).
+//! this task keeps fresh is never reseeded by a pop too). A pop parked on a
+//! caught-up ring looks at it once a period (`Serving::recheck_interval`),
+//! which keeps it polled. A ring still catching up is walked by its pops
+//! (`hot.rs`).
 
 #[allow(clippy::wildcard_imports)] // the pop module's own names
 use super::*;
