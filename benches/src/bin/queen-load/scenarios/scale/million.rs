@@ -27,7 +27,12 @@
 //!    measure the idle background rate, which is subtracted: statements
 //!    (`xact_commit`), rows read (`tup_returned + tup_fetched`) and buffer
 //!    accesses per pop, and the tables that read the rows.
-//! 6. **Broker state**: `queen_hotlist_rings`, `_entries`, `_bytes` from
+//! 6. **Views**: the seconds of `GET` `/metrics/prometheus`, the status
+//!    page's `/api/v1/status` and the dashboard overview's
+//!    `/api/v1/resources/overview`, `/api/v1/resources/queues` and
+//!    `/api/v1/consumer-groups`, each once after the broker's cluster-series
+//!    cache ran out (`cold`) and once right after (`warm`).
+//! 7. **Broker state**: `queen_hotlist_rings`, `_entries`, `_bytes` from
 //!    `/metrics/prometheus` (null when absent), bytes per entry, the dedup
 //!    cache and ack registry bytes, and RSS.
 //!
@@ -105,9 +110,57 @@ struct Size {
     traffic: Traffic,
     /// None when the consumers could not drain the backlog.
     empty_pops: Option<EmptyPops>,
+    /// Seconds of each view, cold and warm.
+    views: Vec<View>,
     metrics: serde_json::Value,
     hotlist_bytes_per_entry: Option<f64>,
     broker_rss_bytes: u64,
+}
+
+/// The seconds of one view's `GET`.
+#[derive(Debug, Serialize)]
+struct View {
+    path: &'static str,
+    status: u16,
+    cold_seconds: f64,
+    warm_seconds: f64,
+}
+
+/// The views timed (step 6).
+const VIEWS: [&str; 5] = [
+    "/metrics/prometheus",
+    "/api/v1/status",
+    "/api/v1/resources/overview",
+    "/api/v1/resources/queues",
+    "/api/v1/consumer-groups",
+];
+
+/// Longer than the broker's cluster-series cache (5 s).
+const VIEW_COLD: Duration = Duration::from_secs(6);
+
+/// Time each of [`VIEWS`], cold and warm.
+async fn views(conn: &mut Conn) -> Result<Vec<View>> {
+    let mut views = Vec::new();
+    for path in VIEWS {
+        tokio::time::sleep(VIEW_COLD).await;
+        let started = Instant::now();
+        let reply = conn.get(path).await?;
+        let cold_seconds = started.elapsed().as_secs_f64();
+        let started = Instant::now();
+        conn.get(path).await?;
+        let warm_seconds = started.elapsed().as_secs_f64();
+        eprintln!(
+            "queen-load:   GET {path}: {} in {cold_seconds:.3} s cold, {warm_seconds:.3} s warm",
+            reply.status.as_u16()
+        );
+        views.push(View {
+            path,
+            status: reply.status.as_u16(),
+            cold_seconds,
+            warm_seconds,
+        });
+    }
+    Ok(views)
 }
 
 #[derive(Debug, Serialize)]
@@ -262,6 +315,7 @@ async fn size(
         eprintln!("queen-load:   the group did not catch up: no empty-pop figures");
         None
     };
+    let views = views(&mut conn).await?;
     let metrics = Metrics::scrape(addr).await?;
     let broker_rss_bytes = memory::rss_bytes(pid)?;
     brokers[0].check_alive()?;
@@ -279,6 +333,7 @@ async fn size(
         tables,
         traffic,
         empty_pops,
+        views,
         hotlist_bytes_per_entry: measure::per(
             metrics.get("queen_hotlist_bytes"),
             metrics.get("queen_hotlist_entries"),
