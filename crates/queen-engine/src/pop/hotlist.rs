@@ -575,7 +575,11 @@ impl HotList {
             .entry(group.to_owned())
             .or_insert_with(|| Ring::new(now));
         ring.reseeded_at = Some(now);
-        ring.used_at = now;
+        if create {
+            // A pop's reseed is use; a periodic one is not (else every ring
+            // it took would stay due, and never expire, with nobody polling).
+            ring.used_at = now;
+        }
         walked(ring);
         for name in names {
             if !ring.waiting.contains_key(&name) {
@@ -948,6 +952,12 @@ mod tests {
         );
         assert!(hot
             .due_reseeds(later, period, Duration::ZERO, 10)
+            .is_empty());
+        // A periodic reseed is not use: two periods after its last poll
+        // (a second before `later`), "a" is not due again.
+        let unpolled = later + 2 * period - Duration::from_millis(500);
+        assert!(hot
+            .due_reseeds(unpolled, period, Duration::ZERO, 10)
             .is_empty());
         hot.forget_queue("a");
         assert_eq!(
