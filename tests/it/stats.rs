@@ -414,3 +414,61 @@ async fn an_idle_minute_does_not_read_every_queue_s_lag() {
     assert!(broker_rows >= 1);
     broker.stop().await;
 }
+
+/// The live messages of `queue` in a scrape's cluster series.
+fn scraped_messages(scrape: &queen_engine::metrics::Scrape, queue: &str) -> Option<i64> {
+    scrape.cluster.rows.iter().find_map(|row| match row {
+        queen_sql::stats::ClusterRow::Queue {
+            queue: name,
+            messages,
+            ..
+        } if name == queue => Some(*messages),
+        _ => None,
+    })
+}
+
+/// A scrape does not wait for a cluster-series read that takes long (at a
+/// million partitions one takes seconds): with the read held up by a lock,
+/// a scrape past the cache's lifetime answers at once with the last copy,
+/// and the read, once it can go on, lands in the cache for the next one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scrape_answers_from_the_last_copy_while_a_slow_read_runs() {
+    use queen_engine::metrics::{CLUSTER_TIMEOUT, CLUSTER_TTL};
+    let broker = TestBroker::start_with(manual()).await;
+    push(&broker, "slow", "p", &[json!(1)]).await;
+    let observe = broker.engine.observe();
+    let first = observe.scrape().await;
+    assert!(first.cluster_fresh);
+    assert_eq!(scraped_messages(&first, "slow"), Some(1));
+    let locker = broker.db.client().await;
+    locker
+        .batch_execute("BEGIN; LOCK TABLE queen.log_dlq IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    push(&broker, "slow", "p", &[json!(2)]).await;
+    tokio::time::sleep(CLUSTER_TTL).await;
+    let started = std::time::Instant::now();
+    let scrape = observe.scrape().await;
+    let took = started.elapsed();
+    assert!(
+        took < CLUSTER_TIMEOUT,
+        "a scrape waited {took:?} for a held-up read"
+    );
+    assert_eq!(scraped_messages(&scrape, "slow"), Some(1), "the last copy");
+    assert!(scrape.cluster_fresh, "not overdue yet");
+    locker.batch_execute("ROLLBACK").await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let scrape = observe.scrape().await;
+        if scraped_messages(&scrape, "slow") == Some(2) {
+            assert!(scrape.cluster_fresh);
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the held-up read never landed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    broker.stop().await;
+}

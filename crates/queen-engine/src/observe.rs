@@ -57,7 +57,7 @@ pub(crate) struct Observed {
 /// The broker's figures, for metrics, statistics rows and tests.
 pub struct Observer {
     parts: Observed,
-    cluster: ClusterCache,
+    cluster: Arc<ClusterCache>,
     writer: WriterState,
 }
 
@@ -73,7 +73,7 @@ impl Observer {
     pub(crate) fn new(parts: Observed) -> Arc<Observer> {
         Arc::new(Observer {
             parts,
-            cluster: ClusterCache::default(),
+            cluster: Arc::default(),
             writer: WriterState::default(),
         })
     }
@@ -109,10 +109,11 @@ impl Observer {
         }
     }
 
-    /// One scrape: the process series, and the cluster series from one
-    /// database call cached for `metrics::CLUSTER_TTL` (the last good copy,
-    /// marked stale, when PostgreSQL does not answer within
-    /// `metrics::CLUSTER_TIMEOUT`).
+    /// One scrape: the process series, and the cluster series from the
+    /// cache of one database call (`metrics::ClusterCache`: read again in
+    /// the background once `metrics::CLUSTER_TTL`, or ten times the last
+    /// read's duration, passed; a scrape waits for that read at most
+    /// `metrics::CLUSTER_WAIT`, else answers with the last good copy).
     pub async fn scrape(&self) -> Scrape {
         let (cluster, cluster_fresh) = self.cluster.get(&self.parts.pool).await;
         Scrape {

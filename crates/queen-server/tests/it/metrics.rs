@@ -172,7 +172,13 @@ async fn a_prometheus_scrape_parses_and_counts_with_postgres_up_and_down() {
     })
     .await
     .unwrap();
-    tokio::time::sleep(Duration::from_secs(6)).await; // past the cluster TTL
+    // Past the cluster TTL and the overdue allowance.
+    tokio::time::sleep(
+        queen_engine::metrics::CLUSTER_TTL
+            + queen_engine::metrics::CLUSTER_TIMEOUT
+            + Duration::from_secs(1),
+    )
+    .await;
     let started = Instant::now();
     let scrape = client.get("/metrics/prometheus").await;
     let took = started.elapsed();
