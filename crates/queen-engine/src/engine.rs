@@ -8,7 +8,7 @@
 //! | component | owns | holds of others |
 //! | --- | --- | --- |
 //! | push fusion (`push::Fusion`) | lanes, flushers, dedup cache | [`Ready`](crate::pop::Ready), the at-rest flags |
-//! | pop serving (`pop::Serving`) | hot-list, wake gates, limiter, pop caches, revisit wheel | the ack registry (writes), the at-rest key |
+//! | pop serving (`pop::Serving`) | hot-list, wake gates, limiter, pop caches, revisit wheel, periodic reseeds | the ack registry (writes), the at-rest key |
 //! | acks (`ack::Acks`) | ack counters | the ack registry (reads), `Ready` |
 //! | transactions (`txn::Transactions`), dead-letter replay (`txn::replay`) | nothing | acks, `Ready`, the at-rest flags and key |
 //! | lifecycle (`lifecycle::{Queues, Groups, DeadLetters, Messages, Streams, Traces}`) | nothing | the at-rest key; queues and groups `mesh::Changes`, queues the bounded set, dead letters and streams the transactions |
@@ -407,8 +407,8 @@ impl Engine {
     /// Stop background work after it has finished what was already submitted
     /// (push fusion writes every pending segment), then close the pool.
     /// The last step of the shutdown order: pops first (they answer empty),
-    /// then push fusion (it drains), then the spool, the revisit wheel,
-    /// retention, and the pool.
+    /// then push fusion (it drains), then the spool, the revisit wheel and
+    /// the periodic reseeds, retention, and the pool.
     pub async fn shutdown(&self) {
         self.serving.begin_shutdown();
         self.migration.shutdown();

@@ -18,8 +18,9 @@
 //!    push fusion keeps flushing so in-flight pushes still commit (bounded by
 //!    `QUEEN_SHUTDOWN_TIMEOUT_SECONDS`);
 //! 4. stop fusion after its last flush, the spool's drainer (what it holds
-//!    stays on disk and is drained at the next start), the revisit wheel and
-//!    the retention loop, then close the pool (`Engine::shutdown`);
+//!    stays on disk and is drained at the next start), the revisit wheel,
+//!    the periodic reseeds and the retention loop, then close the pool
+//!    (`Engine::shutdown`);
 //! 5. stop the managed PostgreSQL, if this process started it.
 //!
 //! A second SIGINT or SIGTERM during any of that exits at once, with status
