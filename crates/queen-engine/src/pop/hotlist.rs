@@ -928,6 +928,10 @@ mod tests {
         let queues = |due: Vec<Due>| -> Vec<(String, String)> {
             due.into_iter().map(|due| (due.queue, due.group)).collect()
         };
+        // A reseed of `queue`'s ring that found nothing and went round.
+        let caught_up = |queue: &str, at: Instant| {
+            hot.reseeded(queue, "g", QID, found(&[], None), 16, at);
+        };
         // Caught up at `now`: "a" polled since, "b" never again, "c" still
         // walking, "d" filled by a bench with no queue id.
         for queue in ["a", "b", "c"] {
@@ -966,15 +970,8 @@ mod tests {
         );
         assert!(!hot.knows("a", "g"));
         // The most overdue first, at most `max`.
-        hot.reseeded("x", "g", QID, found(&[], None), 16, now);
-        hot.reseeded(
-            "y",
-            "g",
-            QID,
-            found(&[], None),
-            16,
-            now + Duration::from_secs(1),
-        );
+        caught_up("x", now);
+        caught_up("y", now + Duration::from_secs(1));
         let at = now + 3 * period;
         for queue in ["x", "y"] {
             hot.probe(queue, "g", at, period);
@@ -984,15 +981,8 @@ mod tests {
             [("x".into(), "g".into())]
         );
         // Due within `early`: taken now, with the ones due already.
-        hot.reseeded("x", "g", QID, found(&[], None), 16, at);
-        hot.reseeded(
-            "y",
-            "g",
-            QID,
-            found(&[], None),
-            16,
-            at + Duration::from_secs(1),
-        );
+        caught_up("x", at);
+        caught_up("y", at + Duration::from_secs(1));
         let next = at + period;
         for queue in ["x", "y"] {
             hot.probe(queue, "g", next, period);

@@ -6,6 +6,15 @@ use queen_testkit::TestDb;
 
 const QUEUES: i64 = 2_000;
 
+/// The statement inserting [`QUEUES`] queues `q1..`, every setting at its
+/// default.
+fn insert_queues() -> String {
+    format!(
+        "INSERT INTO queen.queues (id, tenant_id, name, namespace, task) \
+         SELECT gen_random_uuid(), 'default', 'q' || g, '', '' FROM generate_series(1, {QUEUES}) g;"
+    )
+}
+
 #[tokio::test]
 async fn a_step_with_nothing_due_reads_no_queue_s_sidecar_list() {
     let db = TestDb::new().await;
@@ -13,11 +22,11 @@ async fn a_step_with_nothing_due_reads_no_queue_s_sidecar_list() {
     // Queues without retention, each with a partition holding fresh rows.
     client
         .batch_execute(&format!(
-            "INSERT INTO queen.queues (id, tenant_id, name, namespace, task) \
-             SELECT gen_random_uuid(), 'default', 'q' || g, '', '' FROM generate_series(1, {QUEUES}) g; \
+            "{} \
              INSERT INTO queen.log_partitions (id, queue_id, name, oldest_live_at, oldest_txn_at) \
              SELECT gen_random_uuid(), q.id, 'p', now(), now() FROM queen.queues q; \
-             ANALYZE queen.queues; ANALYZE queen.log_partitions;"
+             ANALYZE queen.queues; ANALYZE queen.log_partitions;",
+            insert_queues()
         ))
         .await
         .unwrap();
@@ -70,15 +79,15 @@ async fn no_background_step_reads_every_queue_when_nothing_is_due() {
     // one queue with retention and one with eviction, nothing due in either.
     client
         .batch_execute(&format!(
-            "INSERT INTO queen.queues (id, tenant_id, name, namespace, task) \
-             SELECT gen_random_uuid(), 'default', 'q' || g, '', '' FROM generate_series(1, {QUEUES}) g; \
+            "{} \
              UPDATE queen.queues SET retention_enabled = true, retention_seconds = 3600 WHERE name = 'q1'; \
              UPDATE queen.queues SET max_wait_time_seconds = 3600 WHERE name = 'q2'; \
              INSERT INTO queen.log_partitions (id, queue_id, name, oldest_live_at, oldest_txn_at) \
              SELECT gen_random_uuid(), q.id, 'live', now(), now() FROM queen.queues q; \
              INSERT INTO queen.log_partitions (id, queue_id, name) \
              SELECT gen_random_uuid(), q.id, 'empty' FROM queen.queues q; \
-             ANALYZE queen.queues; ANALYZE queen.log_partitions;"
+             ANALYZE queen.queues; ANALYZE queen.log_partitions;",
+            insert_queues()
         ))
         .await
         .unwrap();
@@ -121,11 +130,11 @@ async fn the_marked_queue_refresh_reads_only_the_marked_queues() {
     let client = db.client().await;
     client
         .batch_execute(&format!(
-            "INSERT INTO queen.queues (id, tenant_id, name, namespace, task) \
-             SELECT gen_random_uuid(), 'default', 'q' || g, '', '' FROM generate_series(1, {QUEUES}) g; \
+            "{} \
              UPDATE queen.queues SET max_queue_size = 10 WHERE name = 'q7'; \
              UPDATE queen.queues SET encryption_enabled = true WHERE name = 'q9'; \
-             ANALYZE queen.queues;"
+             ANALYZE queen.queues;",
+            insert_queues()
         ))
         .await
         .unwrap();
