@@ -74,6 +74,8 @@ fn bucket(at: SystemTime) -> SystemTime {
 struct Minute<'a> {
     pub(crate) process: &'a ProcessMetrics,
     pub(crate) queues: &'a std::collections::HashMap<String, QueueMinute>,
+    /// The queues that get a row ([`queue_names`]).
+    pub(crate) names: &'a [&'a str],
     pub(crate) dropped: u64,
     pub(crate) lag: LagWindow,
     pub(crate) delivery: DeliveryLag,
@@ -87,6 +89,7 @@ fn rows(state: &WriterState, minute: &Minute<'_>) -> (Value, Value) {
     let Minute {
         process,
         queues,
+        names,
         dropped,
         lag,
         delivery,
@@ -138,9 +141,9 @@ fn rows(state: &WriterState, minute: &Minute<'_>) -> (Value, Value) {
         .iter()
         .map(|(queue, n)| (queue.as_str(), *n))
         .collect();
-    let names = queue_names(process, queues);
     let rows: Vec<Value> = names
-        .into_iter()
+        .iter()
+        .copied()
         .map(|queue| {
             let counts = queues.get(queue).copied().unwrap_or_default();
             let (lag_messages, lag_seconds) = cluster.queue_lag(queue).unwrap_or((0, 0));
@@ -196,7 +199,8 @@ impl WriterState {
         let delivery = stats.take_delivery();
         // The cluster series (every queue's lag) is read only for a minute
         // with queue rows: an idle broker reads nothing of every queue.
-        let cluster = if queue_names(process, &queues).is_empty() {
+        let names = queue_names(process, &queues);
+        let cluster = if names.is_empty() {
             Arc::default()
         } else {
             cluster.await
@@ -204,6 +208,7 @@ impl WriterState {
         let minute = Minute {
             process,
             queues: &queues,
+            names: &names,
             dropped,
             lag,
             delivery,
