@@ -22,8 +22,12 @@
 --               batch_retry_count > 0); so failed >= deadLetter
 -- A partition no group has a cursor on yet counts all its messages pending.
 -- docs/admin-api.md says field by field what each view answers.
--- These views read every partition (and its cursors) of the queues they
--- cover: meant for the operator's occasional look, not for a hot loop.
+-- The views over many queues (queues, namespaces and tasks, overview,
+-- status) read these counts per queue from the kept figures
+-- (figures_queue_counts_v1, procedures/figures.sql), at a cost that follows
+-- the queues and the writes since the last fold, not the partitions; the
+-- views of one queue's partitions read every partition (and its cursors) of
+-- that queue: meant for the operator's look, not for a hot loop.
 
 -- queen.admin_iso: a timestamp as the views write it (NULL stays NULL).
 CREATE OR REPLACE FUNCTION queen.admin_iso(p_at timestamptz)
@@ -214,12 +218,10 @@ BEGIN
                  ORDER BY q.name)
           FROM queen.queues q
           LEFT JOIN (
-              SELECT a.o_queue_id AS id, count(*) AS partitions, sum(a.o_total) AS total,
-                     sum(a.o_pending) AS pending, sum(a.o_processing) AS processing,
-                     sum(a.o_completed) AS completed, sum(a.o_failed) AS failed,
-                     sum(a.o_dead_letter) AS dead
-                FROM queen.admin_partition_stats_v2(p_tenant, NULL, NULL, NULL) a
-               GROUP BY a.o_queue_id) AS s ON s.id = q.id
+              SELECT a.o_queue_id AS id, a.o_partitions AS partitions, a.o_total AS total,
+                     a.o_pending AS pending, a.o_processing AS processing,
+                     a.o_completed AS completed, a.o_failed AS failed, a.o_dead AS dead
+                FROM queen.figures_queue_counts_v1(p_tenant, NULL, NULL, NULL) a) AS s ON s.id = q.id
          WHERE q.tenant_id = p_tenant), '[]'::jsonb));
 END
 $$;
@@ -289,12 +291,10 @@ BEGIN
                    sum(s.failed)::bigint AS failed, sum(s.dead)::bigint AS dead
               FROM queen.queues q
               LEFT JOIN (
-                  SELECT a.o_queue_id AS id, count(*) AS partitions, sum(a.o_total) AS total,
-                         sum(a.o_pending) AS pending, sum(a.o_processing) AS processing,
-                         sum(a.o_completed) AS completed, sum(a.o_failed) AS failed,
-                     sum(a.o_dead_letter) AS dead
-                    FROM queen.admin_partition_stats_v2(p_tenant, NULL, NULL, NULL) a
-                   GROUP BY a.o_queue_id) AS s ON s.id = q.id
+                  SELECT a.o_queue_id AS id, a.o_partitions AS partitions, a.o_total AS total,
+                         a.o_pending AS pending, a.o_processing AS processing,
+                         a.o_completed AS completed, a.o_failed AS failed, a.o_dead AS dead
+                    FROM queen.figures_queue_counts_v1(p_tenant, NULL, NULL, NULL) a) AS s ON s.id = q.id
              WHERE q.tenant_id = p_tenant
                AND (CASE WHEN p_by = 'task' THEN q.task ELSE q.namespace END) <> ''
              GROUP BY 1) AS g;
@@ -333,12 +333,12 @@ DECLARE
     v_pushed bigint;
     v_acked bigint;
 BEGIN
-    SELECT count(*),
+    SELECT COALESCE(sum(a.o_partitions), 0)::bigint,
            queen.admin_message_counts(sum(a.o_total)::bigint, sum(a.o_pending)::bigint,
                                       sum(a.o_processing)::bigint, sum(a.o_completed)::bigint,
-                                      sum(a.o_failed)::bigint, sum(a.o_dead_letter)::bigint)
+                                      sum(a.o_failed)::bigint, sum(a.o_dead)::bigint)
       INTO v_partitions, v_counts
-      FROM queen.admin_partition_stats_v2(p_tenant, NULL, NULL, NULL) a;
+      FROM queen.figures_queue_counts_v1(p_tenant, NULL, NULL, NULL) a;
     SELECT array_agg(c.o_time_lag_seconds::double precision) FILTER (WHERE c.o_offset_lag > 0),
            array_agg(c.o_offset_lag::double precision) FILTER (WHERE c.o_offset_lag > 0)
       INTO v_time, v_offset
@@ -411,12 +411,10 @@ BEGIN
                            'acked', COALESCE(st.acked, 0), 'failed', COALESCE(st.failed, 0))) AS row
               FROM queen.queues q
               LEFT JOIN (
-                  SELECT a.o_queue_id AS id, count(*) AS partitions, sum(a.o_total)::bigint AS total,
-                         sum(a.o_pending)::bigint AS pending, sum(a.o_processing)::bigint AS processing,
-                         sum(a.o_completed)::bigint AS completed, sum(a.o_failed)::bigint AS failed,
-                         sum(a.o_dead_letter)::bigint AS dead
-                    FROM queen.admin_partition_stats_v2(p_tenant, p_queue, p_namespace, p_task) a
-                   GROUP BY a.o_queue_id) AS s ON s.id = q.id
+                  SELECT a.o_queue_id AS id, a.o_partitions AS partitions, a.o_total AS total,
+                         a.o_pending AS pending, a.o_processing AS processing,
+                         a.o_completed AS completed, a.o_failed AS failed, a.o_dead AS dead
+                    FROM queen.figures_queue_counts_v1(p_tenant, p_queue, p_namespace, p_task) a) AS s ON s.id = q.id
               LEFT JOIN (
                   SELECT sq.queue_name, sum(sq.pushed)::bigint AS pushed, sum(sq.popped)::bigint AS popped,
                          sum(sq.acked)::bigint AS acked, sum(sq.ack_failed)::bigint AS failed
@@ -587,13 +585,13 @@ BEGIN
 
     SELECT queen.admin_message_counts(sum(a.o_total)::bigint, sum(a.o_pending)::bigint,
                                       sum(a.o_processing)::bigint, sum(a.o_completed)::bigint,
-                                      sum(a.o_failed)::bigint, sum(a.o_dead_letter)::bigint),
+                                      sum(a.o_failed)::bigint, sum(a.o_dead)::bigint),
            jsonb_build_object('active', COALESCE(sum(a.o_leases), 0),
-                              'partitionsWithLeases', count(*) FILTER (WHERE a.o_leases > 0),
+                              'partitionsWithLeases', COALESCE(sum(a.o_leased_partitions), 0),
                               'totalBatchSize', COALESCE(sum(a.o_lease_batch), 0),
                               'totalAcked', COALESCE(sum(a.o_lease_acked), 0))
       INTO v_counts, v_leases
-      FROM queen.admin_partition_stats_v2(p_tenant, p_queue, p_namespace, p_task) a;
+      FROM queen.figures_queue_counts_v1(p_tenant, p_queue, p_namespace, p_task) a;
 
     SELECT jsonb_build_object(
                'totalMessages', count(*),

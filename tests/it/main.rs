@@ -7,6 +7,7 @@ mod admin;
 mod auth;
 mod configure;
 mod dlq;
+mod figures;
 mod fuzz_corpus;
 mod health;
 mod jwks;

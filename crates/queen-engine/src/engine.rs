@@ -13,6 +13,7 @@
 //! | transactions (`txn::Transactions`), dead-letter replay (`txn::replay`) | nothing | acks, `Ready`, the at-rest flags and key |
 //! | lifecycle (`lifecycle::{Queues, Groups, DeadLetters, Messages, Streams, Traces}`) | nothing | the at-rest key; queues and groups `mesh::Changes`, queues the bounded set, dead letters and streams the transactions |
 //! | retention (`retention::Retention`) | its loop task, counters | nothing |
+//! | kept figures (`figures::Figures`) | its fold loop task, a counter | nothing |
 //! | push routing (`push::Pushes`) | the spool (`spool::Spool`: files, writer thread, drainer task) | fusion, transactions, bounded queues, maintenance, the at-rest flags, statistics |
 //! | invalidation (`mesh::Changes`) | nothing | pop serving, fusion, acks, the at-rest flags, the mesh's sending half |
 //! | maintenance (`maintenance::Maintenance`) | the two persisted flags | nothing |
@@ -34,6 +35,7 @@ use crate::ack::Acks;
 use crate::bounded::Bounded;
 use crate::cluster_state::ClusterState;
 use crate::crypto::AtRest;
+use crate::figures::Figures;
 use crate::health::{Health, HealthProbe};
 use crate::lifecycle::{Db, DeadLetters, Groups, Messages, Queues, Streams, Traces};
 use crate::maintenance::Maintenance;
@@ -76,6 +78,7 @@ pub struct Engine {
     migration: Migration,
     health: HealthProbe,
     retention: Arc<Retention>,
+    figures: Figures,
     stats: Arc<Stats>,
 }
 
@@ -194,6 +197,7 @@ impl Engine {
             cluster_state: Arc::clone(&cluster_state),
             mesh: out,
         });
+        let figures = Figures::start(pool.clone(), config.figures_interval);
         let read_pool = config.read_pool.clone().unwrap_or_else(|| pool.clone());
         let db = Db::new(pool.clone(), read_pool.clone(), at_rest);
         Engine {
@@ -218,6 +222,7 @@ impl Engine {
             cluster_state,
             observer,
             retention,
+            figures,
         }
     }
 
@@ -370,6 +375,18 @@ impl Engine {
         self.retention.evict().await
     }
 
+    /// Run one fold pass of the admin views' kept figures now (the loop
+    /// runs them every `figures_interval`): the partitions it folded (0
+    /// when another broker was folding).
+    pub async fn figures_pass(&self) -> Result<u64, EngineError> {
+        self.figures.pass().await
+    }
+
+    /// Partitions this broker's fold passes folded since it started.
+    pub fn figures_folded(&self) -> u64 {
+        self.figures.folded()
+    }
+
     /// Answer an admin view (`procedures/admin.sql`) from the read pool
     /// (the replica's, when configured; `postgres-stats` always from the
     /// primary, whose server it describes); `None` when what it names
@@ -408,7 +425,7 @@ impl Engine {
     /// (push fusion writes every pending segment), then close the pool.
     /// The last step of the shutdown order: pops first (they answer empty),
     /// then push fusion (it drains), then the spool, the revisit wheel and
-    /// the periodic reseeds, retention, and the pool.
+    /// the periodic reseeds, retention, the figures fold, and the pool.
     pub async fn shutdown(&self) {
         self.serving.begin_shutdown();
         self.migration.shutdown();
@@ -418,6 +435,7 @@ impl Engine {
         }
         self.serving.shutdown().await;
         self.retention.shutdown().await;
+        self.figures.shutdown().await;
         self.pool.close();
     }
 }

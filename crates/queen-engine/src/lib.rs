@@ -18,6 +18,7 @@ mod cluster_state;
 pub mod crypto;
 mod engine;
 mod error;
+mod figures;
 mod health;
 mod lifecycle;
 mod maintenance;
@@ -119,6 +120,11 @@ pub struct EngineConfig {
     /// How often the eviction loop runs (`EVICTION_INTERVAL`); `None`: no
     /// loop, passes run only through [`Engine::eviction_pass`].
     pub eviction_interval: Option<Duration>,
+    /// How often the admin views' kept figures are folded
+    /// (`QUEEN_FIGURES_FOLD_MS`); `None`: no loop, passes run only through
+    /// [`Engine::figures_pass`] (the views stay exact, and slow down with
+    /// what is left unfolded).
+    pub figures_interval: Option<Duration>,
     /// How long an empty partition must stay idle before the retention pass
     /// removes it (`QUEEN_PARTITION_IDLE_SECONDS`); `None`: never.
     pub partition_idle: Option<Duration>,
@@ -174,6 +180,7 @@ impl Default for EngineConfig {
             limiter: LimiterConfig::default(),
             retention_interval: Some(Duration::from_millis(300_000)),
             eviction_interval: Some(Duration::from_millis(60_000)),
+            figures_interval: Some(Duration::from_millis(1000)),
             partition_idle: Some(Duration::from_secs(86_400)),
             spool: None,
             maintenance_refresh: Duration::from_millis(1000),

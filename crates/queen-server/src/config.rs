@@ -266,6 +266,11 @@ pub(crate) struct Config {
     #[arg(long, env = "EVICTION_INTERVAL", default_value_t = 60_000)]
     pub(crate) eviction_interval: u64,
 
+    /// Milliseconds between folds of the admin views' kept message figures
+    /// (0: none; the views stay exact and slow down with what is unfolded).
+    #[arg(long, env = "QUEEN_FIGURES_FOLD_MS", default_value_t = 1000)]
+    pub(crate) figures_fold_ms: u64,
+
     /// Seconds an empty partition must stay idle before retention removes it
     /// (0: never).
     #[arg(long, env = "QUEEN_PARTITION_IDLE_SECONDS", default_value_t = 86_400)]

@@ -19,8 +19,8 @@
 //!    `QUEEN_SHUTDOWN_TIMEOUT_SECONDS`);
 //! 4. stop fusion after its last flush, the spool's drainer (what it holds
 //!    stays on disk and is drained at the next start), the revisit wheel,
-//!    the periodic reseeds and the retention loop, then close the pool
-//!    (`Engine::shutdown`);
+//!    the periodic reseeds, the retention loop and the figures fold, then
+//!    close the pool (`Engine::shutdown`);
 //! 5. stop the managed PostgreSQL, if this process started it.
 //!
 //! A second SIGINT or SIGTERM during any of that exits at once, with status
@@ -263,6 +263,8 @@ fn engine_config(config: &Config) -> Result<queen_engine::EngineConfig, ServerEr
             max: Duration::from_millis(config.pop_wait_max_interval_ms),
         },
         limiter: queen_engine::LimiterConfig::default(),
+        figures_interval: (config.figures_fold_ms > 0)
+            .then(|| Duration::from_millis(config.figures_fold_ms)),
         retention_interval: (config.retention_interval > 0)
             .then(|| Duration::from_millis(config.retention_interval)),
         eviction_interval: (config.eviction_interval > 0)

@@ -19,6 +19,7 @@ pub mod admin;
 pub mod connect;
 pub mod dlq;
 mod error;
+pub mod figures;
 pub mod lifecycle;
 pub mod migration;
 pub mod notify;

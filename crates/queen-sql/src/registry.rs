@@ -57,6 +57,7 @@ pub const FILES: &[SqlFile] = &[
     sql_file!("schema/007_system_state.sql", Transactional),
     sql_file!("schema/008_streams.sql", Transactional),
     sql_file!("schema/009_stats.sql", Transactional),
+    sql_file!("schema/010_figures.sql", Transactional),
     sql_file!("schema/090_concurrent_indexes.sql", Concurrent),
     sql_file!("procedures/configure.sql", Transactional),
     sql_file!("procedures/push.sql", Transactional),
@@ -67,6 +68,7 @@ pub const FILES: &[SqlFile] = &[
     sql_file!("procedures/dlq.sql", Transactional),
     sql_file!("procedures/streams.sql", Transactional),
     sql_file!("procedures/stats.sql", Transactional),
+    sql_file!("procedures/figures.sql", Transactional),
     sql_file!("procedures/admin.sql", Transactional),
     sql_file!("procedures/migration.sql", Transactional),
 ];

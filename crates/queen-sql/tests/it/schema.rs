@@ -101,6 +101,10 @@ async fn apply_twice_on_an_empty_database_builds_the_whole_schema() {
         [
             "consumer_groups_metadata",
             "database_identity",
+            "figures_build",
+            "figures_dirty",
+            "figures_partition",
+            "figures_queue",
             "log_consumers",
             "log_dlq",
             "log_partitions",
@@ -246,6 +250,14 @@ async fn check_storage(client: &tokio_postgres::Client) {
             "autovacuum_vacuum_scale_factor=0",
             "autovacuum_vacuum_threshold=500",
             "fillfactor=70",
+            "vacuum_truncate=off",
+        ]
+    );
+    assert_eq!(
+        texts(client, RELOPTIONS_SQL, "queen.figures_dirty").await[..],
+        [
+            "autovacuum_vacuum_scale_factor=0",
+            "autovacuum_vacuum_threshold=500",
             "vacuum_truncate=off",
         ]
     );
@@ -724,7 +736,8 @@ async fn reapply_takes_no_lock_on_queen_tables() {
                         queen.log_segments, queen.log_txns, queen.log_consumers, queen.log_dlq,
                         queen.message_traces, queen.system_state, queen.database_identity,
                         queen.stats_queue_minute, queen.stats_broker_minute,
-                        queen_streams.queries, queen_streams.state
+                        queen.figures_partition, queen.figures_queue, queen.figures_dirty,
+                        queen.figures_build, queen_streams.queries, queen_streams.state
                  IN ACCESS EXCLUSIVE MODE;",
         )
         .await

@@ -1,0 +1,278 @@
+//! The admin views' kept figures (`sql/schema/010_figures.sql`): the
+//! per-queue counts they read (`figures_queue_counts_v1`) equal the scan of
+//! every partition (`admin_partition_stats_v2`, summed per queue) after
+//! every step of a mixed workload, folded or not, during and after the build
+//! pass of a database populated before the figures existed.
+
+use std::time::Duration;
+
+use queen_engine::EngineConfig;
+use queen_tests::TestBroker;
+use serde_json::{json, Value};
+
+use crate::support::{ack_all, configure, expect_status, messages, pop, push};
+
+/// The counts of the kept figures and of the scan, as JSON text, read in one
+/// statement (one snapshot).
+const COMPARE: &str = "
+WITH kept AS (
+    SELECT a.o_queue_id AS queue, a.o_partitions AS partitions, a.o_total AS total,
+           a.o_pending AS pending, a.o_processing AS processing, a.o_completed AS completed,
+           a.o_failed AS failed, a.o_dead AS dead, a.o_leases AS leases,
+           a.o_leased_partitions AS leased, a.o_lease_batch AS batch, a.o_lease_acked AS acked
+      FROM queen.figures_queue_counts_v1('default', NULL, NULL, NULL) a
+), scan AS (
+    SELECT a.o_queue_id AS queue, count(*)::bigint AS partitions, sum(a.o_total)::bigint AS total,
+           sum(a.o_pending)::bigint AS pending, sum(a.o_processing)::bigint AS processing,
+           sum(a.o_completed)::bigint AS completed, sum(a.o_failed)::bigint AS failed,
+           sum(a.o_dead_letter)::bigint AS dead, sum(a.o_leases)::bigint AS leases,
+           count(*) FILTER (WHERE a.o_leases > 0)::bigint AS leased,
+           sum(a.o_lease_batch)::bigint AS batch, sum(a.o_lease_acked)::bigint AS acked
+      FROM queen.admin_partition_stats_v2('default', NULL, NULL, NULL) a
+     GROUP BY a.o_queue_id
+)
+SELECT COALESCE((SELECT jsonb_agg(to_jsonb(k) ORDER BY k.queue) FROM kept k), '[]')::text,
+       COALESCE((SELECT jsonb_agg(to_jsonb(s) ORDER BY s.queue) FROM scan s), '[]')::text";
+
+/// Insist the kept figures count what the scan counts; `step` names the
+/// moment for the failure message.
+async fn same_counts(broker: &TestBroker, step: &str) {
+    let row = broker.sql().await.query_one(COMPARE, &[]).await.unwrap();
+    let (kept, scan): (String, String) = (row.get(0), row.get(1));
+    assert_eq!(
+        kept, scan,
+        "after {step}: kept figures (left) differ from the scan"
+    );
+}
+
+/// No fold loop: the test folds when it chooses.
+fn unfolded() -> EngineConfig {
+    EngineConfig {
+        figures_interval: None,
+        stats_interval: None,
+        retention_interval: None,
+        eviction_interval: None,
+        ..EngineConfig::default()
+    }
+}
+
+/// A small deterministic generator (the workload is the same every run).
+struct Steps(u64);
+
+impl Steps {
+    fn next(&mut self, n: usize) -> usize {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        usize::try_from((self.0 >> 33) % u64::try_from(n).unwrap()).unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kept_figures_count_what_the_scan_counts_through_a_mixed_workload() {
+    let broker = TestBroker::start_with(unfolded()).await;
+    for queue in ["fa", "fb"] {
+        configure(&broker, queue, json!({"retryLimit": 1, "leaseTime": 300})).await;
+    }
+    same_counts(&broker, "configure").await;
+    let mut steps = Steps(7);
+    let mut held: Vec<(Value, Option<&str>)> = Vec::new();
+    let groups = [None, Some("g1"), Some("g2")];
+    for i in 0..120 {
+        let queue = ["fa", "fb"][steps.next(2)];
+        let partition = format!("p{}", steps.next(5));
+        let what = steps.next(10);
+        let label = match what {
+            0..=3 => {
+                let n = 1 + steps.next(4);
+                let payloads: Vec<Value> = (0..n).map(|k| json!({"i": i, "k": k})).collect();
+                push(&broker, queue, &partition, &payloads).await;
+                "push"
+            }
+            4..=5 => {
+                let group = groups[steps.next(3)];
+                let mut path = format!(
+                    "/api/v1/pop/queue/{queue}/partition/{partition}?batch={}&wait=false",
+                    1 + steps.next(3)
+                );
+                if let Some(group) = group {
+                    path.push_str(&format!("&consumerGroup={group}&subscriptionMode=all"));
+                }
+                if let Some(popped) = pop(&broker, &path).await {
+                    held.push((popped, group));
+                }
+                "pop"
+            }
+            6..=8 if !held.is_empty() => {
+                let (popped, group) = held.remove(steps.next(held.len()));
+                let status = ["completed", "completed", "failed"][steps.next(3)];
+                ack_all(&broker, &popped, status, group).await;
+                "ack"
+            }
+            9 if i % 3 == 0 => {
+                let reply = broker.client.delete("/api/v1/consumer-groups/g2").await;
+                expect_status(&reply, 200);
+                held.retain(|(_, group)| *group != Some("g2"));
+                "group delete"
+            }
+            _ => "nothing",
+        };
+        same_counts(&broker, &format!("step {i} ({label})")).await;
+        if steps.next(4) == 0 {
+            broker.engine.figures_pass().await.unwrap();
+            same_counts(&broker, &format!("step {i} ({label}) and a fold")).await;
+        }
+    }
+    // A dead letter leaves by a delete of its message; a queue goes whole.
+    let dead = broker
+        .sql()
+        .await
+        .query_opt(
+            "SELECT d.partition_id::text, d.transaction_id FROM queen.log_dlq d LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    if let Some(dead) = dead {
+        let (partition, transaction): (String, String) = (dead.get(0), dead.get(1));
+        let reply = broker
+            .client
+            .delete(&format!("/api/v1/messages/{partition}/{transaction}"))
+            .await;
+        assert!(reply.status.is_success(), "{:?}", reply.status);
+        same_counts(&broker, "a dead letter's delete").await;
+    }
+    let reply = broker.client.delete("/api/v1/resources/queues/fb").await;
+    expect_status(&reply, 200);
+    same_counts(&broker, "a queue's delete").await;
+    broker.engine.figures_pass().await.unwrap();
+    same_counts(&broker, "the last fold").await;
+
+    // Folded through: nothing is left dirty and the kept rows alone are the
+    // counts (the views then read one row per queue).
+    let sql = broker.sql().await;
+    let dirty: i64 = sql
+        .query_one("SELECT count(*) FROM queen.figures_dirty", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(dirty, 0);
+    let kept: i64 = sql
+        .query_one(
+            "SELECT count(*) FROM queen.figures_partition f \
+               JOIN queen.queues q ON q.id = f.queue_id WHERE q.name = 'fb'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(kept, 0, "a deleted queue's partitions leave the kept rows");
+    assert!(broker.engine.figures_folded() > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_moves_the_kept_totals() {
+    let broker = TestBroker::start_with(unfolded()).await;
+    configure(
+        &broker,
+        "short",
+        json!({"retentionEnabled": true, "retentionSeconds": 1}),
+    )
+    .await;
+    for p in 0..3 {
+        push(&broker, "short", &format!("p{p}"), &[json!(1), json!(2)]).await;
+    }
+    broker.engine.figures_pass().await.unwrap();
+    same_counts(&broker, "the pushes, folded").await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let removed = broker.engine.retention_pass().await.unwrap();
+    assert_eq!(removed.messages, 6);
+    same_counts(&broker, "retention").await;
+    broker.engine.figures_pass().await.unwrap();
+    same_counts(&broker, "retention, folded").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_populated_before_the_figures_is_counted_by_the_build_pass() {
+    let broker = TestBroker::start_with(unfolded()).await;
+    for p in 0..7 {
+        push(&broker, "old", &format!("p{p}"), &[json!(p), json!(p + 1)]).await;
+    }
+    let popped = pop(&broker, "/api/v1/pop/queue/old/partition/p3?batch=1")
+        .await
+        .unwrap();
+    assert_eq!(messages(&popped).len(), 1);
+    // What an upgraded database looks like: nothing kept, the build to do.
+    let sql = broker.sql().await;
+    sql.batch_execute(
+        "TRUNCATE queen.figures_partition, queen.figures_queue, queen.figures_dirty;
+         UPDATE queen.figures_build SET done = false, after_id = NULL;",
+    )
+    .await
+    .unwrap();
+    same_counts(&broker, "the upgrade (the views scan)").await;
+    let mut folds = 0;
+    loop {
+        let folded: i32 = sql
+            .query_one("SELECT queen.figures_fold_v1(2)", &[])
+            .await
+            .unwrap()
+            .get(0);
+        folds += 1;
+        same_counts(&broker, &format!("build step {folds}")).await;
+        push(&broker, "old", "p0", &[json!("during")]).await;
+        same_counts(&broker, &format!("a push after build step {folds}")).await;
+        let done: bool = sql
+            .query_one("SELECT done FROM queen.figures_build", &[])
+            .await
+            .unwrap()
+            .get(0);
+        if done {
+            break;
+        }
+        assert!(folded > 0 && folds < 10, "the build pass does not end");
+    }
+    // Two partitions a step: seven partitions take four steps.
+    assert_eq!(folds, 4);
+    broker.engine.figures_pass().await.unwrap();
+    let (kept, total): (i64, i64) = {
+        let row = sql
+            .query_one(
+                "SELECT (SELECT total FROM queen.figures_queue), \
+                        (SELECT sum(last_offset - log_start + 1)::bigint FROM queen.log_partitions)",
+                &[],
+            )
+            .await
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!(kept, total, "the kept row alone counts every message");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_fold_runs_at_a_time() {
+    let broker = TestBroker::start_with(unfolded()).await;
+    push(&broker, "q", "p", &[json!(1)]).await;
+    let mut holder = broker.sql().await;
+    let txn = holder.transaction().await.unwrap();
+    let first: i32 = txn
+        .query_one("SELECT queen.figures_fold_v1(10)", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(first, 1);
+    let second: i32 = broker
+        .sql()
+        .await
+        .query_one("SELECT queen.figures_fold_v1(10)", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        second, -1,
+        "a second fold waits for no lock and does nothing"
+    );
+    txn.commit().await.unwrap();
+    same_counts(&broker, "the fold").await;
+}
