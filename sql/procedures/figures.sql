@@ -37,16 +37,48 @@ BEGIN
 END
 $$;
 
--- queen.figures_fold_v1: fold up to p_limit figures_dirty rows (and, while
--- the build pass runs, the next p_limit partitions in id order) into the
--- kept figures. Returns how many partitions it folded, or -1 when another
--- session is folding (one fold at a time, so the kept rows have one writer
--- and no lock order to get wrong). The kept figure of each partition is
--- recomputed whole, never adjusted, so folding a partition twice is
--- harmless: a change that commits while a fold runs leaves its own dirty
--- row behind for the next one.
-CREATE OR REPLACE FUNCTION queen.figures_fold_v1(p_limit integer)
-RETURNS integer
+-- queen.figures_mark_v1: mark the partitions a broker pushed to, named
+-- (tenant, queue, partition), dirty: one row per queue. Those that no
+-- longer exist are skipped.
+CREATE OR REPLACE FUNCTION queen.figures_mark_v1(
+    p_tenants    text[],
+    p_queues     text[],
+    p_partitions text[]
+) RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_n integer;
+BEGIN
+    INSERT INTO queen.figures_dirty (queue_id, partition_ids)
+    SELECT p.queue_id, array_agg(p.id)
+      FROM unnest(p_tenants, p_queues, p_partitions) AS m(tenant, queue, partition)
+      JOIN queen.queues q ON q.tenant_id = m.tenant AND q.name = m.queue
+      JOIN queen.log_partitions p ON p.queue_id = q.id AND p.name = m.partition
+     GROUP BY p.queue_id;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END
+$$;
+
+-- queen.figures_fold_v1: fold up to p_limit figures_dirty rows, the
+-- partitions a broker pushed to (p_tenants, p_queues, p_partitions, as
+-- figures_mark_v1 takes them) and the next p_verify partitions in id order
+-- (the build pass while it runs, then the verify cycle, which wraps) into
+-- the kept figures. Returns how many partitions it folded, or -1 when
+-- another session is folding (one fold at a time, so the kept rows have one
+-- writer and no lock order to get wrong); then the pushed partitions are
+-- marked dirty instead, for the next fold. The kept figure of each
+-- partition is recomputed whole, never adjusted, so folding a partition
+-- twice is harmless: a change that commits while a fold runs leaves its own
+-- dirty row behind for the next one.
+CREATE OR REPLACE FUNCTION queen.figures_fold_v1(
+    p_limit      integer,
+    p_verify     integer,
+    p_tenants    text[],
+    p_queues     text[],
+    p_partitions text[]
+) RETURNS integer
 LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -55,9 +87,9 @@ DECLARE
     v_ids uuid[];
     v_more uuid[];
     v_build record;
-    v_n integer;
 BEGIN
     IF NOT pg_try_advisory_xact_lock(c_lock) THEN
+        PERFORM queen.figures_mark_v1(p_tenants, p_queues, p_partitions);
         RETURN -1;
     END IF;
     WITH taken AS (
@@ -67,13 +99,19 @@ BEGIN
     SELECT array_agg(u.id) INTO v_ids
       FROM taken CROSS JOIN LATERAL unnest(taken.partition_ids) AS u(id);
 
+    SELECT v_ids || array_agg(p.id) INTO v_ids
+      FROM unnest(p_tenants, p_queues, p_partitions) AS m(tenant, queue, partition)
+      JOIN queen.queues q ON q.tenant_id = m.tenant AND q.name = m.queue
+      JOIN queen.log_partitions p ON p.queue_id = q.id AND p.name = m.partition;
+
     SELECT b.done, b.after_id INTO v_build FROM queen.figures_build b;
-    IF NOT v_build.done THEN
+    IF p_verify > 0 THEN
         SELECT array_agg(x.id ORDER BY x.id) INTO v_more
           FROM (SELECT p.id FROM queen.log_partitions p
                  WHERE v_build.after_id IS NULL OR p.id > v_build.after_id
-                 ORDER BY p.id LIMIT p_limit) AS x;
-        IF COALESCE(cardinality(v_more), 0) < p_limit THEN
+                 ORDER BY p.id LIMIT p_verify) AS x;
+        IF COALESCE(cardinality(v_more), 0) < p_verify THEN
+            -- The end of the partitions: the build is done, the cycle wraps.
             UPDATE queen.figures_build SET done = true, after_id = NULL;
         ELSE
             UPDATE queen.figures_build SET after_id = v_more[cardinality(v_more)];
@@ -129,8 +167,7 @@ BEGIN
            completed = fq.completed + EXCLUDED.completed,
            dead = fq.dead + EXCLUDED.dead,
            retrying = fq.retrying + EXCLUDED.retrying;
-    v_n := cardinality(v_ids);
-    RETURN v_n;
+    RETURN cardinality(v_ids);
 END
 $$;
 
@@ -139,9 +176,9 @@ $$;
 -- answers: partitions, total, pending, processing, completed, failed, dead,
 -- and of the live leases: how many, on how many partitions, their batches
 -- and what of those is acked. Reads the kept rows, the partitions the dirty
--- rows name, and the live leases (idx_log_consumers_worker): its cost
--- follows the queues, the writes since the last fold and the leases held,
--- not the partitions. Until the build pass is done it sums the scan.
+-- rows of these queues name, and the live leases (idx_log_consumers_worker):
+-- its cost follows the queues, the writes since the last fold and the leases
+-- held, not the partitions. Until the build pass is done it sums the scan.
 CREATE OR REPLACE FUNCTION queen.figures_queue_counts_v1(
     p_tenant    text,
     p_queue     text,
@@ -180,7 +217,13 @@ BEGIN
         RETURN;
     END IF;
     SELECT array_agg(DISTINCT u) INTO v_dirty
-      FROM queen.figures_dirty d CROSS JOIN LATERAL unnest(d.partition_ids) AS u;
+      FROM queen.queues q
+      JOIN queen.figures_dirty d ON d.queue_id = q.id
+      CROSS JOIN LATERAL unnest(d.partition_ids) AS u
+     WHERE q.tenant_id = p_tenant
+       AND (p_queue IS NULL OR q.name = p_queue)
+       AND (p_namespace IS NULL OR q.namespace = p_namespace)
+       AND (p_task IS NULL OR q.task = p_task);
     RETURN QUERY
     WITH qs AS (
         SELECT q.id FROM queen.queues q

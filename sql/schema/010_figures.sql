@@ -16,27 +16,34 @@
 -- Three tables:
 --   figures_partition  each partition's figures as last folded
 --   figures_queue      their sums per queue, and how many partitions
---   figures_dirty      the partitions changed since: one row per writing
---                      statement (an array, so a push flush over a hundred
---                      partitions adds one row), written by the triggers
---                      below in the writer's own transaction
--- The invariant: for every partition, its live figures equal its
--- figures_partition row unless a committed figures_dirty row names it. So a
--- view reading figures_queue plus, for each partition the dirty rows name,
--- live minus folded, answers exactly what a scan of every partition would,
--- under its one snapshot (figures_queue_counts_v1). The fold
--- (figures_fold_v1, every broker's background step, one at a time) moves
--- dirty partitions into the kept rows; it makes the views cheaper, never
--- more correct.
+--   figures_dirty      the partitions changed since: a row per writing
+--                      statement and queue (an array of partitions)
 --
--- What marks a partition (everything that changes its figures):
---   log_partitions  INSERT (a new partition), DELETE, and an UPDATE that
---                   moves last_offset (push) or log_start (retention)
---   log_consumers   INSERT, DELETE (statement level: a group's deletion or a
---                   bulk seed is one row), an UPDATE of committed or
---                   batch_retry_count (row level with a WHEN clause, so a
---                   lease claim, which changes neither, runs no function)
---   log_dlq         INSERT, DELETE
+-- What marks a partition dirty (everything that changes its figures):
+--   a push         the broker that committed it, after the commit: it keeps
+--                  the partitions it wrote in memory (once each) and hands
+--                  them to its next fold, or to figures_mark_v1 before it
+--                  answers an admin view. A trigger per push statement cost
+--                  20-40% of PostgreSQL's time per single-message push
+--                  (benches/wrk/round.sh), so pushes are not marked here.
+--   log_partitions INSERT (a new partition), DELETE, an UPDATE that moves
+--                  log_start (retention; row level with a WHEN clause, so a
+--                  push's UPDATE runs no function)
+--   log_consumers  INSERT, DELETE (statement level: a group's deletion or a
+--                  bulk seed is one row), an UPDATE of committed or
+--                  batch_retry_count (row level with a WHEN clause, so a
+--                  lease claim, which changes neither, runs no function)
+--   log_dlq        INSERT, DELETE
+-- The triggers write in the writer's own transaction, so for everything but
+-- pushes the views (figures_queue_counts_v1, which counts every dirty
+-- partition live) answer exactly what a scan of every partition would. A
+-- push shows in them once its broker's marks are in: at once on that
+-- broker (it writes them before a view), within its fold interval on
+-- another broker. A broker that dies loses the marks it held; the fold's
+-- verify cycle re-counts every partition in turn (a few hundred a pass), so
+-- a figure a lost mark left behind is corrected within one cycle. The fold
+-- (figures_fold_v1, every broker's background step, one at a time) moves
+-- dirty partitions into the kept rows.
 --
 -- A database populated before these tables existed is counted once by the
 -- fold's build pass (figures_build): until it has visited every partition
@@ -64,11 +71,23 @@ CREATE TABLE IF NOT EXISTS queen.figures_queue (
     retrying   bigint NOT NULL DEFAULT 0
 );
 
--- No index: the fold takes its rows in any order and the views read all of
--- them; it holds what changed since the last fold (a second, by default).
+-- One row per writing statement and queue; it holds what changed since the
+-- last fold (a second, by default). Indexed by queue, so a view of one
+-- tenant, or a bounded queue's depth check, reads only its queues' rows.
 CREATE TABLE IF NOT EXISTS queen.figures_dirty (
+    queue_id      uuid   NOT NULL,
     partition_ids uuid[] NOT NULL
 );
+
+-- Guarded: CREATE INDEX IF NOT EXISTS takes a SHARE lock on the table
+-- before it notices the index exists.
+DO $$
+BEGIN
+    IF to_regclass('queen.idx_figures_dirty_queue') IS NULL THEN
+        CREATE INDEX idx_figures_dirty_queue ON queen.figures_dirty (queue_id);
+    END IF;
+END
+$$;
 
 -- Rows come and go every second: the same churn tuning as log_partitions.
 SELECT queen.schema_set_reloptions('queen.figures_dirty', ARRAY[
@@ -77,15 +96,18 @@ SELECT queen.schema_set_reloptions('queen.figures_dirty', ARRAY[
     'vacuum_truncate=off'
 ]);
 
--- The trigger functions: each adds one figures_dirty row naming the
--- partitions its statement (or row) changed, or none.
+-- The trigger functions: each adds a figures_dirty row per queue naming the
+-- partitions of it its statement (or row) changed, or none. A cursor or dead
+-- letter of a partition deleted in the same statement (a queue's delete
+-- cascades) finds no partition row and marks nothing: the partition's own
+-- delete marks it.
 CREATE OR REPLACE FUNCTION queen.figures_mark_new_partitions_v1()
 RETURNS trigger
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    INSERT INTO queen.figures_dirty (partition_ids)
-    SELECT array_agg(n.id) FROM figures_new n HAVING count(*) > 0;
+    INSERT INTO queen.figures_dirty (queue_id, partition_ids)
+    SELECT n.queue_id, array_agg(n.id) FROM figures_new n GROUP BY n.queue_id;
     RETURN NULL;
 END
 $$;
@@ -95,34 +117,30 @@ RETURNS trigger
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    INSERT INTO queen.figures_dirty (partition_ids)
-    SELECT array_agg(o.id) FROM figures_old o HAVING count(*) > 0;
+    INSERT INTO queen.figures_dirty (queue_id, partition_ids)
+    SELECT o.queue_id, array_agg(o.id) FROM figures_old o GROUP BY o.queue_id;
     RETURN NULL;
 END
 $$;
 
-CREATE OR REPLACE FUNCTION queen.figures_mark_moved_partitions_v1()
+CREATE OR REPLACE FUNCTION queen.figures_mark_partition_v1()
 RETURNS trigger
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    INSERT INTO queen.figures_dirty (partition_ids)
-    SELECT array_agg(n.id)
-      FROM figures_new n
-      JOIN figures_old o ON o.id = n.id
-     WHERE n.last_offset <> o.last_offset OR n.log_start <> o.log_start
-    HAVING count(*) > 0;
+    INSERT INTO queen.figures_dirty (queue_id, partition_ids) VALUES (NEW.queue_id, ARRAY[NEW.id]);
     RETURN NULL;
 END
 $$;
-
 CREATE OR REPLACE FUNCTION queen.figures_mark_new_rows_v1()
 RETURNS trigger
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    INSERT INTO queen.figures_dirty (partition_ids)
-    SELECT array_agg(DISTINCT n.partition_id) FROM figures_new n HAVING count(*) > 0;
+    INSERT INTO queen.figures_dirty (queue_id, partition_ids)
+    SELECT p.queue_id, array_agg(DISTINCT n.partition_id)
+      FROM figures_new n JOIN queen.log_partitions p ON p.id = n.partition_id
+     GROUP BY p.queue_id;
     RETURN NULL;
 END
 $$;
@@ -132,8 +150,10 @@ RETURNS trigger
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    INSERT INTO queen.figures_dirty (partition_ids)
-    SELECT array_agg(DISTINCT o.partition_id) FROM figures_old o HAVING count(*) > 0;
+    INSERT INTO queen.figures_dirty (queue_id, partition_ids)
+    SELECT p.queue_id, array_agg(DISTINCT o.partition_id)
+      FROM figures_old o JOIN queen.log_partitions p ON p.id = o.partition_id
+     GROUP BY p.queue_id;
     RETURN NULL;
 END
 $$;
@@ -143,7 +163,8 @@ RETURNS trigger
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    INSERT INTO queen.figures_dirty (partition_ids) VALUES (ARRAY[NEW.partition_id]);
+    INSERT INTO queen.figures_dirty (queue_id, partition_ids)
+    SELECT p.queue_id, ARRAY[NEW.partition_id] FROM queen.log_partitions p WHERE p.id = NEW.partition_id;
     RETURN NULL;
 END
 $$;
@@ -167,8 +188,9 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger
                     WHERE tgname = 'figures_partitions_update') THEN
         CREATE TRIGGER figures_partitions_update AFTER UPDATE ON queen.log_partitions
-            REFERENCING OLD TABLE AS figures_old NEW TABLE AS figures_new
-            FOR EACH STATEMENT EXECUTE FUNCTION queen.figures_mark_moved_partitions_v1();
+            FOR EACH ROW
+            WHEN (OLD.log_start IS DISTINCT FROM NEW.log_start)
+            EXECUTE FUNCTION queen.figures_mark_partition_v1();
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger
                     WHERE tgname = 'figures_consumers_insert') THEN
@@ -208,7 +230,8 @@ $$;
 
 -- The build pass of a database that held partitions before this table was
 -- created: done once every partition (in id order, after after_id) has been
--- folded. A fresh database has none, so it starts done. (The query
+-- folded. A fresh database has none, so it starts done. Once done, after_id
+-- is where the verify cycle stands. (The query
 -- runs only when the table is created:
 -- after the triggers above, in the transaction that created them, whose
 -- locks keep writers out until it commits, so a partition either is counted

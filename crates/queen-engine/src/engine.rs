@@ -135,7 +135,11 @@ impl Engine {
             Mesh::start(mesh_config, pool.clone(), apply)
         });
         let out = mesh.as_ref().map(Mesh::out);
-        let ready = serving.ready().with_mesh(out.clone());
+        let figures = Figures::start(pool.clone(), config.figures_interval);
+        let ready = serving
+            .ready()
+            .with_mesh(out.clone())
+            .with_figures(figures.marks());
         let push = Arc::new(Fusion::start(
             pool.clone(),
             FusionConfig {
@@ -197,7 +201,6 @@ impl Engine {
             cluster_state: Arc::clone(&cluster_state),
             mesh: out,
         });
-        let figures = Figures::start(pool.clone(), config.figures_interval);
         let read_pool = config.read_pool.clone().unwrap_or_else(|| pool.clone());
         let db = Db::new(pool.clone(), read_pool.clone(), at_rest);
         Engine {
@@ -382,9 +385,15 @@ impl Engine {
         self.figures.pass().await
     }
 
+    /// Write this broker's push marks as dirty rows now (every admin view
+    /// does so first), so the views count its pushes.
+    pub async fn figures_publish(&self) -> Result<(), EngineError> {
+        self.figures.publish().await
+    }
+
     /// Partitions this broker's fold passes folded since it started.
     pub fn figures_folded(&self) -> u64 {
-        self.figures.folded()
+        self.figures.counts().0
     }
 
     /// Answer an admin view (`procedures/admin.sql`) from the read pool
@@ -401,6 +410,13 @@ impl Engine {
             crate::AdminView::PostgresStats => &self.pool,
             _ => &self.read_pool,
         };
+        if !matches!(view, crate::AdminView::PostgresStats) {
+            // A view that cannot see this broker's latest pushes is still
+            // an answer: the marks stay for the next fold.
+            if let Err(error) = self.figures.publish().await {
+                tracing::debug!(error = %crate::error_chain(&error), "figures marks not written");
+            }
+        }
         let mut answer = crate::admin::read(pool, tenant, view).await?;
         if let (crate::AdminView::TracesByName { .. }, Some(body)) = (view, answer.as_mut()) {
             self.messages.add_trace_payloads(tenant, body).await?;

@@ -1,13 +1,23 @@
-//! The fold loop of the kept message figures (`sql/schema/010_figures.sql`):
-//! every `figures_interval`, fold steps until one finds nothing dirty (or
-//! [`MAX_STEPS_PER_PASS`]), each one transaction of bounded work.
+//! The kept message figures of the admin views (`sql/schema/010_figures.sql`):
+//! this broker's push marks and the fold loop.
 //!
-//! The admin views are exact without it (they count what is still dirty
-//! themselves, `figures_queue_counts_v1`); folding keeps what they count
-//! small. One broker folds at a time (the step's advisory try-lock); the
-//! others' steps answer skipped. Errors are logged and the pass ends; the
-//! next tick tries again.
+//! A committed push marks its partition here ([`Marks`], through
+//! `pop::Ready::pushed`): in memory, once per partition until the next
+//! fold, because a trigger per push statement costs PostgreSQL more than a
+//! fifth of a single-message push. Every `figures_interval` a pass hands
+//! the marks to the first fold step, which also verifies the next
+//! [`VERIFY_PER_PASS`] partitions in id order (the build pass of an
+//! upgraded database, then a cycle that corrects what a dead broker's lost
+//! marks left behind); steps follow until one finds nothing dirty (or
+//! [`MAX_STEPS_PER_PASS`]), each one transaction of bounded work. Before an
+//! admin view is read, [`Figures::publish`] writes the marks as dirty rows,
+//! so the view counts this broker's pushes.
+//!
+//! One broker folds at a time (the step's advisory try-lock); another's step
+//! writes its marks as dirty rows and answers skipped. Errors are logged,
+//! the marks are kept, and the next tick tries again.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,9 +37,81 @@ const MAX_ROWS_PER_STEP: i32 = 512;
 /// Steps one pass runs before it waits for the next tick.
 const MAX_STEPS_PER_PASS: usize = 64;
 
-/// The fold component: its loop task and what it folded.
+/// Partitions one pass verifies (or counts for the first time, during the
+/// build pass): a million partitions take about an hour at one pass a
+/// second.
+const VERIFY_PER_PASS: i32 = 256;
+
+/// Distinct partitions [`Marks`] holds until the next fold. Past it, a
+/// push's mark is dropped (counted), and the partition's figure waits for
+/// a later mark or the verify cycle; the loop is woken to fold at once.
+pub(crate) const MAX_MARKS: usize = 65_536;
+
+/// (tenant, queue, partition) of a partition pushed to since the last fold.
+type Mark = (String, String, String);
+
+/// The partitions this broker pushed to since its last fold, each once.
+/// Bounded by [`MAX_MARKS`].
+#[derive(Default)]
+pub(crate) struct Marks {
+    set: Mutex<HashSet<Mark>>,
+    dropped: AtomicU64,
+    full: tokio::sync::Notify,
+}
+
+impl Marks {
+    /// A push to `partition` of `queue` committed.
+    pub(crate) fn pushed(&self, tenant: &str, queue: &str, partition: &str) {
+        let mut set = self.set.lock();
+        if set.len() >= MAX_MARKS {
+            drop(set);
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            self.full.notify_one();
+            return;
+        }
+        let key = (tenant.to_owned(), queue.to_owned(), partition.to_owned());
+        set.insert(key);
+    }
+
+    /// Take every mark, as the three arrays the procedures take.
+    fn take(&self) -> (Vec<String>, Vec<String>, Vec<String>) {
+        let set = std::mem::take(&mut *self.set.lock());
+        let mut arrays = (
+            Vec::with_capacity(set.len()),
+            Vec::with_capacity(set.len()),
+            Vec::with_capacity(set.len()),
+        );
+        for (tenant, queue, partition) in set {
+            arrays.0.push(tenant);
+            arrays.1.push(queue);
+            arrays.2.push(partition);
+        }
+        arrays
+    }
+
+    /// Put marks back that could not be written (bounded as always).
+    fn restore(&self, (tenants, queues, partitions): (Vec<String>, Vec<String>, Vec<String>)) {
+        let mut set = self.set.lock();
+        for mark in tenants.into_iter().zip(queues).zip(partitions) {
+            let ((tenant, queue), partition) = mark;
+            if set.len() >= MAX_MARKS {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            set.insert((tenant, queue, partition));
+        }
+    }
+
+    /// Marks held now.
+    pub(crate) fn len(&self) -> usize {
+        self.set.lock().len()
+    }
+}
+
+/// The fold component: the marks, its loop task and what it folded.
 pub(crate) struct Figures {
     pool: deadpool_postgres::Pool,
+    marks: Arc<Marks>,
     folded: Arc<AtomicU64>,
     stop: watch::Sender<bool>,
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -39,28 +121,67 @@ impl Figures {
     /// Start the loop on the current runtime, a pass every `interval`
     /// (`None`: no loop; passes run only when asked).
     pub(crate) fn start(pool: deadpool_postgres::Pool, interval: Option<Duration>) -> Figures {
+        let marks = Arc::new(Marks::default());
         let folded = Arc::new(AtomicU64::new(0));
         let (stop, stopped) = watch::channel(false);
         let task = interval.map(|interval| {
-            tokio::spawn(run(pool.clone(), Arc::clone(&folded), interval, stopped))
+            tokio::spawn(run(
+                pool.clone(),
+                Arc::clone(&marks),
+                Arc::clone(&folded),
+                interval,
+                stopped,
+            ))
         });
         Figures {
             pool,
+            marks,
             folded,
             stop,
             task: Mutex::new(task),
         }
     }
 
+    /// Where pushes mark their partitions.
+    pub(crate) fn marks(&self) -> Arc<Marks> {
+        Arc::clone(&self.marks)
+    }
+
     /// Run one pass now: the partitions it folded (0 when another broker
     /// was folding).
     pub(crate) async fn pass(&self) -> Result<u64, EngineError> {
-        pass(&self.pool, &self.folded).await
+        pass(&self.pool, &self.marks, &self.folded).await
     }
 
-    /// Partitions folded since start.
-    pub(crate) fn folded(&self) -> u64 {
-        self.folded.load(Ordering::Relaxed)
+    /// Write the marks as dirty rows, so the views count them.
+    pub(crate) async fn publish(&self) -> Result<(), EngineError> {
+        let marks = self.marks.take();
+        if marks.0.is_empty() {
+            return Ok(());
+        }
+        let client = match self.pool.get().await {
+            Ok(client) => client,
+            Err(error) => {
+                self.marks.restore(marks);
+                return Err(SqlError::from(error).into());
+            }
+        };
+        if let Err(error) = queen_sql::figures::mark(&**client, &marks.0, &marks.1, &marks.2).await
+        {
+            self.marks.restore(marks);
+            return Err(error.into());
+        }
+        Ok(())
+    }
+
+    /// Partitions folded since start, marks held now, marks dropped at
+    /// [`MAX_MARKS`] since start.
+    pub(crate) fn counts(&self) -> (u64, usize, u64) {
+        (
+            self.folded.load(Ordering::Relaxed),
+            self.marks.len(),
+            self.marks.dropped.load(Ordering::Relaxed),
+        )
     }
 
     /// Stop the loop (after its current step).
@@ -73,9 +194,11 @@ impl Figures {
     }
 }
 
-/// The loop: a pass every `interval` until stopped.
+/// The loop: a pass every `interval`, or at once when the marks are full,
+/// until stopped.
 async fn run(
     pool: deadpool_postgres::Pool,
+    marks: Arc<Marks>,
     folded: Arc<AtomicU64>,
     interval: Duration,
     mut stopped: watch::Receiver<bool>,
@@ -86,9 +209,10 @@ async fn run(
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
+            () = marks.full.notified() => {}
             _ = stopped.changed() => return,
         }
-        if let Err(error) = pass(&pool, &folded).await {
+        if let Err(error) = pass(&pool, &marks, &folded).await {
             if error.is_transient() {
                 tracing::debug!(error = %crate::error_chain(&error), "figures fold failed");
             } else {
@@ -98,12 +222,35 @@ async fn run(
     }
 }
 
-/// One pass: fold steps until one folds nothing or another broker folds.
-async fn pass(pool: &deadpool_postgres::Pool, folded: &AtomicU64) -> Result<u64, EngineError> {
+/// One pass: the first step takes the marks and verifies the next
+/// partitions; steps follow until one folds nothing or another broker
+/// folds.
+async fn pass(
+    pool: &deadpool_postgres::Pool,
+    marks: &Marks,
+    folded: &AtomicU64,
+) -> Result<u64, EngineError> {
     let client = pool.get().await.map_err(SqlError::from)?;
-    let mut total = 0;
-    for _ in 0..MAX_STEPS_PER_PASS {
-        match queen_sql::figures::fold(&**client, MAX_ROWS_PER_STEP).await? {
+    let taken = marks.take();
+    let first = queen_sql::figures::fold(
+        &**client,
+        MAX_ROWS_PER_STEP,
+        VERIFY_PER_PASS,
+        (&taken.0, &taken.1, &taken.2),
+    )
+    .await;
+    let mut total = match first {
+        Err(error) => {
+            marks.restore(taken);
+            return Err(error.into());
+        }
+        Ok(Fold::Skipped) => return Ok(0),
+        Ok(Fold::Folded(n)) => u64::from(n),
+    };
+    folded.fetch_add(total, Ordering::Relaxed);
+    let none: &[String] = &[];
+    for _ in 1..MAX_STEPS_PER_PASS {
+        match queen_sql::figures::fold(&**client, MAX_ROWS_PER_STEP, 0, (none, none, none)).await? {
             Fold::Skipped | Fold::Folded(0) => break,
             Fold::Folded(n) => {
                 folded.fetch_add(u64::from(n), Ordering::Relaxed);

@@ -5,7 +5,11 @@ use tokio_postgres::GenericClient;
 
 use crate::SqlError;
 
-const FOLD: &str = "SELECT queen.figures_fold_v1($1)";
+const FOLD: &str = "SELECT queen.figures_fold_v1($1, $2, $3, $4, $5)";
+const MARK: &str = "SELECT queen.figures_mark_v1($1, $2, $3)";
+
+/// Partitions named (tenant, queue, partition), as three parallel arrays.
+pub type Named<'a> = (&'a [String], &'a [String], &'a [String]);
 
 /// What one fold step did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,13 +20,38 @@ pub enum Fold {
     Folded(u32),
 }
 
-/// Fold at most `limit` dirty rows (and, while the build pass runs, the next
-/// `limit` partitions) into the kept figures, in one transaction.
-pub async fn fold(client: &impl GenericClient, limit: i32) -> Result<Fold, SqlError> {
-    let row = client.query_one(FOLD, &[&limit]).await?;
+/// Fold at most `limit` dirty rows, the partitions `pushed` names and the
+/// next `verify` partitions in id order into the kept figures, in one
+/// transaction. When another session is folding, `pushed` is marked dirty
+/// instead and the answer is [`Fold::Skipped`].
+pub async fn fold(
+    client: &impl GenericClient,
+    limit: i32,
+    verify: i32,
+    pushed: Named<'_>,
+) -> Result<Fold, SqlError> {
+    let row = client
+        .query_one(FOLD, &[&limit, &verify, &pushed.0, &pushed.1, &pushed.2])
+        .await?;
     let folded: i32 = row.try_get(0)?;
     Ok(match u32::try_from(folded) {
         Ok(folded) => Fold::Folded(folded),
         Err(_) => Fold::Skipped,
     })
+}
+
+/// Mark the partitions named (tenant, queue, partition) dirty; those that
+/// no longer exist are skipped. Answers the dirty rows written (one per
+/// queue).
+pub async fn mark(
+    client: &impl GenericClient,
+    tenants: &[String],
+    queues: &[String],
+    partitions: &[String],
+) -> Result<u32, SqlError> {
+    let row = client
+        .query_one(MARK, &[&tenants, &queues, &partitions])
+        .await?;
+    let written: i32 = row.try_get(0)?;
+    Ok(u32::try_from(written).unwrap_or(0))
 }

@@ -6,11 +6,13 @@
 //! those belong to pop serving (`pop/mod.rs`), which owns the hot-list and the
 //! wake gates. Both know a queue by its `naming::queue_key`, so one tenant's
 //! push never wakes another tenant's queue of the same name. With a mesh,
-//! each announcement is also sent to the other brokers as a hint.
+//! each announcement is also sent to the other brokers as a hint; a push
+//! also marks its partition for the admin views' figures (`figures.rs`).
 
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::figures::Marks;
 use crate::mesh::{Hint, MeshOut};
 use crate::naming::queue_key;
 use crate::pop::hotlist::HotList;
@@ -23,6 +25,8 @@ pub(crate) struct Ready {
     gates: Arc<WakeGates>,
     /// The other brokers, told the same (`mesh/`), when there is a mesh.
     mesh: Option<MeshOut>,
+    /// The admin views' kept figures: a push marks its partition there.
+    figures: Option<Arc<Marks>>,
 }
 
 impl Ready {
@@ -31,12 +35,22 @@ impl Ready {
             hotlist,
             gates,
             mesh: None,
+            figures: None,
         }
     }
 
     /// The same handle, also telling the mesh's peers.
     pub(crate) fn with_mesh(self, mesh: Option<MeshOut>) -> Ready {
         Ready { mesh, ..self }
+    }
+
+    /// The same handle, also marking pushed partitions for the admin
+    /// views' figures (`figures.rs`).
+    pub(crate) fn with_figures(self, figures: Arc<Marks>) -> Ready {
+        Ready {
+            figures: Some(figures),
+            ..self
+        }
     }
 
     /// A peer's push hint: what [`Ready::pushed`] does here, not told on.
@@ -60,6 +74,9 @@ impl Ready {
     /// partition (unless a lease here holds it: then at its release), then
     /// parked pops of the queue (and discovery pops) wake.
     pub(crate) fn pushed(&self, tenant: &str, queue: &str, partition: &str) {
+        if let Some(figures) = &self.figures {
+            figures.pushed(tenant, queue, partition);
+        }
         let key = queue_key(tenant, queue);
         self.hotlist.mark_pushed(&key, partition, Instant::now());
         self.gates.open_partition(&key, partition);
