@@ -11,6 +11,7 @@ use crate::support::{ack_all, configure, pop, push};
 fn manual() -> EngineConfig {
     EngineConfig {
         stats_interval: None,
+        figures_interval: None,
         retention_interval: None,
         eviction_interval: None,
         hostname: "stats-host".to_owned(),

@@ -29,6 +29,10 @@ pub const TABLES: &[&str] = &[
     "queen.database_identity",
     "queen.stats_queue_minute",
     "queen.stats_broker_minute",
+    "queen.figures_partition",
+    "queen.figures_queue",
+    "queen.figures_dirty",
+    "queen.figures_build",
     "queen_streams.queries",
     "queen_streams.state",
 ];
