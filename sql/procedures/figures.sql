@@ -37,13 +37,14 @@ BEGIN
 END
 $$;
 
--- queen.figures_mark_v1: mark the partitions a broker pushed to, named
--- (tenant, queue, partition), dirty: one row per queue. Those that no
--- longer exist are skipped.
+-- queen.figures_mark_v1: mark dirty the partitions a broker pushed to,
+-- named (tenant, queue, partition), and those it consumed from, by id: one
+-- row per queue. Those that no longer exist are skipped.
 CREATE OR REPLACE FUNCTION queen.figures_mark_v1(
     p_tenants    text[],
     p_queues     text[],
-    p_partitions text[]
+    p_partitions text[],
+    p_ids        uuid[]
 ) RETURNS integer
 LANGUAGE plpgsql
 AS $$
@@ -51,23 +52,29 @@ DECLARE
     v_n integer;
 BEGIN
     INSERT INTO queen.figures_dirty (queue_id, partition_ids)
-    SELECT p.queue_id, array_agg(p.id)
-      FROM unnest(p_tenants, p_queues, p_partitions) AS m(tenant, queue, partition)
-      JOIN queen.queues q ON q.tenant_id = m.tenant AND q.name = m.queue
-      JOIN queen.log_partitions p ON p.queue_id = q.id AND p.name = m.partition
-     GROUP BY p.queue_id;
+    SELECT x.queue_id, array_agg(DISTINCT x.id)
+      FROM (SELECT p.queue_id, p.id
+              FROM unnest(p_tenants, p_queues, p_partitions) AS m(tenant, queue, partition)
+              JOIN queen.queues q ON q.tenant_id = m.tenant AND q.name = m.queue
+              JOIN queen.log_partitions p ON p.queue_id = q.id AND p.name = m.partition
+            UNION ALL
+            SELECT p.queue_id, p.id
+              FROM queen.log_partitions p
+             WHERE p.id = ANY (p_ids)) AS x
+     GROUP BY x.queue_id;
     GET DIAGNOSTICS v_n = ROW_COUNT;
     RETURN v_n;
 END
 $$;
 
 -- queen.figures_fold_v1: fold up to p_limit figures_dirty rows, the
--- partitions a broker pushed to (p_tenants, p_queues, p_partitions, as
--- figures_mark_v1 takes them) and the next p_verify partitions in id order
+-- partitions a broker pushed to or consumed from (p_tenants, p_queues,
+-- p_partitions and p_ids, as figures_mark_v1 takes them) and the next
+-- p_verify partitions in id order
 -- (the build pass while it runs, then the verify cycle, which wraps) into
 -- the kept figures. Returns how many partitions it folded, or -1 when
 -- another session is folding (one fold at a time, so the kept rows have one
--- writer and no lock order to get wrong); then the pushed partitions are
+-- writer and no lock order to get wrong); then the broker's partitions are
 -- marked dirty instead, for the next fold. The kept figure of each
 -- partition is recomputed whole, never adjusted, so folding a partition
 -- twice is harmless: a change that commits while a fold runs leaves its own
@@ -77,7 +84,8 @@ CREATE OR REPLACE FUNCTION queen.figures_fold_v1(
     p_verify     integer,
     p_tenants    text[],
     p_queues     text[],
-    p_partitions text[]
+    p_partitions text[],
+    p_ids        uuid[]
 ) RETURNS integer
 LANGUAGE plpgsql
 AS $$
@@ -89,7 +97,7 @@ DECLARE
     v_build record;
 BEGIN
     IF NOT pg_try_advisory_xact_lock(c_lock) THEN
-        PERFORM queen.figures_mark_v1(p_tenants, p_queues, p_partitions);
+        PERFORM queen.figures_mark_v1(p_tenants, p_queues, p_partitions, p_ids);
         RETURN -1;
     END IF;
     WITH taken AS (
@@ -103,6 +111,7 @@ BEGIN
       FROM unnest(p_tenants, p_queues, p_partitions) AS m(tenant, queue, partition)
       JOIN queen.queues q ON q.tenant_id = m.tenant AND q.name = m.queue
       JOIN queen.log_partitions p ON p.queue_id = q.id AND p.name = m.partition;
+    v_ids := COALESCE(v_ids, '{}'::uuid[]) || COALESCE(p_ids, '{}'::uuid[]);
 
     SELECT b.done, b.after_id INTO v_build FROM queen.figures_build b;
     IF p_verify > 0 THEN

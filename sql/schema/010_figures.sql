@@ -26,24 +26,29 @@
 --                  answers an admin view. A trigger per push statement cost
 --                  20-40% of PostgreSQL's time per single-message push
 --                  (benches/wrk/round.sh), so pushes are not marked here.
+--   a consuming    a cursor move that counts messages consumed (an ack, an
+--   cursor move    auto-ack pop, a message delete, a give-back: they change
+--                  total_consumed with committed): the same, by the broker
+--                  that committed it; a row trigger cost auto-ack pops
+--                  15% of their throughput (queen-load pop).
 --   log_partitions INSERT (a new partition), DELETE, an UPDATE that moves
 --                  log_start (retention; row level with a WHEN clause, so a
 --                  push's UPDATE runs no function)
 --   log_consumers  INSERT, DELETE (statement level: a group's deletion or a
---                  bulk seed is one row), an UPDATE of committed or
---                  batch_retry_count (row level with a WHEN clause, so a
---                  lease claim, which changes neither, runs no function)
---   log_dlq        INSERT, DELETE
--- The triggers write in the writer's own transaction, so for everything but
--- pushes the views (figures_queue_counts_v1, which counts every dirty
--- partition live) answer exactly what a scan of every partition would. A
--- push shows in them once its broker's marks are in: at once on that
--- broker (it writes them before a view), within its fold interval on
--- another broker. A broker that dies loses the marks it held; the fold's
--- verify cycle re-counts every partition in turn (a few hundred a pass), so
--- a figure a lost mark left behind is corrected within one cycle. The fold
--- (figures_fold_v1, every broker's background step, one at a time) moves
--- dirty partitions into the kept rows.
+--                  bulk seed is one row); an UPDATE of batch_retry_count, or
+--                  of committed without total_consumed (a seek, a stream's
+--                  cycle, an empty partition's seal; row level with a WHEN
+--                  clause, so a lease claim runs no function)
+--   log_dlq        INSERT, DELETE (a dead letter's filing moves a cursor too)
+-- The triggers write in the writer's own transaction. A broker's marks
+-- count in the views (figures_queue_counts_v1, which counts every dirty
+-- partition live, so it answers what a scan of every partition would) at
+-- once on that broker (it writes them before a view) and within its fold
+-- interval on another. A broker that dies loses the marks it held; the
+-- fold's verify cycle re-counts every partition in turn (a few hundred a
+-- pass), so a figure a lost mark left behind is corrected within one cycle.
+-- The fold (figures_fold_v1, every broker's background step, one at a time)
+-- moves dirty partitions into the kept rows.
 --
 -- A database populated before these tables existed is counted once by the
 -- fold's build pass (figures_build): until it has visited every partition
@@ -208,7 +213,8 @@ BEGIN
                     WHERE tgname = 'figures_consumers_update') THEN
         CREATE TRIGGER figures_consumers_update AFTER UPDATE ON queen.log_consumers
             FOR EACH ROW
-            WHEN (OLD.committed IS DISTINCT FROM NEW.committed
+            WHEN ((OLD.committed IS DISTINCT FROM NEW.committed
+                   AND OLD.total_consumed IS NOT DISTINCT FROM NEW.total_consumed)
                   OR OLD.batch_retry_count IS DISTINCT FROM NEW.batch_retry_count
                   OR OLD.partition_id IS DISTINCT FROM NEW.partition_id)
             EXECUTE FUNCTION queen.figures_mark_cursor_v1();

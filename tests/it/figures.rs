@@ -101,10 +101,19 @@ async fn the_kept_figures_count_what_the_scan_counts_through_a_mixed_workload() 
                 if let Some(group) = group {
                     path.push_str(&format!("&consumerGroup={group}&subscriptionMode=all"));
                 }
-                if let Some(popped) = pop(&broker, &path).await {
-                    held.push((popped, group));
+                let auto_ack = steps.next(3) == 0;
+                if auto_ack {
+                    path.push_str("&autoAck=true");
                 }
-                "pop"
+                match pop(&broker, &path).await {
+                    Some(popped) if !auto_ack => held.push((popped, group)),
+                    _ => {}
+                }
+                if auto_ack {
+                    "auto-ack pop"
+                } else {
+                    "pop"
+                }
             }
             6..=8 if !held.is_empty() => {
                 let (popped, group) = held.remove(steps.next(held.len()));
@@ -217,7 +226,10 @@ async fn a_database_populated_before_the_figures_is_counted_by_the_build_pass() 
     let mut folds = 0;
     loop {
         let folded: i32 = sql
-            .query_one("SELECT queen.figures_fold_v1(0, 2, '{}', '{}', '{}')", &[])
+            .query_one(
+                "SELECT queen.figures_fold_v1(0, 2, '{}', '{}', '{}', '{}')",
+                &[],
+            )
             .await
             .unwrap()
             .get(0);
@@ -259,7 +271,10 @@ async fn one_fold_runs_at_a_time() {
     let mut holder = broker.sql().await;
     let txn = holder.transaction().await.unwrap();
     let first: i32 = txn
-        .query_one("SELECT queen.figures_fold_v1(10, 0, '{}', '{}', '{}')", &[])
+        .query_one(
+            "SELECT queen.figures_fold_v1(10, 0, '{}', '{}', '{}', '{}')",
+            &[],
+        )
         .await
         .unwrap()
         .get(0);
@@ -268,7 +283,7 @@ async fn one_fold_runs_at_a_time() {
         .sql()
         .await
         .query_one(
-            "SELECT queen.figures_fold_v1(10, 0, ARRAY['default'], ARRAY['q'], ARRAY['p'])",
+            "SELECT queen.figures_fold_v1(10, 0, ARRAY['default'], ARRAY['q'], ARRAY['p'], '{}')",
             &[],
         )
         .await
@@ -332,4 +347,23 @@ async fn an_admin_view_counts_this_broker_s_pushes_at_once() {
         json!(3),
         "{queues}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_auto_ack_pop_on_a_known_cursor_is_counted() {
+    let broker = TestBroker::start_with(unfolded()).await;
+    push(
+        &broker,
+        "auto",
+        "p",
+        &[json!(1), json!(2), json!(3), json!(4)],
+    )
+    .await;
+    let path = "/api/v1/pop/queue/auto/partition/p?batch=1&autoAck=true&wait=false";
+    assert!(pop(&broker, path).await.is_some());
+    broker.engine.figures_pass().await.unwrap();
+    same_counts(&broker, "the first auto-ack pop, folded").await;
+    let path = "/api/v1/pop/queue/auto/partition/p?batch=2&autoAck=true&wait=false";
+    assert_eq!(messages(&pop(&broker, path).await.unwrap()).len(), 2);
+    same_counts(&broker, "an auto-ack pop of two").await;
 }

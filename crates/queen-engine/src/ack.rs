@@ -173,6 +173,8 @@ impl Acks {
             let results = self
                 .ack_group(&client, tenant, group, partition_id, lease, &members, false)
                 .await?;
+            // Committed (the connection is not in a transaction).
+            self.ready.consumed(partition_id);
             for (idx, outcome) in indices.into_iter().zip(results) {
                 outcomes[idx] = outcome;
             }

@@ -114,6 +114,7 @@ impl Engine {
         let at_rest = Arc::new(AtRest::new(config.encryption_key.clone()));
         let stats = Arc::new(Stats::default());
         let registry = Arc::new(AckRegistry::default());
+        let figures = Figures::start(pool.clone(), config.figures_interval);
         let serving = Arc::new(Serving::start(
             pool.clone(),
             ServingConfig {
@@ -124,6 +125,7 @@ impl Engine {
             config.limiter,
             Arc::clone(&registry),
             Arc::clone(&at_rest),
+            figures.marks(),
         ));
         let mesh = config.mesh.as_ref().and_then(|mesh_config| {
             let engine = weak.clone();
@@ -135,11 +137,7 @@ impl Engine {
             Mesh::start(mesh_config, pool.clone(), apply)
         });
         let out = mesh.as_ref().map(Mesh::out);
-        let figures = Figures::start(pool.clone(), config.figures_interval);
-        let ready = serving
-            .ready()
-            .with_mesh(out.clone())
-            .with_figures(figures.marks());
+        let ready = serving.ready().with_mesh(out.clone());
         let push = Arc::new(Fusion::start(
             pool.clone(),
             FusionConfig {
@@ -211,7 +209,7 @@ impl Engine {
             queues: Queues::new(db.clone(), bounded, Arc::clone(&changes)),
             groups: Groups::new(db.clone(), changes),
             dead_letters: DeadLetters::new(db.clone(), Arc::clone(&txns)),
-            messages: Messages::new(db.clone()),
+            messages: Messages::new(db.clone(), figures.marks()),
             streams: Streams::new(db.clone(), Arc::clone(&txns)),
             traces: Traces::new(db),
             stats,

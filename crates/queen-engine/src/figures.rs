@@ -26,6 +26,7 @@ use parking_lot::Mutex;
 use queen_sql::figures::Fold;
 use queen_sql::SqlError;
 use tokio::sync::watch;
+use uuid::Uuid;
 
 use crate::EngineError;
 
@@ -48,13 +49,42 @@ const VERIFY_PER_PASS: i32 = 256;
 pub(crate) const MAX_MARKS: usize = 65_536;
 
 /// (tenant, queue, partition) of a partition pushed to since the last fold.
-type Mark = (String, String, String);
+type Pushed = (String, String, String);
 
-/// The partitions this broker pushed to since its last fold, each once.
-/// Bounded by [`MAX_MARKS`].
+/// The marks a fold or a publish takes: the partitions pushed to, by name
+/// (a push knows names), and those consumed from, by id (an ack knows ids).
+#[derive(Default)]
+struct Taken {
+    tenants: Vec<String>,
+    queues: Vec<String>,
+    partitions: Vec<String>,
+    ids: Vec<Uuid>,
+}
+
+impl Taken {
+    fn is_empty(&self) -> bool {
+        self.partitions.is_empty() && self.ids.is_empty()
+    }
+}
+
+/// What [`Marks`] holds.
+#[derive(Default)]
+struct Held {
+    pushed: HashSet<Pushed>,
+    consumed: HashSet<Uuid>,
+}
+
+impl Held {
+    fn len(&self) -> usize {
+        self.pushed.len() + self.consumed.len()
+    }
+}
+
+/// The partitions this broker pushed to or consumed from since its last
+/// fold, each once. Bounded by [`MAX_MARKS`] together.
 #[derive(Default)]
 pub(crate) struct Marks {
-    set: Mutex<HashSet<Mark>>,
+    held: Mutex<Held>,
     dropped: AtomicU64,
     full: tokio::sync::Notify,
 }
@@ -62,49 +92,67 @@ pub(crate) struct Marks {
 impl Marks {
     /// A push to `partition` of `queue` committed.
     pub(crate) fn pushed(&self, tenant: &str, queue: &str, partition: &str) {
-        let mut set = self.set.lock();
-        if set.len() >= MAX_MARKS {
-            drop(set);
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-            self.full.notify_one();
+        let mut held = self.held.lock();
+        if held.len() >= MAX_MARKS {
+            drop(held);
+            self.overflow();
             return;
         }
-        let key = (tenant.to_owned(), queue.to_owned(), partition.to_owned());
-        set.insert(key);
+        held.pushed
+            .insert((tenant.to_owned(), queue.to_owned(), partition.to_owned()));
     }
 
-    /// Take every mark, as the three arrays the procedures take.
-    fn take(&self) -> (Vec<String>, Vec<String>, Vec<String>) {
-        let set = std::mem::take(&mut *self.set.lock());
-        let mut arrays = (
-            Vec::with_capacity(set.len()),
-            Vec::with_capacity(set.len()),
-            Vec::with_capacity(set.len()),
-        );
-        for (tenant, queue, partition) in set {
-            arrays.0.push(tenant);
-            arrays.1.push(queue);
-            arrays.2.push(partition);
+    /// A commit consumed messages of `partition_id` (an ack, an auto-ack
+    /// pop, a give-back, a message delete).
+    pub(crate) fn consumed(&self, partition_id: Uuid) {
+        let mut held = self.held.lock();
+        if held.len() >= MAX_MARKS {
+            drop(held);
+            self.overflow();
+            return;
         }
-        arrays
+        held.consumed.insert(partition_id);
+    }
+
+    fn overflow(&self) {
+        self.dropped.fetch_add(1, Ordering::Relaxed);
+        self.full.notify_one();
+    }
+
+    /// Take every mark, as the arrays the procedures take.
+    fn take(&self) -> Taken {
+        let held = std::mem::take(&mut *self.held.lock());
+        let mut taken = Taken {
+            ids: held.consumed.into_iter().collect(),
+            ..Taken::default()
+        };
+        for (tenant, queue, partition) in held.pushed {
+            taken.tenants.push(tenant);
+            taken.queues.push(queue);
+            taken.partitions.push(partition);
+        }
+        taken
     }
 
     /// Put marks back that could not be written (bounded as always).
-    fn restore(&self, (tenants, queues, partitions): (Vec<String>, Vec<String>, Vec<String>)) {
-        let mut set = self.set.lock();
-        for mark in tenants.into_iter().zip(queues).zip(partitions) {
-            let ((tenant, queue), partition) = mark;
-            if set.len() >= MAX_MARKS {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            set.insert((tenant, queue, partition));
+    fn restore(&self, taken: Taken) {
+        let Taken {
+            tenants,
+            queues,
+            partitions,
+            ids,
+        } = taken;
+        for ((tenant, queue), partition) in tenants.into_iter().zip(queues).zip(partitions) {
+            self.pushed(&tenant, &queue, &partition);
+        }
+        for id in ids {
+            self.consumed(id);
         }
     }
 
     /// Marks held now.
     pub(crate) fn len(&self) -> usize {
-        self.set.lock().len()
+        self.held.lock().len()
     }
 }
 
@@ -156,7 +204,7 @@ impl Figures {
     /// Write the marks as dirty rows, so the views count them.
     pub(crate) async fn publish(&self) -> Result<(), EngineError> {
         let marks = self.marks.take();
-        if marks.0.is_empty() {
+        if marks.is_empty() {
             return Ok(());
         }
         let client = match self.pool.get().await {
@@ -166,8 +214,8 @@ impl Figures {
                 return Err(SqlError::from(error).into());
             }
         };
-        if let Err(error) = queen_sql::figures::mark(&**client, &marks.0, &marks.1, &marks.2).await
-        {
+        let named = (&marks.tenants[..], &marks.queues[..], &marks.partitions[..]);
+        if let Err(error) = queen_sql::figures::mark(&**client, named, &marks.ids).await {
             self.marks.restore(marks);
             return Err(error.into());
         }
@@ -232,11 +280,13 @@ async fn pass(
 ) -> Result<u64, EngineError> {
     let client = pool.get().await.map_err(SqlError::from)?;
     let taken = marks.take();
+    let named = (&taken.tenants[..], &taken.queues[..], &taken.partitions[..]);
     let first = queen_sql::figures::fold(
         &**client,
         MAX_ROWS_PER_STEP,
         VERIFY_PER_PASS,
-        (&taken.0, &taken.1, &taken.2),
+        named,
+        &taken.ids,
     )
     .await;
     let mut total = match first {
@@ -250,7 +300,9 @@ async fn pass(
     folded.fetch_add(total, Ordering::Relaxed);
     let none: &[String] = &[];
     for _ in 1..MAX_STEPS_PER_PASS {
-        match queen_sql::figures::fold(&**client, MAX_ROWS_PER_STEP, 0, (none, none, none)).await? {
+        match queen_sql::figures::fold(&**client, MAX_ROWS_PER_STEP, 0, (none, none, none), &[])
+            .await?
+        {
             Fold::Skipped | Fold::Folded(0) => break,
             Fold::Folded(n) => {
                 folded.fetch_add(u64::from(n), Ordering::Relaxed);

@@ -5,8 +5,8 @@ use tokio_postgres::GenericClient;
 
 use crate::SqlError;
 
-const FOLD: &str = "SELECT queen.figures_fold_v1($1, $2, $3, $4, $5)";
-const MARK: &str = "SELECT queen.figures_mark_v1($1, $2, $3)";
+const FOLD: &str = "SELECT queen.figures_fold_v1($1, $2, $3, $4, $5, $6)";
+const MARK: &str = "SELECT queen.figures_mark_v1($1, $2, $3, $4)";
 
 /// Partitions named (tenant, queue, partition), as three parallel arrays.
 pub type Named<'a> = (&'a [String], &'a [String], &'a [String]);
@@ -20,18 +20,23 @@ pub enum Fold {
     Folded(u32),
 }
 
-/// Fold at most `limit` dirty rows, the partitions `pushed` names and the
-/// next `verify` partitions in id order into the kept figures, in one
-/// transaction. When another session is folding, `pushed` is marked dirty
-/// instead and the answer is [`Fold::Skipped`].
+/// Fold at most `limit` dirty rows, the partitions `pushed` names, the
+/// partitions `ids` and the next `verify` partitions in id order into the
+/// kept figures, in one transaction. When another session is folding,
+/// `pushed` and `ids` are marked dirty instead and the answer is
+/// [`Fold::Skipped`].
 pub async fn fold(
     client: &impl GenericClient,
     limit: i32,
     verify: i32,
     pushed: Named<'_>,
+    ids: &[uuid::Uuid],
 ) -> Result<Fold, SqlError> {
     let row = client
-        .query_one(FOLD, &[&limit, &verify, &pushed.0, &pushed.1, &pushed.2])
+        .query_one(
+            FOLD,
+            &[&limit, &verify, &pushed.0, &pushed.1, &pushed.2, &ids],
+        )
         .await?;
     let folded: i32 = row.try_get(0)?;
     Ok(match u32::try_from(folded) {
@@ -40,17 +45,16 @@ pub async fn fold(
     })
 }
 
-/// Mark the partitions named (tenant, queue, partition) dirty; those that
-/// no longer exist are skipped. Answers the dirty rows written (one per
+/// Mark the partitions `pushed` names and the partitions `ids` dirty; those
+/// that no longer exist are skipped. Answers the dirty rows written (one per
 /// queue).
 pub async fn mark(
     client: &impl GenericClient,
-    tenants: &[String],
-    queues: &[String],
-    partitions: &[String],
+    pushed: Named<'_>,
+    ids: &[uuid::Uuid],
 ) -> Result<u32, SqlError> {
     let row = client
-        .query_one(MARK, &[&tenants, &queues, &partitions])
+        .query_one(MARK, &[&pushed.0, &pushed.1, &pushed.2, &ids])
         .await?;
     let written: i32 = row.try_get(0)?;
     Ok(u32::try_from(written).unwrap_or(0))

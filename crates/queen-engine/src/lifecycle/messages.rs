@@ -304,11 +304,13 @@ impl<'a> MessageFilter<'a> {
 /// dead-letter queue.
 pub struct Messages {
     db: Db,
+    /// The admin views' figures: a message delete marks its partition.
+    figures: std::sync::Arc<crate::figures::Marks>,
 }
 
 impl Messages {
-    pub(crate) fn new(db: Db) -> Messages {
-        Messages { db }
+    pub(crate) fn new(db: Db, figures: std::sync::Arc<crate::figures::Marks>) -> Messages {
+        Messages { db, figures }
     }
 
     /// One page of the message listing, newest first.
@@ -482,8 +484,17 @@ impl Messages {
         partition_id: Uuid,
         transaction_id: &str,
     ) -> Result<MessageDeletion, EngineError> {
-        crate::lifecycle::message_delete::delete(&self.db, tenant, partition_id, transaction_id)
-            .await
+        let deleted = crate::lifecycle::message_delete::delete(
+            &self.db,
+            tenant,
+            partition_id,
+            transaction_id,
+        )
+        .await;
+        // A delete that moved cursors counts their messages consumed: the
+        // admin views' figures count the partition again.
+        self.figures.consumed(partition_id);
+        deleted
     }
 
     /// The payload of (`partition_id`, `transaction_id`), opened; `None`

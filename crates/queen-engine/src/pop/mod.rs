@@ -182,6 +182,8 @@ pub(crate) struct Serving {
     registry: Arc<AckRegistry>,
     at_rest: Arc<AtRest>,
     shutting_down: Arc<AtomicBool>,
+    /// The admin views' figures: what a committed write marks (`figures.rs`).
+    figures: Arc<crate::figures::Marks>,
     wheel: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// The periodic reseeds (`reseeder.rs`; none on the SQL path).
     reseeder: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -195,6 +197,7 @@ impl Serving {
         limiter: LimiterConfig,
         registry: Arc<AckRegistry>,
         at_rest: Arc<AtRest>,
+        figures: Arc<crate::figures::Marks>,
     ) -> Serving {
         let gates = Arc::new(WakeGates::new(!config.hotlist));
         let hotlist = Arc::new(HotList::default());
@@ -228,6 +231,7 @@ impl Serving {
             registry,
             at_rest,
             shutting_down,
+            figures,
             wheel: Mutex::new(Some(wheel)),
             reseeder: Mutex::new(reseeder),
         }
@@ -235,7 +239,11 @@ impl Serving {
 
     /// The handle writers announce committed work through.
     pub(crate) fn ready(&self) -> Ready {
-        Ready::new(Arc::clone(&self.hotlist), Arc::clone(&self.gates))
+        Ready::new(
+            Arc::clone(&self.hotlist),
+            Arc::clone(&self.gates),
+            Arc::clone(&self.figures),
+        )
     }
 
     /// True once shutdown began: pops answer empty at once.

@@ -25,17 +25,18 @@ pub(crate) struct Ready {
     gates: Arc<WakeGates>,
     /// The other brokers, told the same (`mesh/`), when there is a mesh.
     mesh: Option<MeshOut>,
-    /// The admin views' kept figures: a push marks its partition there.
-    figures: Option<Arc<Marks>>,
+    /// The admin views' kept figures: a push, an ack or an auto-ack pop
+    /// marks its partition there.
+    figures: Arc<Marks>,
 }
 
 impl Ready {
-    pub(super) fn new(hotlist: Arc<HotList>, gates: Arc<WakeGates>) -> Ready {
+    pub(super) fn new(hotlist: Arc<HotList>, gates: Arc<WakeGates>, figures: Arc<Marks>) -> Ready {
         Ready {
             hotlist,
             gates,
             mesh: None,
-            figures: None,
+            figures,
         }
     }
 
@@ -44,13 +45,11 @@ impl Ready {
         Ready { mesh, ..self }
     }
 
-    /// The same handle, also marking pushed partitions for the admin
-    /// views' figures (`figures.rs`).
-    pub(crate) fn with_figures(self, figures: Arc<Marks>) -> Ready {
-        Ready {
-            figures: Some(figures),
-            ..self
-        }
+    /// After a commit that consumed messages of a partition (an ack, an
+    /// auto-ack pop, a give-back): its figures are to be counted again
+    /// (`figures.rs`; other cursor changes are marked by triggers).
+    pub(crate) fn consumed(&self, partition_id: uuid::Uuid) {
+        self.figures.consumed(partition_id);
     }
 
     /// A peer's push hint: what [`Ready::pushed`] does here, not told on.
@@ -74,9 +73,7 @@ impl Ready {
     /// partition (unless a lease here holds it: then at its release), then
     /// parked pops of the queue (and discovery pops) wake.
     pub(crate) fn pushed(&self, tenant: &str, queue: &str, partition: &str) {
-        if let Some(figures) = &self.figures {
-            figures.pushed(tenant, queue, partition);
-        }
+        self.figures.pushed(tenant, queue, partition);
         let key = queue_key(tenant, queue);
         self.hotlist.mark_pushed(&key, partition, Instant::now());
         self.gates.open_partition(&key, partition);

@@ -94,6 +94,15 @@ impl Serving {
             })
         })
         .await;
+        if request.auto_ack {
+            // The claim moved the cursors (and a give-back moves them back):
+            // the admin views' figures count these partitions again.
+            for row in rows {
+                let (PopRow::Segment { partition_id, .. } | PopRow::Verdict { partition_id, .. }) =
+                    row;
+                self.figures.consumed(*partition_id);
+            }
+        }
         if rendered.is_err() && request.auto_ack {
             self.give_back(queue, &request.group, rows).await;
         }
@@ -139,6 +148,7 @@ impl Serving {
         for (partition_id, partition, end) in hidden {
             match queen_sql::ack::ack_batch(&client, partition_id, group, lease, end).await {
                 Ok(acked) if acked.acked => {
+                    self.figures.consumed(partition_id);
                     self.ready().lease_ended(
                         queue.tenant,
                         queue.name,

@@ -172,6 +172,7 @@ impl Transactions {
             .map_err(queen_sql::SqlError::from)?;
         let mut results = Vec::with_capacity(ops.len());
         let mut pushed: Vec<(String, String)> = Vec::new();
+        let mut acked: Vec<uuid::Uuid> = Vec::new();
         for (index, op) in ops.into_iter().enumerate() {
             let result = match op {
                 Checked::Push(push) => {
@@ -180,6 +181,7 @@ impl Transactions {
                     TxnResult::Push(outcomes)
                 }
                 Checked::Ack { group, item } => {
+                    acked.push(item.partition_id);
                     let outcomes = self
                         .acks
                         .ack_group(
@@ -215,6 +217,9 @@ impl Transactions {
         tx.commit().await.map_err(queen_sql::SqlError::from)?;
         for (queue, partition) in pushed {
             self.ready.pushed(tenant, &queue, &partition);
+        }
+        for partition_id in acked {
+            self.ready.consumed(partition_id);
         }
         Ok(results)
     }
