@@ -92,31 +92,34 @@ pub(crate) struct Marks {
 impl Marks {
     /// A push to `partition` of `queue` committed.
     pub(crate) fn pushed(&self, tenant: &str, queue: &str, partition: &str) {
-        let mut held = self.held.lock();
-        if held.len() >= MAX_MARKS {
-            drop(held);
-            self.overflow();
-            return;
-        }
-        held.pushed
-            .insert((tenant.to_owned(), queue.to_owned(), partition.to_owned()));
+        self.hold(true, |held| {
+            held.pushed
+                .insert((tenant.to_owned(), queue.to_owned(), partition.to_owned()));
+        });
     }
 
     /// A commit consumed messages of `partition_id` (an ack, an auto-ack
     /// pop, a give-back, a message delete).
     pub(crate) fn consumed(&self, partition_id: Uuid) {
-        let mut held = self.held.lock();
-        if held.len() >= MAX_MARKS {
-            drop(held);
-            self.overflow();
-            return;
-        }
-        held.consumed.insert(partition_id);
+        self.hold(true, |held| {
+            held.consumed.insert(partition_id);
+        });
     }
 
-    fn overflow(&self) {
+    /// Add a mark unless [`MAX_MARKS`] are held: then count it dropped and,
+    /// with `wake`, wake the loop to fold at once (a restore after a failed
+    /// write does not, or a database outage would spin the loop).
+    fn hold(&self, wake: bool, add: impl FnOnce(&mut Held)) {
+        let mut held = self.held.lock();
+        if held.len() < MAX_MARKS {
+            add(&mut held);
+            return;
+        }
+        drop(held);
         self.dropped.fetch_add(1, Ordering::Relaxed);
-        self.full.notify_one();
+        if wake {
+            self.full.notify_one();
+        }
     }
 
     /// Take every mark, as the arrays the procedures take.
@@ -142,11 +145,16 @@ impl Marks {
             partitions,
             ids,
         } = taken;
-        for ((tenant, queue), partition) in tenants.into_iter().zip(queues).zip(partitions) {
-            self.pushed(&tenant, &queue, &partition);
+        for pushed in tenants.into_iter().zip(queues).zip(partitions) {
+            let ((tenant, queue), partition) = pushed;
+            self.hold(false, |held| {
+                held.pushed.insert((tenant, queue, partition));
+            });
         }
         for id in ids {
-            self.consumed(id);
+            self.hold(false, |held| {
+                held.consumed.insert(id);
+            });
         }
     }
 
