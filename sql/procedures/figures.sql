@@ -311,3 +311,41 @@ BEGIN
      WHERE s.parts > 0;
 END
 $$;
+
+-- queen.figures_queue_depth_v1: the depth of queue p_qid that maxSize
+-- bounds (log_queue_depth_v1's answer: per partition, the live messages
+-- after its least advanced cursor) from the kept figures: the queue's kept
+-- row (total - completed) plus, for each partition its dirty rows name, the
+-- live figure less the kept one. Costs the queue's changes since the last
+-- fold, not its partitions. Every push to a bounded queue marks its
+-- partition in its own transaction (log_push_v2, step 5b), so a push counts
+-- at once; a consumption counts once its broker marked it (at that broker's
+-- next fold, or when a refused push makes it write its marks), so the depth
+-- may be over-counted for that long, never under-counted. Until the build
+-- pass is done it is log_queue_depth_v1's scan.
+CREATE OR REPLACE FUNCTION queen.figures_queue_depth_v1(p_qid uuid)
+RETURNS bigint
+LANGUAGE plpgsql
+STABLE
+AS $$
+DECLARE
+    v_dirty uuid[];
+    v_kept  bigint;
+BEGIN
+    IF NOT COALESCE((SELECT b.done FROM queen.figures_build b), false) THEN
+        RETURN queen.log_queue_depth_v1(p_qid);
+    END IF;
+    SELECT array_agg(DISTINCT u) INTO v_dirty
+      FROM queen.figures_dirty d
+      CROSS JOIN LATERAL unnest(d.partition_ids) AS u
+     WHERE d.queue_id = p_qid;
+    SELECT fq.total - fq.completed INTO v_kept
+      FROM queen.figures_queue fq
+     WHERE fq.queue_id = p_qid;
+    RETURN COALESCE(v_kept, 0) + COALESCE((
+        SELECT sum(COALESCE(l.o_total - l.o_completed, 0) - COALESCE(f.total - f.completed, 0))
+          FROM unnest(v_dirty) AS i(id)
+          LEFT JOIN queen.figures_live_v1(v_dirty) l ON l.o_partition_id = i.id
+          LEFT JOIN queen.figures_partition f ON f.partition_id = i.id), 0)::bigint;
+END
+$$;

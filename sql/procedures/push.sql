@@ -23,8 +23,9 @@
 --      without the duplicates;
 --   4b. refuse the slot when the queue has maxSize (max_queue_size > 0) and
 --      the slot would take its depth past it: status 'full', nothing
---      written. The depth is counted under the queue row's lock (FOR NO KEY
---      UPDATE), taken
+--      written (log_push_v2 reads the depth from the kept figures and marks
+--      what it wrote, step 5b). The depth is counted under the queue row's
+--      lock (FOR NO KEY UPDATE), taken
 --      before the partition's (step 1, bounded queues only), so concurrent
 --      pushes to a bounded queue count one after another and it is never
 --      exceeded; the order queue row, then partitions by name, is the one
@@ -41,8 +42,9 @@
 -- The depth of a queue: per partition, the messages some consumer group has
 -- not consumed (after the least advanced cursor; every live message when the
 -- partition has no cursor), summed. What maxSize bounds. Reads every
--- partition of the queue and their cursors: a bounded queue pays that per
--- push slot, an unbounded one never calls it.
+-- partition of the queue and their cursors: log_push_v1 pays that per
+-- bounded push slot; log_push_v2 reads figures_queue_depth_v1 instead,
+-- which falls back to this until the figures' build pass is done.
 CREATE OR REPLACE FUNCTION queen.log_queue_depth_v1(p_qid uuid)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -417,6 +419,389 @@ BEGIN
               FROM alloc
         )
         SELECT alloc.last_offset INTO STRICT v_last FROM alloc;
+
+        o_status := 'queued';
+        o_base_offset := v_last - p_counts[v_i] + 1;
+        o_created_at := v_now;
+        RETURN NEXT;
+    END LOOP;
+END;
+$$;
+
+-- queen.log_push_v2: log_push_v1 (above, kept verbatim for the brokers of
+-- the previous version during a rolling upgrade) with a maxSize check that
+-- costs what the queue's writes since the last fold cost, not its
+-- partitions: step 4b reads the kept figures (figures_queue_depth_v1), and
+-- step 5b marks a bounded queue's written partition dirty in the push's own
+-- transaction, so the next push under the queue row's lock counts it. The
+-- depth can only be over-counted, never under: a consumption another broker
+-- has not yet marked (its next fold, QUEEN_FIGURES_FOLD_MS) still counts,
+-- and a refused push's broker writes its own marks and tries once more.
+CREATE OR REPLACE FUNCTION queen.log_push_v2(
+    p_tenant        text,
+    p_queues        text[],
+    p_partitions    text[],
+    p_namespaces    text[],
+    p_tasks         text[],
+    p_queue_ids     uuid[],
+    p_partition_ids uuid[],
+    p_encrypted     boolean[],
+    p_probe         boolean[],
+    p_cache_pids    uuid[],
+    p_cover_from    bigint[],
+    p_known_to      bigint[],
+    p_counts        integer[],
+    p_blobs         bytea[],
+    p_hashes        bytea[]
+) RETURNS TABLE (
+    o_slot               integer,
+    o_status             text,
+    o_queue_id           uuid,
+    o_partition_id       uuid,
+    o_base_offset        bigint,
+    o_created_at         timestamptz,
+    o_encryption_enabled boolean,
+    o_dup_item           integer,
+    o_dup_frame          integer,
+    o_dup_blob           bytea,
+    o_known_base         bigint,
+    o_known_end          bigint,
+    o_known_hashes       bytea,
+    o_window             integer
+)
+LANGUAGE plpgsql
+VOLATILE
+-- Generic plans, always. A custom plan of the set statement costs more to
+-- plan than to run (the plan cache kept choosing one and replanned it on
+-- every call), and the generic plan is the one written for: index lookups
+-- by key and an UPDATE by tid, whatever the partition count.
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_n       integer := coalesce(array_length(p_queues, 1), 0);
+    v_i       integer;
+    v_qid     uuid;
+    v_enc     boolean;
+    v_window  integer;
+    v_max     integer;
+    v_pid     uuid;
+    v_now     timestamptz;
+    v_last    bigint;
+    v_since   timestamptz;
+    v_below   boolean;
+    v_from    bigint;
+    v_newer   integer;
+    v_has_dup boolean;
+    v_cached  boolean;
+    v_known   record;
+    v_row     record;
+    v_done    boolean[];
+    v_written integer := 0;
+    v_fresh_pids uuid[];
+    v_fresh_at   timestamptz[];
+BEGIN
+    -- The set path: one statement locks, allocates and inserts every slot
+    -- that needs nothing else (the steady state), and the loop below takes
+    -- the rest. Per-slot statements cost more than the rows they write
+    -- (planning, executor start-up, the CHECK constraints compiled again per
+    -- statement), and a lock taken apart from the allocator UPDATE visits
+    -- each partition row twice and writes a lock record for it; one UPDATE
+    -- takes the row lock itself (docs/performance.md has the figures).
+    --
+    -- A slot is written here when its queue exists, is not bounded and
+    -- matches its encryption flag, its partition exists, and it needs no
+    -- duplicate probe: no client transaction id, or a dedup window of 0, or
+    -- the broker's coverage holds every sidecar row the probe would read.
+    -- That last test has two halves. Rows below the coverage in the window
+    -- are checked before the lock: rows below an offset never appear later,
+    -- and time only takes them out of the window, so an early "none" stays
+    -- true. Rows above the coverage (another broker wrote) are checked in the
+    -- UPDATE's WHERE on the locked row: when the row was locked by another
+    -- writer, PostgreSQL re-evaluates the condition on the version it then
+    -- updates. A slot that fails any test is not touched and goes to the
+    -- loop, which probes, returns the known rows, creates what is missing.
+    --
+    -- created_at is clock_timestamp() in RETURNING, evaluated after the row
+    -- is updated and so after its lock (invariant 2). Rows are locked in
+    -- slot order: the UPDATE runs a nested loop over the slots in order
+    -- (the broker sorts them by queue and partition name). The loop's slots
+    -- are then locked after the set path's, out of that order: two brokers
+    -- whose flushes share two such partitions can deadlock, which PostgreSQL
+    -- detects and the broker retries.
+    --
+    -- A flush of one slot takes the loop: one partition's flushes are one
+    -- slot each (a lane has one flush in flight).
+    IF v_n > 1 THEN
+        v_now := clock_timestamp();
+        FOR v_row IN
+            WITH s AS (
+                SELECT s.i, pp.tid, s.cnt, s.blob, s.hashes, q.id AS qid, q.encryption_enabled AS enc,
+                       q.dedup_window_seconds AS win, s.probe, s.cpid, s.kt,
+                       -- The probe is needed below the coverage: the newest
+                       -- sidecar row under it is still in the window.
+                       s.probe AND q.dedup_window_seconds > 0
+                           AND (s.kt IS NULL
+                                OR coalesce((SELECT t.created_at >= v_now - make_interval(secs => q.dedup_window_seconds)
+                                               FROM queen.log_txns t
+                                              WHERE t.partition_id = s.cpid AND t.base_offset < s.cf
+                                              ORDER BY t.base_offset DESC
+                                              LIMIT 1), false)) AS below
+                  FROM unnest(p_queues, p_partitions, p_encrypted, p_counts, p_blobs, p_hashes,
+                              p_probe, p_cache_pids, p_cover_from, p_known_to)
+                       WITH ORDINALITY AS s(qn, pn, enc, cnt, blob, hashes, probe, cpid, cf, kt, i)
+                  -- LIMIT 1 keeps each lookup an index probe of its own key
+                  -- (as a join, a generic plan read every queue of the tenant).
+                  CROSS JOIN LATERAL (
+                        SELECT q.id, q.encryption_enabled, q.dedup_window_seconds
+                          FROM queen.queues q
+                         WHERE q.tenant_id = p_tenant AND q.name = s.qn AND q.max_queue_size = 0
+                           AND q.encryption_enabled IS NOT DISTINCT FROM s.enc
+                         LIMIT 1) q
+                  -- The partition row's current version, by its key; the
+                  -- UPDATE reaches it by tid. Had another writer updated it
+                  -- since, the UPDATE waits for its lock and follows the
+                  -- update chain to the version it then changes.
+                  CROSS JOIN LATERAL (
+                        SELECT p.ctid AS tid
+                          FROM queen.log_partitions p
+                         WHERE p.queue_id = q.id AND p.name = s.pn
+                         LIMIT 1) pp
+            ), alloc AS (
+                UPDATE queen.log_partitions p
+                   SET last_offset   = p.last_offset + s.cnt,
+                       last_write_at = CASE WHEN p.last_write_at < v_now - interval '1 second'
+                                            THEN v_now ELSE p.last_write_at END
+                  FROM s
+                 WHERE p.ctid = s.tid
+                   AND NOT s.below
+                   AND (NOT s.probe OR s.win = 0 OR (p.id = s.cpid AND p.last_offset <= s.kt))
+                RETURNING s.i, p.id AS pid, s.qid, s.enc, s.win, s.cnt, s.blob, s.hashes,
+                          p.last_offset - s.cnt + 1 AS base, p.last_offset AS last,
+                          clock_timestamp() AS at,
+                          p.oldest_live_at IS NULL OR p.oldest_txn_at IS NULL AS fresh
+            ), seg AS (
+                INSERT INTO queen.log_segments (partition_id, base_offset, end_offset, msg_count, created_at, blob)
+                SELECT a.pid, a.base, a.last, a.cnt, a.at, a.blob FROM alloc a
+            ), txn AS (
+                INSERT INTO queen.log_txns (partition_id, base_offset, end_offset, created_at, hashes)
+                SELECT a.pid, a.base, a.last, a.at, a.hashes FROM alloc a
+            )
+            SELECT a.i::integer AS i, a.qid, a.pid, a.enc, a.win, a.base, a.at, a.fresh FROM alloc a
+        LOOP
+            v_done[v_row.i] := true;
+            v_written := v_written + 1;
+            IF v_row.fresh THEN
+                v_fresh_pids := v_fresh_pids || v_row.pid;
+                v_fresh_at := v_fresh_at || v_row.at;
+            END IF;
+            o_slot := v_row.i - 1; o_status := 'queued';
+            o_queue_id := v_row.qid; o_partition_id := v_row.pid;
+            o_base_offset := v_row.base; o_created_at := v_row.at;
+            o_encryption_enabled := v_row.enc; o_window := v_row.win;
+            o_dup_item := NULL; o_dup_frame := NULL; o_dup_blob := NULL;
+            o_known_base := NULL; o_known_end := NULL; o_known_hashes := NULL;
+            RETURN NEXT;
+        END LOOP;
+        -- The empty-to-non-empty transition (rare): the retention work-list
+        -- columns take the created_at of the row now at the watermark.
+        IF v_fresh_pids IS NOT NULL THEN
+            UPDATE queen.log_partitions p
+               SET oldest_live_at = COALESCE(p.oldest_live_at, f.at),
+                   oldest_txn_at  = COALESCE(p.oldest_txn_at, f.at)
+              FROM unnest(v_fresh_pids, v_fresh_at) AS f(pid, at)
+             WHERE p.id = f.pid;
+        END IF;
+        IF v_written = v_n THEN
+            RETURN;
+        END IF;
+    END IF;
+
+    FOR v_i IN 1 .. v_n LOOP
+        IF v_done[v_i] THEN
+            CONTINUE;
+        END IF;
+        o_slot := v_i - 1;
+        o_queue_id := NULL; o_partition_id := NULL; o_base_offset := NULL;
+        o_created_at := NULL; o_encryption_enabled := NULL;
+        o_dup_item := NULL; o_dup_frame := NULL; o_dup_blob := NULL;
+        o_known_base := NULL; o_known_end := NULL; o_known_hashes := NULL; o_window := NULL;
+
+        -- 1. The queue row, created implicitly on first push.
+        SELECT q.id, q.encryption_enabled, q.dedup_window_seconds, q.max_queue_size
+          INTO v_qid, v_enc, v_window, v_max
+          FROM queen.queues q
+         WHERE q.tenant_id = p_tenant AND q.name = p_queues[v_i];
+        IF NOT FOUND THEN
+            INSERT INTO queen.queues (id, tenant_id, name, namespace, task)
+            VALUES (p_queue_ids[v_i], p_tenant, p_queues[v_i], p_namespaces[v_i], p_tasks[v_i])
+            ON CONFLICT (tenant_id, name) DO NOTHING;
+            SELECT q.id, q.encryption_enabled, q.dedup_window_seconds, q.max_queue_size
+              INTO STRICT v_qid, v_enc, v_window, v_max
+              FROM queen.queues q
+             WHERE q.tenant_id = p_tenant AND q.name = p_queues[v_i];
+        END IF;
+        IF v_max > 0 THEN
+            -- A bounded queue: its pushes count its depth one at a time.
+            -- NO KEY UPDATE: it serialises the pushes all the same, and does not
+            -- block the key-share locks of inserts that reference the queue.
+            PERFORM 1 FROM queen.queues q WHERE q.id = v_qid FOR NO KEY UPDATE;
+        END IF;
+        o_queue_id := v_qid;
+        o_encryption_enabled := v_enc;
+
+        -- 2. Never store plaintext for an encrypted queue (or sealed bytes for
+        --    a plain one): the broker's cached flag was stale.
+        IF v_enc IS DISTINCT FROM p_encrypted[v_i] THEN
+            o_status := 'encryption';
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+
+        -- 3. The partition row and its lock.
+        SELECT p.id INTO v_pid
+          FROM queen.log_partitions p
+         WHERE p.queue_id = v_qid AND p.name = p_partitions[v_i]
+           FOR UPDATE;
+        IF NOT FOUND THEN
+            INSERT INTO queen.log_partitions (id, queue_id, name)
+            VALUES (p_partition_ids[v_i], v_qid, p_partitions[v_i])
+            ON CONFLICT (queue_id, name) DO NOTHING;
+            SELECT p.id INTO STRICT v_pid
+              FROM queen.log_partitions p
+             WHERE p.queue_id = v_qid AND p.name = p_partitions[v_i]
+               FOR UPDATE;
+        END IF;
+        o_partition_id := v_pid;
+
+        -- 4. The dedup probe, under the lock. Hashes are matched first (a
+        --    hash join against the slot's incoming hashes); only the few
+        --    matches fetch their winner's blob. Skipped when the dedup window
+        --    is 0, or when every transaction id of the slot was generated by
+        --    the broker (a fresh UUIDv7 cannot repeat).
+        --
+        --    The broker's dedup cache: when the broker already holds every
+        --    hash of this partition's sidecar rows in [p_cover_from,
+        --    p_known_to] (and checked the slot against them), only rows
+        --    outside that range are probed: older ones still in the window,
+        --    and newer ones another broker wrote. Those newer rows come back
+        --    as 'known' rows so the broker's coverage stays contiguous. The
+        --    coverage counts only for the partition id it was built on (a
+        --    re-created partition starts over).
+        o_window := v_window;
+        v_has_dup := false;
+        v_cached := p_cache_pids[v_i] IS NOT DISTINCT FROM v_pid AND p_known_to[v_i] IS NOT NULL;
+        v_newer := 0;
+        IF v_window > 0 AND v_cached THEN
+            FOR v_known IN
+                SELECT t.base_offset, t.end_offset, t.hashes
+                  FROM queen.log_txns t
+                 WHERE t.partition_id = v_pid AND t.base_offset > p_known_to[v_i]
+                 ORDER BY t.base_offset
+            LOOP
+                v_newer := v_newer + 1;
+                o_status := 'known';
+                o_known_base := v_known.base_offset;
+                o_known_end := v_known.end_offset;
+                o_known_hashes := v_known.hashes;
+                RETURN NEXT;
+            END LOOP;
+            o_known_base := NULL; o_known_end := NULL; o_known_hashes := NULL;
+        END IF;
+        IF v_window > 0 AND p_probe[v_i] THEN
+            v_since := clock_timestamp() - make_interval(secs => v_window);
+            -- With coverage, rows below it are in the window only if the
+            -- newest of them is (created_at is monotone in offset): one index
+            -- probe. Usually none is, and the probe reads only the rows above
+            -- the coverage (v_from: a range of the primary key, so the cost
+            -- no longer grows with the rows the partition holds); otherwise
+            -- every row of the partition in the window outside the coverage.
+            v_from := -1;  -- offsets start at 0: every row
+            IF v_cached THEN
+                SELECT t.created_at >= v_since INTO v_below
+                  FROM queen.log_txns t
+                 WHERE t.partition_id = v_pid AND t.base_offset < p_cover_from[v_i]
+                 ORDER BY t.base_offset DESC
+                 LIMIT 1;
+                IF NOT coalesce(v_below, false) THEN
+                    v_from := p_known_to[v_i];
+                END IF;
+            END IF;
+            -- Covered, nothing below the coverage in the window, nothing
+            -- above it (one broker writes this partition): nothing to probe.
+            IF v_from = -1 OR v_newer > 0 THEN
+                RETURN QUERY
+                WITH incoming AS MATERIALIZED (
+                    SELECT n.idx, n.h FROM queen.log_unnest_hashes(p_hashes[v_i]) n
+                ), matches AS MATERIALIZED (
+                    SELECT i.idx AS item, t.base_offset, u.idx AS frame
+                      FROM queen.log_txns t
+                     CROSS JOIN LATERAL queen.log_unnest_hashes(t.hashes) u
+                      JOIN incoming i ON i.h = u.h
+                     WHERE t.partition_id = v_pid
+                       AND t.base_offset > v_from
+                       AND t.created_at >= v_since
+                       AND (NOT v_cached
+                            OR t.base_offset < p_cover_from[v_i]
+                            OR t.base_offset > p_known_to[v_i])
+                )
+                -- Each winner segment travels once: o_base_offset names it on
+                -- every duplicate row, its blob rides on the first of them
+                -- only (a retried 10,000-item push used to carry the same
+                -- blob 10,000 times, and the broker inflated each copy).
+                , numbered AS (
+                    SELECT mm.item, mm.base_offset, mm.frame,
+                           row_number() OVER (PARTITION BY mm.base_offset ORDER BY mm.item) = 1
+                               AS first_of_segment
+                      FROM matches mm
+                )
+                SELECT o_slot, 'duplicate'::text, v_qid, v_pid, m.base_offset, NULL::timestamptz,
+                       v_enc, m.item, m.frame, s.blob, NULL::bigint, NULL::bigint, NULL::bytea, v_window
+                  FROM numbered m
+                  LEFT JOIN queen.log_segments s
+                    ON m.first_of_segment AND s.partition_id = v_pid AND s.base_offset = m.base_offset;
+                v_has_dup := FOUND;
+            END IF;
+        END IF;
+        IF v_has_dup THEN
+            CONTINUE;
+        END IF;
+
+        -- 4b. maxSize, from the kept figures (figures_queue_depth_v1).
+        IF v_max > 0 AND queen.figures_queue_depth_v1(v_qid) + p_counts[v_i] > v_max THEN
+            o_status := 'full';
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+
+        -- 5. Stamp, allocate, insert: one statement (the inserts read the
+        --    allocator UPDATE's RETURNING), so one executor start for the
+        --    three (measured at batch 1: 15% less PostgreSQL CPU per message).
+        v_now := clock_timestamp();
+        WITH alloc AS (
+            UPDATE queen.log_partitions p
+               SET last_offset    = p.last_offset + p_counts[v_i],
+                   last_write_at  = CASE WHEN p.last_write_at < v_now - interval '1 second'
+                                         THEN v_now ELSE p.last_write_at END,
+                   oldest_live_at = COALESCE(p.oldest_live_at, v_now),
+                   oldest_txn_at  = COALESCE(p.oldest_txn_at, v_now)
+             WHERE p.id = v_pid
+            RETURNING p.last_offset
+        ), seg AS (
+            INSERT INTO queen.log_segments (partition_id, base_offset, end_offset, msg_count, created_at, blob)
+            SELECT v_pid, alloc.last_offset - p_counts[v_i] + 1, alloc.last_offset, p_counts[v_i], v_now, p_blobs[v_i]
+              FROM alloc
+        ), txn AS (
+            INSERT INTO queen.log_txns (partition_id, base_offset, end_offset, created_at, hashes)
+            SELECT v_pid, alloc.last_offset - p_counts[v_i] + 1, alloc.last_offset, v_now, p_hashes[v_i]
+              FROM alloc
+        )
+        SELECT alloc.last_offset INTO STRICT v_last FROM alloc;
+        -- 5b. A bounded queue's write is marked dirty in this transaction,
+        --     so the next push's depth (under the queue row's lock) counts
+        --     it before any fold.
+        IF v_max > 0 THEN
+            INSERT INTO queen.figures_dirty (queue_id, partition_ids) VALUES (v_qid, ARRAY[v_pid]);
+        END IF;
 
         o_status := 'queued';
         o_base_offset := v_last - p_counts[v_i] + 1;

@@ -26,6 +26,9 @@
 --                  answers an admin view. A trigger per push statement cost
 --                  20-40% of PostgreSQL's time per single-message push
 --                  (benches/wrk/round.sh), so pushes are not marked here.
+--                  A push to a bounded queue (maxSize) is also marked in
+--                  its own transaction (log_push_v2, step 5b): the next
+--                  push's depth check (figures_queue_depth_v1) counts it.
 --   a consuming    a cursor move that counts messages consumed (an ack, an
 --   cursor move    auto-ack pop, a message delete, a give-back: they change
 --                  total_consumed with committed): the same, by the broker

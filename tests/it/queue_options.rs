@@ -185,6 +185,50 @@ async fn concurrent_pushes_never_take_a_bounded_queue_past_max_size() {
     broker.stop().await;
 }
 
+/// The depth a bounded queue's push is refused on counts a consumption once
+/// its broker has marked it (the kept figures, `figures_queue_depth_v1`):
+/// another broker's acks count after its next fold (this test folds by
+/// hand), this broker's own at once (a refused push writes them and tries
+/// once more). The depth is never under-counted: the queue never grows
+/// past its `maxSize`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_size_counts_a_consumption_once_its_broker_marked_it() {
+    let unfolded = || EngineConfig {
+        figures_interval: None,
+        ..EngineConfig::default()
+    };
+    let broker = TestBroker::start_with(unfolded()).await;
+    let other = TestBroker::serve(broker.db.clone(), unfolded()).await;
+    configure(&broker, "shared-bound", json!({"maxSize": 2})).await;
+    let item = |n: i32| json!({"queue": "shared-bound", "partition": "p", "payload": n});
+    assert_eq!(push_status(&broker, json!([item(1), item(2)])).await.0, 201);
+    assert_eq!(push_status(&broker, json!([item(3)])).await.0, 429);
+
+    // The other broker consumes both; the fold takes the cursor it created.
+    let popped = pop(&other, "/api/v1/pop/queue/shared-bound?batch=10")
+        .await
+        .expect("the two messages");
+    assert_eq!(data(&popped).len(), 2);
+    broker.engine.figures_pass().await.unwrap();
+    ack_all(&other, &popped, "completed", None).await;
+    assert_eq!(push_status(&broker, json!([item(3)])).await.0, 429);
+    other.engine.figures_publish().await.unwrap();
+    assert_eq!(push_status(&broker, json!([item(3)])).await.0, 201);
+
+    // This broker's own ack: the refused push writes the mark and retries.
+    let popped = pop(&broker, "/api/v1/pop/queue/shared-bound?batch=10")
+        .await
+        .expect("message 3");
+    broker.engine.figures_pass().await.unwrap();
+    ack_all(&broker, &popped, "completed", None).await;
+    let (status, results) = push_status(&broker, json!([item(4), item(5)])).await;
+    assert_eq!(status, 201, "{results}");
+    assert_eq!(push_status(&broker, json!([item(6)])).await.0, 429);
+    assert_eq!(stored(&broker, "shared-bound").await, 5);
+    other.stop().await;
+    broker.stop().await;
+}
+
 /// Run `futures` concurrently on the runtime; their outputs in order.
 async fn futures_join_all<F>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
 where

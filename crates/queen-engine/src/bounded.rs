@@ -2,7 +2,7 @@
 //! one through the one-transaction push (`txn/atomic.rs`), where a refused
 //! request writes nothing.
 //!
-//! The limit itself is enforced by `log_push_v1` under the queue row's lock,
+//! The limit itself is enforced by `log_push_v2` under the queue row's lock,
 //! whichever way a push comes, so a stale answer here never lets a queue
 //! grow past its `maxSize`; it only decides atomicity. The set is read from
 //! the database at every cluster-state refresh (the engine's

@@ -147,12 +147,12 @@ impl EncryptionKey {
 ///
 /// The flag cache is keyed by queue name and has no cap of its own yet: an
 /// entry is written only for a queue PostgreSQL reported on (a push that
-/// reached `log_push_v1`), and dropped when the queue is configured or deleted.
+/// reached `log_push_v2`), and dropped when the queue is configured or deleted.
 pub(crate) struct AtRest {
     key: Option<EncryptionKey>,
     /// Last known `encryptionEnabled` per queue. A miss means "not encrypted"
     /// (implicit queues never are); a stale entry costs one refused slot, never
-    /// plaintext, because `log_push_v1` checks the flag under its own snapshot.
+    /// plaintext, because `log_push_v2` checks the flag under its own snapshot.
     flags: parking_lot::RwLock<std::collections::HashMap<std::sync::Arc<str>, bool>>,
     /// The queues with `encryptionEnabled` as the last cluster-state refresh
     /// read them (at most `bounded::MAX_BOUNDED`): what a broker without a

@@ -168,6 +168,7 @@ impl Engine {
                 maintenance: Arc::clone(&maintenance),
                 at_rest: Arc::clone(&at_rest),
                 stats: Arc::clone(&stats),
+                marks: figures.marks(),
             },
             config.spool.as_ref(),
         );

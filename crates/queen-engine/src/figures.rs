@@ -158,6 +158,12 @@ impl Marks {
         }
     }
 
+    /// True when a consumption is marked here and not yet written: a
+    /// bounded queue's depth (`figures_queue_depth_v1`) may count it.
+    pub(crate) fn consumed_any(&self) -> bool {
+        !self.held.lock().consumed.is_empty()
+    }
+
     /// Marks held now.
     pub(crate) fn len(&self) -> usize {
         self.held.lock().len()
@@ -211,23 +217,7 @@ impl Figures {
 
     /// Write the marks as dirty rows, so the views count them.
     pub(crate) async fn publish(&self) -> Result<(), EngineError> {
-        let marks = self.marks.take();
-        if marks.is_empty() {
-            return Ok(());
-        }
-        let client = match self.pool.get().await {
-            Ok(client) => client,
-            Err(error) => {
-                self.marks.restore(marks);
-                return Err(SqlError::from(error).into());
-            }
-        };
-        let named = (&marks.tenants[..], &marks.queues[..], &marks.partitions[..]);
-        if let Err(error) = queen_sql::figures::mark(&**client, named, &marks.ids).await {
-            self.marks.restore(marks);
-            return Err(error.into());
-        }
-        Ok(())
+        publish(&self.pool, &self.marks).await
     }
 
     /// Partitions folded since start, marks held now, marks dropped at
@@ -248,6 +238,30 @@ impl Figures {
             let _ = task.await;
         }
     }
+}
+
+/// Write `marks` as dirty rows (kept on failure, for the next fold).
+pub(crate) async fn publish(
+    pool: &deadpool_postgres::Pool,
+    marks: &Marks,
+) -> Result<(), EngineError> {
+    let taken = marks.take();
+    if taken.is_empty() {
+        return Ok(());
+    }
+    let client = match pool.get().await {
+        Ok(client) => client,
+        Err(error) => {
+            marks.restore(taken);
+            return Err(SqlError::from(error).into());
+        }
+    };
+    let named = (&taken.tenants[..], &taken.queues[..], &taken.partitions[..]);
+    if let Err(error) = queen_sql::figures::mark(&**client, named, &taken.ids).await {
+        marks.restore(taken);
+        return Err(error.into());
+    }
+    Ok(())
 }
 
 /// The loop: a pass every `interval`, or at once when the marks are full,

@@ -1,4 +1,4 @@
-//! Typed call of `queen.log_push_v1` (`sql/procedures/push.sql`): the flush
+//! Typed call of `queen.log_push_v2` (`sql/procedures/push.sql`): the flush
 //! transaction that writes one segment per slot, for several partitions, in one
 //! statement and one round trip. Also the spool drain's duplicate check beyond
 //! the dedup window (`log_drain_probe_v1`, `log_drain_segments_v1`).
@@ -12,7 +12,7 @@ use crate::prepared::{self, Conn};
 use crate::SqlError;
 
 const PUSH_SEGMENTS: &str =
-    "SELECT * FROM queen.log_push_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)";
+    "SELECT * FROM queen.log_push_v2($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)";
 
 /// One segment to write: a partition's packed, compressed frames and their hashes.
 #[derive(Debug, Clone, Copy)]
@@ -201,7 +201,7 @@ pub async fn push_segments(
         let slot: i32 = row.try_get("o_slot")?;
         let Some(entry) = usize::try_from(slot).ok().and_then(|s| outcomes.get_mut(s)) else {
             return Err(SqlError::Protocol {
-                what: "log_push_v1 returned a slot out of range",
+                what: "log_push_v2 returned a slot out of range",
             });
         };
         let status: &str = row.try_get("o_status")?;
@@ -259,7 +259,7 @@ pub async fn push_segments(
             }
             _ => {
                 return Err(SqlError::Protocol {
-                    what: "log_push_v1 returned an unknown status",
+                    what: "log_push_v2 returned an unknown status",
                 })
             }
         }
@@ -269,7 +269,7 @@ pub async fn push_segments(
         .zip(known)
         .map(|(outcome, rows)| {
             let mut outcome = outcome.ok_or(SqlError::Protocol {
-                what: "log_push_v1 returned no row for a slot",
+                what: "log_push_v2 returned no row for a slot",
             })?;
             match &mut outcome {
                 SlotOutcome::Queued { known, .. } | SlotOutcome::Duplicates { known, .. } => {

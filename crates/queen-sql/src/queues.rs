@@ -28,7 +28,7 @@ pub struct QueueSettings {
     /// group, when `retry_delay_applied`; otherwise stored and echoed only.
     pub retry_delay: i32,
     /// `max_queue_size` (the wire's `maxSize`): a push that would take the
-    /// queue's depth past it is refused (`log_push_v1`); 0 is no limit.
+    /// queue's depth past it is refused (`log_push_v2`); 0 is no limit.
     pub max_queue_size: i32,
     /// `ttl`: stored and echoed only.
     pub ttl: i32,

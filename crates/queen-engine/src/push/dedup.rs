@@ -2,7 +2,7 @@
 //! transaction-id hashes of a contiguous run of recent sidecar rows
 //! `[cover_from, known_to]`.
 //!
-//! Why: the duplicate probe in `log_push_v1` reads every hash a partition
+//! Why: the duplicate probe in `log_push_v2` reads every hash a partition
 //! stored inside the dedup window, so without help its cost per flush grows
 //! with rate × window (measured: a single partition's push rate fell from
 //! 13,000 to 4,000 msg/s within 5 s). With coverage, a flush checks the slot

@@ -11,7 +11,7 @@
 //!
 //! A fixed set of flusher tasks takes ready lanes from one queue, up to
 //! [`MAX_LANES_PER_FLUSH`] at a time, and writes them with one call of
-//! `queen.log_push_v1`: one transaction, one round trip. A submission's reply
+//! `queen.log_push_v2`: one transaction, one round trip. A submission's reply
 //! is sent after that transaction commits.
 //!
 //! Locking: `lanes` is a `parking_lot::Mutex` held only to move submissions in
@@ -74,7 +74,7 @@ type Reply = oneshot::Sender<Result<Vec<EntryResult>, EngineError>>;
 /// Counters of the push path, for tests, benchmarks and metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PushStats {
-    /// Calls of `log_push_v1` (round trips, one transaction each).
+    /// Calls of `log_push_v2` (round trips, one transaction each).
     pub flushes: u64,
     /// Segments committed.
     pub segments: u64,
@@ -82,7 +82,7 @@ pub struct PushStats {
     pub messages: u64,
     /// Slots with client transaction ids sent to PostgreSQL without dedup
     /// coverage: unless the queue's dedup window is 0, each made
-    /// `log_push_v1` read every sidecar row of the partition inside the window.
+    /// `log_push_v2` read every sidecar row of the partition inside the window.
     pub full_probes: u64,
     /// Winner segments inflated to answer duplicates with the winner's
     /// message id: one per stored segment a flush's duplicates point into.
@@ -664,7 +664,7 @@ fn build_segment(
     })
 }
 
-/// One call of `log_push_v1` for `tenant`'s slots, retried on deadlock or
+/// One call of `log_push_v2` for `tenant`'s slots, retried on deadlock or
 /// serialization failure.
 async fn write(
     shared: &Shared,

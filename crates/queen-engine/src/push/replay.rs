@@ -1,6 +1,6 @@
 //! The spool drain's duplicate check beyond the dedup window.
 //!
-//! `log_push_v1` finds a repeated transaction id only inside the queue's
+//! `log_push_v2` finds a repeated transaction id only inside the queue's
 //! `dedupWindowSeconds`. A spooled item can reach the database much later
 //! than the copy of it that is already stored: a direct attempt that timed
 //! out but committed, a drain chunk stored before a crash and pushed again

@@ -17,6 +17,7 @@ use uuid::Uuid;
 
 use crate::bounded::Bounded;
 use crate::crypto::AtRest;
+use crate::figures::Marks;
 use crate::maintenance::Maintenance;
 use crate::naming::queue_key;
 use crate::push::Fusion;
@@ -56,6 +57,9 @@ pub(crate) struct Parts {
     pub(crate) maintenance: Arc<Maintenance>,
     pub(crate) at_rest: Arc<AtRest>,
     pub(crate) stats: Arc<Stats>,
+    /// This broker's unwritten figures marks: a bounded queue's refused
+    /// push writes them and tries once more (see [`Pushes::store`]).
+    pub(crate) marks: Arc<Marks>,
 }
 
 /// The push router.
@@ -215,7 +219,22 @@ impl Pushes {
         atomic: bool,
     ) -> Result<Vec<PushOutcome>, EngineError> {
         if atomic {
-            self.parts.txns.push_atomic(items, generated).await
+            // The depth a bounded queue's push is refused on counts a
+            // consumption only once its broker marked it: when this broker
+            // holds such marks, write them and try once more (a refused
+            // push wrote nothing). Another broker's count within its fold
+            // interval, which the 429's Retry-After covers.
+            let retry = self.parts.marks.consumed_any().then(|| items.clone());
+            match (self.parts.txns.push_atomic(items, generated).await, retry) {
+                (Err(EngineError::QueueFull { .. }), Some(items))
+                    if crate::figures::publish(&self.parts.pool, &self.parts.marks)
+                        .await
+                        .is_ok() =>
+                {
+                    self.parts.txns.push_atomic(items, generated).await
+                }
+                (result, _) => result,
+            }
         } else {
             self.parts.fusion.push(items, generated).await
         }

@@ -5,7 +5,7 @@
 //! lands in, so a refused share could leave the request's other partitions
 //! stored. A request that names a queue with `maxSize` (as far as this broker
 //! knows: `bounded.rs`) comes here instead: one transaction, one segment per
-//! partition (split at 8 MiB of payload), `log_push_v1` with the duplicate
+//! partition (split at 8 MiB of payload), `log_push_v2` with the duplicate
 //! probe as fusion uses it. Duplicates answer `duplicate` like a fused push
 //! (the slot is written again without them, in the same transaction), a
 //! transaction id repeated within the request is a duplicate of its first
@@ -181,7 +181,7 @@ impl Transactions {
                 .await?
                 .into_iter()
                 .next()
-                .ok_or(EngineError::Internal("log_push_v1 answered no slot"))?;
+                .ok_or(EngineError::Internal("log_push_v2 answered no slot"))?;
             match outcome {
                 SlotOutcome::Queued { partition_id, .. } => {
                     for index in todo {

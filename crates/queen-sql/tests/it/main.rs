@@ -1,6 +1,7 @@
 //! Integration tests of `queen-sql` against a throwaway PostgreSQL
 //! (`queen-testkit`): one binary, suites as modules.
 
+mod bounded_depth;
 mod errors;
 mod pop_commit;
 mod push_flush;
@@ -31,4 +32,20 @@ pub(crate) async fn rows_as_text(
                 .join("|")
         })
         .collect()
+}
+
+/// Rows of the `queen` tables `tables` this session's transaction has read
+/// so far (PostgreSQL 15's xact view also holds the session's unflushed
+/// counts, so callers take differences).
+pub(crate) async fn xact_rows_read(client: &tokio_postgres::Client, tables: &[&str]) -> i64 {
+    client
+        .query_one(
+            "SELECT COALESCE(sum(seq_tup_read + COALESCE(idx_tup_fetch, 0)), 0)::bigint \
+               FROM pg_stat_xact_user_tables \
+              WHERE schemaname = 'queen' AND relname = ANY ($1)",
+            &[&tables],
+        )
+        .await
+        .unwrap()
+        .get(0)
 }

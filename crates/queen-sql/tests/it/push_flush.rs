@@ -1,4 +1,4 @@
-//! `queen.log_push_v1`'s set-based path: a flush whose partitions
+//! `queen.log_push_v2`'s set-based path: a flush whose partitions
 //! all exist is written with a handful of statements whatever its slot
 //! count, and writes exactly what the per-slot loop wrote.
 

@@ -1,4 +1,4 @@
-//! How much of the hash sidecar `queen.log_push_v1`'s duplicate probe reads,
+//! How much of the hash sidecar `queen.log_push_v2`'s duplicate probe reads,
 //! measured with the session's own transaction statistics.
 
 use queen_sql::pop::{pop_list, PopParams, PopRow};
@@ -61,19 +61,9 @@ async fn push_one(
     outcomes.remove(0)
 }
 
-/// Sidecar rows this session has read and not yet reported (the view holds
-/// earlier transactions' counts until the session flushes them).
+/// Sidecar rows this session's transaction has read so far.
 async fn sidecar_reads(client: &tokio_postgres::Client) -> i64 {
-    client
-        .query_one(
-            "SELECT COALESCE(sum(seq_tup_read + COALESCE(idx_tup_fetch, 0)), 0)::bigint \
-               FROM pg_stat_xact_user_tables \
-              WHERE schemaname = 'queen' AND relname = 'log_txns'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0)
+    crate::xact_rows_read(client, &["log_txns"]).await
 }
 
 /// Sidecar rows read by one push of `n` with `coverage` (rolled back), and

@@ -52,19 +52,9 @@ async fn a_step_with_nothing_due_reads_no_queue_s_sidecar_list() {
 }
 
 /// Rows of `queues` and `log_partitions` read so far by this session's
-/// transaction (PostgreSQL 15's xact view also holds the session's unflushed
-/// counts, so callers take differences).
+/// transaction.
 async fn rows_read(client: &tokio_postgres::Client) -> i64 {
-    client
-        .query_one(
-            "SELECT COALESCE(sum(seq_tup_read + COALESCE(idx_tup_fetch, 0)), 0)::bigint \
-               FROM pg_stat_xact_user_tables \
-              WHERE schemaname = 'queen' AND relname IN ('queues', 'log_partitions')",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0)
+    crate::xact_rows_read(client, &["queues", "log_partitions"]).await
 }
 
 /// With nothing due, no background step reads the queues or

@@ -4,7 +4,7 @@
 //!
 //! The work is the broker's flush, segment by segment: one transaction per
 //! flush, holding the allocator UPDATE of the partition row (with the same
-//! `last_write_at` and `oldest_*` rules as `queen.log_push_v1`, so the update
+//! `last_write_at` and `oldest_*` rules as `queen.log_push_v2`, so the update
 //! stays HOT the same way), the `queen.log_segments` row and the
 //! `queen.log_txns` sidecar row. It is a best case on purpose:
 //!

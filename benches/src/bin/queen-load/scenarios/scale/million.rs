@@ -33,7 +33,10 @@
 //!    `/api/v1/consumer-groups`, each once after the broker's cluster-series
 //!    cache ran out (`cold`) and once right after (`warm`); one scrape
 //!    before them all, as a Prometheus server's earlier ones would have.
-//! 7. **Broker state**: `queen_hotlist_rings`, `_entries`, `_bytes` from
+//! 7. **Bounded pushes**: the queue gets a `maxSize` far above its depth,
+//!    then `BOUNDED_PUSHES` sequential one-item pushes to random partitions:
+//!    their latency (each counts the queue's depth under its row lock).
+//! 8. **Broker state**: `queen_hotlist_rings`, `_entries`, `_bytes` from
 //!    `/metrics/prometheus` (null when absent), bytes per entry, the dedup
 //!    cache and ack registry bytes, and RSS.
 //!
@@ -75,6 +78,8 @@ const PUSH_BATCH: usize = 10;
 /// Partitions the hot window moves by every second.
 const HOT_STEP: usize = 1000;
 const EMPTY_POPS: usize = 200;
+/// Sequential pushes to the queue once bounded (step 7).
+const BOUNDED_PUSHES: usize = 20;
 const LONG_POPS: usize = 20;
 /// Longest the consumers get to drain the backlog after the pushes.
 const MAX_DRAIN: Duration = Duration::from_secs(180);
@@ -113,6 +118,8 @@ struct Size {
     empty_pops: Option<EmptyPops>,
     /// Seconds of each view, cold and warm.
     views: Vec<View>,
+    /// One-item pushes once the queue has a `maxSize`.
+    bounded_push_ms: Latency,
     metrics: serde_json::Value,
     hotlist_bytes_per_entry: Option<f64>,
     broker_rss_bytes: u64,
@@ -165,6 +172,28 @@ async fn views(conn: &mut Conn) -> Result<Vec<View>> {
         });
     }
     Ok(views)
+}
+
+/// Bound the queue far above its depth, then time [`BOUNDED_PUSHES`]
+/// sequential one-item pushes to random partitions (step 7).
+async fn bounded_pushes(conn: &mut Conn, n: usize) -> Result<Latency> {
+    conn.configure(QUEUE, json!({"maxSize": 1_000_000_000}))
+        .await?;
+    let mut rng = Rng::new();
+    let mut took = Vec::with_capacity(BOUNDED_PUSHES);
+    for i in 0..BOUNDED_PUSHES {
+        let name = partition_name(rng.below(n));
+        let items = [scale::item(QUEUE, Some(&name), i as u64)];
+        let started = Instant::now();
+        scale::push(conn, &items).await?;
+        took.push(micros(started.elapsed()));
+    }
+    let latency = Latency::from_micros(took);
+    eprintln!(
+        "queen-load:   bounded pushes: p50 {:.1} ms, p99 {:.1} ms",
+        latency.p50, latency.p99
+    );
+    Ok(latency)
 }
 
 #[derive(Debug, Serialize)]
@@ -320,6 +349,7 @@ async fn size(
         None
     };
     let views = views(&mut conn).await?;
+    let bounded_push_ms = bounded_pushes(&mut conn, n).await?;
     let metrics = Metrics::scrape(addr).await?;
     let broker_rss_bytes = memory::rss_bytes(pid)?;
     brokers[0].check_alive()?;
@@ -338,6 +368,7 @@ async fn size(
         traffic,
         empty_pops,
         views,
+        bounded_push_ms,
         hotlist_bytes_per_entry: measure::per(
             metrics.get("queen_hotlist_bytes"),
             metrics.get("queen_hotlist_entries"),
@@ -665,7 +696,7 @@ fn table(big: &Size, small: &Size) -> String {
     fn pop(s: &Size, f: fn(&EmptyPops) -> f64) -> Option<f64> {
         s.empty_pops.as_ref().map(f)
     }
-    let figures: [Figure; 31] = [
+    let figures: [Figure; 33] = [
         ("partitions", |s| Some(s.partitions as f64), 0),
         ("create seconds", |s| Some(s.create_seconds), 1),
         ("partitions/s", |s| Some(s.partitions_per_second), 0),
@@ -697,6 +728,8 @@ fn table(big: &Size, small: &Size) -> String {
         ("pop p50 ms", |s| Some(s.traffic.pop_latency_ms.p50), 2),
         ("pop p99 ms", |s| Some(s.traffic.pop_latency_ms.p99), 2),
         ("drain seconds", |s| Some(s.traffic.drain_seconds), 1),
+        ("bounded push p50 ms", |s| Some(s.bounded_push_ms.p50), 2),
+        ("bounded push p99 ms", |s| Some(s.bounded_push_ms.p99), 2),
         (
             "traffic broker cores",
             |s| Some(s.traffic.cpu_cores.broker),
