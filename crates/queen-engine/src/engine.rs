@@ -199,6 +199,7 @@ impl Engine {
             retention: Arc::clone(&retention),
             cluster_state: Arc::clone(&cluster_state),
             mesh: out,
+            figures: figures.gauge(),
         });
         let read_pool = config.read_pool.clone().unwrap_or_else(|| pool.clone());
         let db = Db::new(pool.clone(), read_pool.clone(), at_rest);

@@ -11,7 +11,8 @@
 //! marks left behind); steps follow until one finds nothing dirty (or
 //! [`MAX_STEPS_PER_PASS`]), each one transaction of bounded work. Before an
 //! admin view is read, [`Figures::publish`] writes the marks as dirty rows,
-//! so the view counts this broker's pushes.
+//! so the view counts this broker's pushes; so does the publisher task
+//! whenever [`MAX_MARKS`] are held.
 //!
 //! One broker folds at a time (the step's advisory try-lock); another's step
 //! writes its marks as dirty rows and answers skipped. Errors are logged,
@@ -43,9 +44,12 @@ const MAX_STEPS_PER_PASS: usize = 64;
 /// second.
 const VERIFY_PER_PASS: i32 = 256;
 
-/// Distinct partitions [`Marks`] holds until the next fold. Past it, a
-/// push's mark is dropped (counted), and the partition's figure waits for
-/// a later mark or the verify cycle; the loop is woken to fold at once.
+/// Distinct partitions [`Marks`] holds until the next fold. Reaching it
+/// wakes the publisher, which writes them as dirty rows at once (a fold
+/// pass in progress does not hold it up); a mark that finds the set still
+/// full (more than this many new partitions during one such write) is
+/// dropped, counted, and the partition's figure waits for a later mark or
+/// the verify cycle.
 pub(crate) const MAX_MARKS: usize = 65_536;
 
 /// (tenant, queue, partition) of a partition pushed to since the last fold.
@@ -106,18 +110,22 @@ impl Marks {
         });
     }
 
-    /// Add a mark unless [`MAX_MARKS`] are held: then count it dropped and,
-    /// with `wake`, wake the loop to fold at once (a restore after a failed
-    /// write does not, or a database outage would spin the loop).
+    /// Add a mark unless [`MAX_MARKS`] are held: then count it dropped.
+    /// With `wake`, a set that is (or becomes) full wakes the publisher; a
+    /// restore after a failed write does not, or a database outage would
+    /// spin it.
     fn hold(&self, wake: bool, add: impl FnOnce(&mut Held)) {
         let mut held = self.held.lock();
-        if held.len() < MAX_MARKS {
+        let room = held.len() < MAX_MARKS;
+        if room {
             add(&mut held);
-            return;
         }
+        let full = held.len() >= MAX_MARKS;
         drop(held);
-        self.dropped.fetch_add(1, Ordering::Relaxed);
-        if wake {
+        if !room {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        if full && wake {
             self.full.notify_one();
         }
     }
@@ -170,37 +178,63 @@ impl Marks {
     }
 }
 
-/// The fold component: the marks, its loop task and what it folded.
+/// Reads the fold's counts: what the metrics hold of [`Figures`].
+#[derive(Clone)]
+pub(crate) struct Gauge {
+    marks: Arc<Marks>,
+    folded: Arc<AtomicU64>,
+}
+
+impl Gauge {
+    /// Partitions folded since start, marks held now, marks dropped at
+    /// [`MAX_MARKS`] since start.
+    pub(crate) fn counts(&self) -> (u64, usize, u64) {
+        (
+            self.folded.load(Ordering::Relaxed),
+            self.marks.len(),
+            self.marks.dropped.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// The fold component: the marks, its loop and publisher tasks and what it
+/// folded.
 pub(crate) struct Figures {
     pool: deadpool_postgres::Pool,
     marks: Arc<Marks>,
     folded: Arc<AtomicU64>,
     stop: watch::Sender<bool>,
-    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl Figures {
     /// Start the loop on the current runtime, a pass every `interval`
-    /// (`None`: no loop; passes run only when asked).
+    /// (`None`: no loop; passes run only when asked), and the publisher of
+    /// full marks (always).
     pub(crate) fn start(pool: deadpool_postgres::Pool, interval: Option<Duration>) -> Figures {
         let marks = Arc::new(Marks::default());
         let folded = Arc::new(AtomicU64::new(0));
         let (stop, stopped) = watch::channel(false);
-        let task = interval.map(|interval| {
-            tokio::spawn(run(
+        let mut tasks = vec![tokio::spawn(publisher(
+            pool.clone(),
+            Arc::clone(&marks),
+            stopped.clone(),
+        ))];
+        if let Some(interval) = interval {
+            tasks.push(tokio::spawn(run(
                 pool.clone(),
                 Arc::clone(&marks),
                 Arc::clone(&folded),
                 interval,
                 stopped,
-            ))
-        });
+            )));
+        }
         Figures {
             pool,
             marks,
             folded,
             stop,
-            task: Mutex::new(task),
+            tasks: Mutex::new(tasks),
         }
     }
 
@@ -223,18 +257,23 @@ impl Figures {
     /// Partitions folded since start, marks held now, marks dropped at
     /// [`MAX_MARKS`] since start.
     pub(crate) fn counts(&self) -> (u64, usize, u64) {
-        (
-            self.folded.load(Ordering::Relaxed),
-            self.marks.len(),
-            self.marks.dropped.load(Ordering::Relaxed),
-        )
+        self.gauge().counts()
     }
 
-    /// Stop the loop (after its current step).
+    /// A handle that reads [`Figures::counts`] (for the metrics).
+    pub(crate) fn gauge(&self) -> Gauge {
+        Gauge {
+            marks: Arc::clone(&self.marks),
+            folded: Arc::clone(&self.folded),
+        }
+    }
+
+    /// Stop the loop (after its current step) and the publisher (after
+    /// its current write).
     pub(crate) async fn shutdown(&self) {
         let _ = self.stop.send(true);
-        let task = self.task.lock().take();
-        if let Some(task) = task {
+        let tasks = std::mem::take(&mut *self.tasks.lock());
+        for task in tasks {
             let _ = task.await;
         }
     }
@@ -264,8 +303,31 @@ pub(crate) async fn publish(
     Ok(())
 }
 
-/// The loop: a pass every `interval`, or at once when the marks are full,
-/// until stopped.
+/// The publisher: whenever the marks are full, write them as dirty rows
+/// (the next fold takes them), until stopped. Apart from the loop, so a
+/// long fold pass does not leave the marks full meanwhile.
+async fn publisher(
+    pool: deadpool_postgres::Pool,
+    marks: Arc<Marks>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            () = marks.full.notified() => {}
+            _ = stopped.changed() => return,
+        }
+        if let Err(error) = publish(&pool, &marks).await {
+            tracing::debug!(error = %crate::error_chain(&error), "full figures marks not written");
+            // The marks were kept; a pause before the next try.
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = stopped.changed() => return,
+            }
+        }
+    }
+}
+
+/// The loop: a pass every `interval`, until stopped.
 async fn run(
     pool: deadpool_postgres::Pool,
     marks: Arc<Marks>,
@@ -279,7 +341,6 @@ async fn run(
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
-            () = marks.full.notified() => {}
             _ = stopped.changed() => return,
         }
         if let Err(error) = pass(&pool, &marks, &folded).await {
@@ -333,4 +394,44 @@ async fn pass(
         }
     }
     Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Wait until `marks` holds none (a publish took them), or panic.
+    async fn taken(marks: &Marks) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while marks.len() > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} marks still held",
+                marks.len()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// A full set of marks is written by the publisher at once (with no
+    /// fold loop at all), so the marks after it are held, not dropped.
+    /// (The partitions do not exist: the write marks none, and succeeds.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn full_marks_are_written_at_once_not_dropped() {
+        let db = queen_testkit::TestDb::new().await;
+        let figures = Figures::start(db.pool(2), None);
+        let marks = figures.marks();
+        for _ in 0..MAX_MARKS {
+            marks.consumed(Uuid::new_v4());
+        }
+        taken(&marks).await;
+        for _ in 0..1_000 {
+            marks.consumed(Uuid::new_v4());
+        }
+        assert_eq!(marks.len(), 1_000);
+        assert_eq!(figures.counts().2, 0, "marks dropped");
+        figures.publish().await.unwrap();
+        taken(&marks).await;
+        figures.shutdown().await;
+    }
 }

@@ -38,6 +38,9 @@ pub struct MemoryStats {
     pub ack_registry_bytes: usize,
     /// The push dedup cache, names included: at most `QUEEN_DEDUP_CACHE_MB`.
     pub dedup_cache_bytes: usize,
+    /// Partitions the admin views' figures marks hold until the next fold
+    /// or publish: at most 65,536 (`figures::MAX_MARKS`).
+    pub figures_marks: usize,
 }
 
 /// The components an [`Observer`] reads.
@@ -52,6 +55,7 @@ pub(crate) struct Observed {
     pub(crate) retention: Arc<Retention>,
     pub(crate) cluster_state: Arc<ClusterState>,
     pub(crate) mesh: Option<MeshOut>,
+    pub(crate) figures: crate::figures::Gauge,
 }
 
 /// The broker's figures, for metrics, statistics rows and tests.
@@ -106,6 +110,10 @@ impl Observer {
             cpu: crate::metrics::cpu_times(),
             rss_bytes: crate::metrics::rss_bytes(),
             mesh: self.mesh_stats(),
+            figures: {
+                let (folded, _, dropped) = parts.figures.counts();
+                (folded, dropped)
+            },
         }
     }
 
@@ -165,6 +173,7 @@ impl Observer {
             ack_registry_bytes,
             dedup_cache_bytes: usize::try_from(self.push_stats().dedup_cache_bytes)
                 .unwrap_or(usize::MAX),
+            figures_marks: self.parts.figures.counts().1,
         }
     }
 

@@ -74,6 +74,10 @@ pub struct ProcessMetrics {
     pub rss_bytes: u64,
     /// The mesh's counters (`None`: no mesh).
     pub mesh: Option<crate::MeshStats>,
+    /// The admin views' figures: partitions folded, and marks dropped
+    /// because [`crate::MemoryStats::figures_marks`] stayed full, since
+    /// start.
+    pub figures: (u64, u64),
 }
 
 impl ProcessMetrics {
@@ -328,6 +332,16 @@ impl Collector for EngineCollector {
                     "Hot-list rings reseeded",
                     p.hotlist_reseeds.1,
                 ),
+                (
+                    "figures_folded_partitions",
+                    "Partitions whose admin-view figures this broker folded",
+                    p.figures.0,
+                ),
+                (
+                    "figures_marks_dropped",
+                    "Figures marks dropped because the marks stayed full",
+                    p.figures.1,
+                ),
             ],
         )?;
         {
@@ -421,6 +435,11 @@ impl Collector for EngineCollector {
                     "dedup_cache_bytes",
                     "Bytes the push dedup cache holds",
                     m.dedup_cache_bytes,
+                ),
+                (
+                    "figures_marks",
+                    "Partitions the figures marks hold until the next fold",
+                    m.figures_marks,
                 ),
             ]
             .map(|(name, help, value)| (name, help, as_i64(value))),

@@ -162,6 +162,13 @@ async fn a_prometheus_scrape_parses_and_counts_with_postgres_up_and_down() {
     );
     assert!(value(&samples, "queen_fusion_flush_messages_count", &[]).is_some_and(|n| n >= 1.0));
     assert!(value(&samples, "queen_db_pool_size", &[]).is_some_and(|n| n >= 1.0));
+    // The admin views' figures: nothing dropped, the marks bounded.
+    assert_eq!(
+        value(&samples, "queen_figures_marks_dropped_total", &[]),
+        Some(0.0)
+    );
+    assert!(value(&samples, "queen_figures_marks", &[]).is_some_and(|n| n <= 65_536.0));
+    assert!(value(&samples, "queen_figures_folded_partitions_total", &[]).is_some());
 
     // PostgreSQL stopped: the scrape still answers at once-ish, with every
     // process series, the last cluster series and cluster_up 0.
