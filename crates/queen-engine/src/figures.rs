@@ -11,8 +11,7 @@
 //! marks left behind); steps follow until one finds nothing dirty (or
 //! [`MAX_STEPS_PER_PASS`]), each one transaction of bounded work. Before an
 //! admin view is read, [`Figures::publish`] writes the marks as dirty rows,
-//! so the view counts this broker's pushes; so does the publisher task
-//! whenever [`MAX_MARKS`] are held.
+//! so the view counts this broker's pushes.
 //!
 //! One broker folds at a time (the step's advisory try-lock); another's step
 //! writes its marks as dirty rows and answers skipped. Errors are logged,
@@ -44,12 +43,12 @@ const MAX_STEPS_PER_PASS: usize = 64;
 /// second.
 const VERIFY_PER_PASS: i32 = 256;
 
-/// Distinct partitions [`Marks`] holds until the next fold. Reaching it
-/// wakes the publisher, which writes them as dirty rows at once (a fold
-/// pass in progress does not hold it up); a mark that finds the set still
-/// full (more than this many new partitions during one such write) is
-/// dropped, counted, and the partition's figure waits for a later mark or
-/// the verify cycle.
+/// Distinct partitions [`Marks`] holds until the next fold. Past it, a
+/// mark is dropped (counted: `queen_figures_marks_dropped`), and the
+/// partition's figure waits for a later mark or the verify cycle; the loop
+/// is woken to fold at once. (Writing a full set as dirty rows instead, at
+/// once, was tried: at 200,000 partitions the extra rows left the fold
+/// minutes behind after the partitions' creation, see docs/benchmarks.md.)
 pub(crate) const MAX_MARKS: usize = 65_536;
 
 /// (tenant, queue, partition) of a partition pushed to since the last fold.
@@ -110,22 +109,18 @@ impl Marks {
         });
     }
 
-    /// Add a mark unless [`MAX_MARKS`] are held: then count it dropped.
-    /// With `wake`, a set that is (or becomes) full wakes the publisher; a
-    /// restore after a failed write does not, or a database outage would
-    /// spin it.
+    /// Add a mark unless [`MAX_MARKS`] are held: then count it dropped and,
+    /// with `wake`, wake the loop to fold at once (a restore after a failed
+    /// write does not, or a database outage would spin the loop).
     fn hold(&self, wake: bool, add: impl FnOnce(&mut Held)) {
         let mut held = self.held.lock();
-        let room = held.len() < MAX_MARKS;
-        if room {
+        if held.len() < MAX_MARKS {
             add(&mut held);
+            return;
         }
-        let full = held.len() >= MAX_MARKS;
         drop(held);
-        if !room {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-        }
-        if full && wake {
+        self.dropped.fetch_add(1, Ordering::Relaxed);
+        if wake {
             self.full.notify_one();
         }
     }
@@ -197,44 +192,37 @@ impl Gauge {
     }
 }
 
-/// The fold component: the marks, its loop and publisher tasks and what it
-/// folded.
+/// The fold component: the marks, its loop task and what it folded.
 pub(crate) struct Figures {
     pool: deadpool_postgres::Pool,
     marks: Arc<Marks>,
     folded: Arc<AtomicU64>,
     stop: watch::Sender<bool>,
-    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Figures {
     /// Start the loop on the current runtime, a pass every `interval`
-    /// (`None`: no loop; passes run only when asked), and the publisher of
-    /// full marks (always).
+    /// (`None`: no loop; passes run only when asked).
     pub(crate) fn start(pool: deadpool_postgres::Pool, interval: Option<Duration>) -> Figures {
         let marks = Arc::new(Marks::default());
         let folded = Arc::new(AtomicU64::new(0));
         let (stop, stopped) = watch::channel(false);
-        let mut tasks = vec![tokio::spawn(publisher(
-            pool.clone(),
-            Arc::clone(&marks),
-            stopped.clone(),
-        ))];
-        if let Some(interval) = interval {
-            tasks.push(tokio::spawn(run(
+        let task = interval.map(|interval| {
+            tokio::spawn(run(
                 pool.clone(),
                 Arc::clone(&marks),
                 Arc::clone(&folded),
                 interval,
                 stopped,
-            )));
-        }
+            ))
+        });
         Figures {
             pool,
             marks,
             folded,
             stop,
-            tasks: Mutex::new(tasks),
+            task: Mutex::new(task),
         }
     }
 
@@ -246,7 +234,7 @@ impl Figures {
     /// Run one pass now: the partitions it folded (0 when another broker
     /// was folding).
     pub(crate) async fn pass(&self) -> Result<u64, EngineError> {
-        pass(&self.pool, &self.marks, &self.folded).await
+        pass(&self.pool, &self.marks, &self.folded, None).await
     }
 
     /// Write the marks as dirty rows, so the views count them.
@@ -268,12 +256,11 @@ impl Figures {
         }
     }
 
-    /// Stop the loop (after its current step) and the publisher (after
-    /// its current write).
+    /// Stop the loop (after its current step).
     pub(crate) async fn shutdown(&self) {
         let _ = self.stop.send(true);
-        let tasks = std::mem::take(&mut *self.tasks.lock());
-        for task in tasks {
+        let task = self.task.lock().take();
+        if let Some(task) = task {
             let _ = task.await;
         }
     }
@@ -303,31 +290,8 @@ pub(crate) async fn publish(
     Ok(())
 }
 
-/// The publisher: whenever the marks are full, write them as dirty rows
-/// (the next fold takes them), until stopped. Apart from the loop, so a
-/// long fold pass does not leave the marks full meanwhile.
-async fn publisher(
-    pool: deadpool_postgres::Pool,
-    marks: Arc<Marks>,
-    mut stopped: watch::Receiver<bool>,
-) {
-    loop {
-        tokio::select! {
-            () = marks.full.notified() => {}
-            _ = stopped.changed() => return,
-        }
-        if let Err(error) = publish(&pool, &marks).await {
-            tracing::debug!(error = %crate::error_chain(&error), "full figures marks not written");
-            // The marks were kept; a pause before the next try.
-            tokio::select! {
-                () = tokio::time::sleep(Duration::from_secs(1)) => {}
-                _ = stopped.changed() => return,
-            }
-        }
-    }
-}
-
-/// The loop: a pass every `interval`, until stopped.
+/// The loop: a pass every `interval`, or at once when the marks are full,
+/// until stopped.
 async fn run(
     pool: deadpool_postgres::Pool,
     marks: Arc<Marks>,
@@ -341,9 +305,10 @@ async fn run(
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
+            () = marks.full.notified() => {}
             _ = stopped.changed() => return,
         }
-        if let Err(error) = pass(&pool, &marks, &folded).await {
+        if let Err(error) = pass(&pool, &marks, &folded, Some(&stopped)).await {
             if error.is_transient() {
                 tracing::debug!(error = %crate::error_chain(&error), "figures fold failed");
             } else {
@@ -354,12 +319,13 @@ async fn run(
 }
 
 /// One pass: the first step takes the marks and verifies the next
-/// partitions; steps follow until one folds nothing or another broker
-/// folds.
+/// partitions; steps follow until one folds nothing, another broker folds,
+/// or `stopped` turns true.
 async fn pass(
     pool: &deadpool_postgres::Pool,
     marks: &Marks,
     folded: &AtomicU64,
+    stopped: Option<&watch::Receiver<bool>>,
 ) -> Result<u64, EngineError> {
     let client = pool.get().await.map_err(SqlError::from)?;
     let taken = marks.take();
@@ -383,6 +349,10 @@ async fn pass(
     folded.fetch_add(total, Ordering::Relaxed);
     let none: &[String] = &[];
     for _ in 1..MAX_STEPS_PER_PASS {
+        // A shutdown waits for one step, not for the pass.
+        if stopped.is_some_and(|stopped| *stopped.borrow()) {
+            break;
+        }
         match queen_sql::figures::fold(&**client, MAX_ROWS_PER_STEP, 0, (none, none, none), &[])
             .await?
         {
@@ -394,44 +364,4 @@ async fn pass(
         }
     }
     Ok(total)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Wait until `marks` holds none (a publish took them), or panic.
-    async fn taken(marks: &Marks) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while marks.len() > 0 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{} marks still held",
-                marks.len()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    /// A full set of marks is written by the publisher at once (with no
-    /// fold loop at all), so the marks after it are held, not dropped.
-    /// (The partitions do not exist: the write marks none, and succeeds.)
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn full_marks_are_written_at_once_not_dropped() {
-        let db = queen_testkit::TestDb::new().await;
-        let figures = Figures::start(db.pool(2), None);
-        let marks = figures.marks();
-        for _ in 0..MAX_MARKS {
-            marks.consumed(Uuid::new_v4());
-        }
-        taken(&marks).await;
-        for _ in 0..1_000 {
-            marks.consumed(Uuid::new_v4());
-        }
-        assert_eq!(marks.len(), 1_000);
-        assert_eq!(figures.counts().2, 0, "marks dropped");
-        figures.publish().await.unwrap();
-        taken(&marks).await;
-        figures.shutdown().await;
-    }
 }
