@@ -229,6 +229,53 @@ async fn max_size_counts_a_consumption_once_its_broker_marked_it() {
     broker.stop().await;
 }
 
+/// A transaction that acks a message of a full bounded queue and pushes
+/// one to it: its own ack makes the room (it is marked inside the
+/// transaction, before the push counts the depth), as the scan of every
+/// partition used to see it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_acking_and_pushing_to_a_full_bounded_queue_counts_its_own_ack() {
+    let broker = TestBroker::start_with(EngineConfig {
+        figures_interval: None,
+        ..EngineConfig::default()
+    })
+    .await;
+    configure(&broker, "txn-bound", json!({"maxSize": 2})).await;
+    let item = |n: i32| json!({"queue": "txn-bound", "partition": "p", "payload": n});
+    assert_eq!(push_status(&broker, json!([item(1), item(2)])).await.0, 201);
+    let popped = pop(&broker, "/api/v1/pop/queue/txn-bound?batch=1")
+        .await
+        .expect("message 1");
+    let message = popped["messages"][0].clone();
+    // The fold takes the cursor the pop created: only the ack is unmarked.
+    broker.engine.figures_pass().await.unwrap();
+    let reply = broker
+        .client
+        .post_json(
+            "/api/v1/transaction",
+            &json!({"operations": [
+                {"type": "ack", "transactionId": message["transactionId"],
+                 "partitionId": message["partitionId"], "status": "completed"},
+                {"type": "push", "items": [item(3)]},
+            ], "requiredLeases": [message["leaseId"]]}),
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.json());
+    assert_eq!(reply.json()["success"], true);
+    assert_eq!(stored(&broker, "txn-bound").await, 3);
+    // Full again: a transaction that acks nothing is refused whole.
+    let reply = broker
+        .client
+        .post_json(
+            "/api/v1/transaction",
+            &json!({"operations": [{"type": "push", "items": [item(4)]}]}),
+        )
+        .await;
+    assert_ne!(reply.status, 200, "{}", reply.json());
+    assert_eq!(stored(&broker, "txn-bound").await, 3);
+    broker.stop().await;
+}
+
 /// Run `futures` concurrently on the runtime; their outputs in order.
 async fn futures_join_all<F>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
 where

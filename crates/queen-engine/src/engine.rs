@@ -158,6 +158,7 @@ impl Engine {
             Arc::clone(&at_rest),
             Arc::clone(&acks),
             ready,
+            Arc::clone(&bounded),
         ));
         let pushes = Pushes::new(
             RouteParts {

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use crate::ack::{AckItem, AckOutcome, AckStatus, Acks};
+use crate::bounded::Bounded;
 use crate::crypto::AtRest;
 use crate::pop::Ready;
 use crate::push::{group_by_partition, EntryResult, PushItem, PushOutcome, PushStatus};
@@ -132,6 +133,7 @@ pub(crate) struct Transactions {
     at_rest: Arc<AtRest>,
     acks: Arc<Acks>,
     ready: Ready,
+    bounded: Arc<Bounded>,
 }
 
 impl Transactions {
@@ -141,6 +143,7 @@ impl Transactions {
         at_rest: Arc<AtRest>,
         acks: Arc<Acks>,
         ready: Ready,
+        bounded: Arc<Bounded>,
     ) -> Transactions {
         Transactions {
             pool,
@@ -148,6 +151,7 @@ impl Transactions {
             at_rest,
             acks,
             ready,
+            bounded,
         }
     }
 
@@ -176,6 +180,13 @@ impl Transactions {
         for (index, op) in ops.into_iter().enumerate() {
             let result = match op {
                 Checked::Push(push) => {
+                    // A bounded queue's depth (log_push_v2) counts a
+                    // consumption once it is marked: this transaction's own
+                    // acks are marked in it first, so its push counts them.
+                    if !acked.is_empty() && self.any_bounded(&push) {
+                        let none: &[String] = &[];
+                        queen_sql::figures::mark(&*tx, (none, none, none), &acked).await?;
+                    }
                     let (outcomes, partitions) = self.txn_push(&tx, index, push).await?;
                     pushed.extend(partitions);
                     TxnResult::Push(outcomes)
@@ -222,6 +233,16 @@ impl Transactions {
             self.ready.consumed(partition_id);
         }
         Ok(results)
+    }
+
+    /// True when `push` writes to a queue this broker knows has `maxSize`.
+    fn any_bounded(&self, push: &CheckedPush) -> bool {
+        let keys: Vec<std::borrow::Cow<'_, str>> = push
+            .groups
+            .iter()
+            .map(|(tenant, queue, _, _)| crate::naming::queue_key(tenant, queue))
+            .collect();
+        self.bounded.any(keys.iter().map(|key| &**key))
     }
 
     /// The pushes of one operation, inside the transaction.
