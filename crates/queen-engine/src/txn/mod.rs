@@ -177,15 +177,19 @@ impl Transactions {
         let mut results = Vec::with_capacity(ops.len());
         let mut pushed: Vec<(String, String)> = Vec::new();
         let mut acked: Vec<uuid::Uuid> = Vec::new();
+        // How many of `acked` are marked inside the transaction already.
+        let mut marked = 0;
         for (index, op) in ops.into_iter().enumerate() {
             let result = match op {
                 Checked::Push(push) => {
                     // A bounded queue's depth (log_push_v2) counts a
                     // consumption once it is marked: this transaction's own
                     // acks are marked in it first, so its push counts them.
-                    if !acked.is_empty() && self.any_bounded(&push) {
+                    if acked.len() > marked && self.any_bounded(&push) {
                         let none: &[String] = &[];
-                        queen_sql::figures::mark(&*tx, (none, none, none), &acked).await?;
+                        queen_sql::figures::mark(&*tx, (none, none, none), &acked[marked..])
+                            .await?;
+                        marked = acked.len();
                     }
                     let (outcomes, partitions) = self.txn_push(&tx, index, push).await?;
                     pushed.extend(partitions);
