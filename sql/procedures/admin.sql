@@ -366,6 +366,56 @@ BEGIN
 END
 $$;
 
+-- queen.admin_overview_v3: admin_overview_v2 (above, kept verbatim for the
+-- previous version's brokers) with the lag read from the kept cursor
+-- figures (figures_lag_values_v1): the cursors with lag, not every cursor.
+CREATE OR REPLACE FUNCTION queen.admin_overview_v3(p_tenant text)
+RETURNS jsonb
+LANGUAGE plpgsql
+STABLE
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_counts jsonb;
+    v_partitions bigint;
+    v_time double precision[];
+    v_offset double precision[];
+    v_newest timestamptz;
+    v_pushed bigint;
+    v_acked bigint;
+BEGIN
+    SELECT COALESCE(sum(a.o_partitions), 0)::bigint,
+           queen.admin_message_counts(sum(a.o_total)::bigint, sum(a.o_pending)::bigint,
+                                      sum(a.o_processing)::bigint, sum(a.o_completed)::bigint,
+                                      sum(a.o_failed)::bigint, sum(a.o_dead)::bigint)
+      INTO v_partitions, v_counts
+      FROM queen.figures_queue_counts_v1(p_tenant, NULL, NULL, NULL) a;
+    SELECT array_agg(c.o_time_lag), array_agg(c.o_offset_lag)
+      INTO v_time, v_offset
+      FROM queen.figures_lag_values_v1(p_tenant) c;
+    SELECT max(s.bucket) INTO v_newest FROM queen.stats_queue_minute s WHERE s.tenant_id = p_tenant;
+    SELECT COALESCE(sum(s.pushed), 0), COALESCE(sum(s.acked), 0)
+      INTO v_pushed, v_acked
+      FROM queen.stats_queue_minute s
+     WHERE s.tenant_id = p_tenant AND s.bucket = v_newest;
+    RETURN jsonb_build_object(
+        'queues', (SELECT count(*) FROM queen.queues q WHERE q.tenant_id = p_tenant),
+        'partitions', v_partitions,
+        'namespaces', (SELECT count(DISTINCT q.namespace) FROM queen.queues q
+                        WHERE q.tenant_id = p_tenant AND q.namespace <> ''),
+        'tasks', (SELECT count(DISTINCT q.task) FROM queen.queues q
+                   WHERE q.tenant_id = p_tenant AND q.task <> ''),
+        'messages', v_counts,
+        'lag', jsonb_build_object('time', queen.admin_summary(v_time),
+                                  'offset', queen.admin_summary(v_offset)),
+        'throughput', jsonb_build_object('ingestedPerSecond', round(v_pushed / 60.0, 3),
+                                         'processedPerSecond', round(v_acked / 60.0, 3)),
+        'timestamp', queen.admin_iso(v_now),
+        'statsAge', CASE WHEN v_newest IS NULL THEN -1
+                         ELSE greatest(floor(extract(epoch FROM v_now - v_newest)), 0) END);
+END
+$$;
+
 -- queen.admin_queue_detail_v2: GET /api/v1/status/queues/:queue (the
 -- dashboard's preferred queue view); NULL when the queue does not exist.
 CREATE OR REPLACE FUNCTION queen.admin_queue_detail_v2(p_tenant text, p_queue text)

@@ -180,6 +180,190 @@ BEGIN
 END
 $$;
 
+-- queen.figures_fold_v2: figures_fold_v1 (above, kept verbatim for the
+-- brokers of the previous version during a rolling upgrade) with two
+-- changes. p_limit bounds the partitions the dirty rows name, not the rows:
+-- one row can name thousands (a statement that created as many), so a step
+-- takes rows while their partitions fit, and writes the partitions of its
+-- last row past p_limit back as a new dirty row (a step of v1 could take
+-- 512 rows naming 500,000 partitions and run for a minute). And it also
+-- folds the partitions' cursors into figures_cursor and figures_group, and
+-- walks the cursor figures' build pass (figures_cursor_build) while it
+-- runs. An old broker's v1 fold takes dirty rows without folding their
+-- cursors: such a cursor's kept row is put right by a later change or the
+-- verify cycle.
+CREATE OR REPLACE FUNCTION queen.figures_fold_v2(
+    p_limit      integer,
+    p_verify     integer,
+    p_tenants    text[],
+    p_queues     text[],
+    p_partitions text[],
+    p_ids        uuid[]
+) RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    -- "QFIGURES": the fold's transaction-scoped advisory lock.
+    c_lock constant bigint := 5856652435425432915;
+    v_ids uuid[];
+    v_more uuid[];
+    v_build record;
+    v_cursors record;
+    v_row record;
+    v_rows tid[] := '{}';
+    v_room integer;
+    v_rest_queue uuid;
+    v_rest uuid[];
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(c_lock) THEN
+        PERFORM queen.figures_mark_v1(p_tenants, p_queues, p_partitions, p_ids);
+        RETURN -1;
+    END IF;
+    -- The dirty rows while their partitions fit in p_limit (at most
+    -- p_limit rows; only folds delete them, one at a time).
+    v_ids := '{}';
+    FOR v_row IN SELECT d.ctid AS tid, d.queue_id, d.partition_ids
+                   FROM queen.figures_dirty d LIMIT greatest(p_limit, 0) LOOP
+        v_room := p_limit - cardinality(v_ids);
+        EXIT WHEN v_room <= 0;
+        v_rows := v_rows || v_row.tid;
+        IF cardinality(v_row.partition_ids) > v_room THEN
+            v_ids := v_ids || v_row.partition_ids[1:v_room];
+            v_rest_queue := v_row.queue_id;
+            v_rest := v_row.partition_ids[v_room + 1:];
+        ELSE
+            v_ids := v_ids || v_row.partition_ids;
+        END IF;
+    END LOOP;
+    DELETE FROM queen.figures_dirty d WHERE d.ctid = ANY (v_rows);
+    IF v_rest IS NOT NULL THEN
+        INSERT INTO queen.figures_dirty (queue_id, partition_ids) VALUES (v_rest_queue, v_rest);
+    END IF;
+
+    SELECT v_ids || array_agg(p.id) INTO v_ids
+      FROM unnest(p_tenants, p_queues, p_partitions) AS m(tenant, queue, partition)
+      JOIN queen.queues q ON q.tenant_id = m.tenant AND q.name = m.queue
+      JOIN queen.log_partitions p ON p.queue_id = q.id AND p.name = m.partition;
+    v_ids := COALESCE(v_ids, '{}'::uuid[]) || COALESCE(p_ids, '{}'::uuid[]);
+
+    SELECT b.done, b.after_id INTO v_build FROM queen.figures_build b;
+    IF p_verify > 0 THEN
+        SELECT array_agg(x.id ORDER BY x.id) INTO v_more
+          FROM (SELECT p.id FROM queen.log_partitions p
+                 WHERE v_build.after_id IS NULL OR p.id > v_build.after_id
+                 ORDER BY p.id LIMIT p_verify) AS x;
+        IF COALESCE(cardinality(v_more), 0) < p_verify THEN
+            -- The end of the partitions: the build is done, the cycle wraps.
+            UPDATE queen.figures_build SET done = true, after_id = NULL;
+        ELSE
+            UPDATE queen.figures_build SET after_id = v_more[cardinality(v_more)];
+        END IF;
+        v_ids := COALESCE(v_ids, '{}'::uuid[]) || COALESCE(v_more, '{}'::uuid[]);
+    END IF;
+    -- The cursor figures' build pass, while it runs: the next p_verify
+    -- partitions of its own walk.
+    SELECT cb.done, cb.after_id INTO v_cursors FROM queen.figures_cursor_build cb;
+    IF p_verify > 0 AND NOT v_cursors.done THEN
+        SELECT array_agg(x.id ORDER BY x.id) INTO v_more
+          FROM (SELECT p.id FROM queen.log_partitions p
+                 WHERE v_cursors.after_id IS NULL OR p.id > v_cursors.after_id
+                 ORDER BY p.id LIMIT p_verify) AS x;
+        IF COALESCE(cardinality(v_more), 0) < p_verify THEN
+            UPDATE queen.figures_cursor_build SET done = true, after_id = NULL;
+        ELSE
+            UPDATE queen.figures_cursor_build SET after_id = v_more[cardinality(v_more)];
+        END IF;
+        v_ids := COALESCE(v_ids, '{}'::uuid[]) || COALESCE(v_more, '{}'::uuid[]);
+    END IF;
+
+    SELECT array_agg(DISTINCT u) INTO v_ids FROM unnest(v_ids) AS u;
+    IF v_ids IS NULL THEN
+        RETURN 0;
+    END IF;
+
+    WITH live AS (
+        SELECT * FROM queen.figures_live_v1(v_ids)
+    ), cmp AS (
+        SELECT i.id, COALESCE(l.o_queue_id, f.queue_id) AS qid,
+               (l.o_partition_id IS NOT NULL)::integer - (f.partition_id IS NOT NULL)::integer AS d_parts,
+               COALESCE(l.o_total, 0) - COALESCE(f.total, 0) AS d_total,
+               COALESCE(l.o_completed, 0) - COALESCE(f.completed, 0) AS d_completed,
+               COALESCE(l.o_dead, 0) - COALESCE(f.dead, 0) AS d_dead,
+               COALESCE(l.o_retrying, 0) - COALESCE(f.retrying, 0) AS d_retrying,
+               l.o_partition_id IS NULL AS gone
+          FROM unnest(v_ids) AS i(id)
+          LEFT JOIN live l ON l.o_partition_id = i.id
+          LEFT JOIN queen.figures_partition f ON f.partition_id = i.id
+    ), kept AS (
+        INSERT INTO queen.figures_partition AS f
+               (partition_id, queue_id, total, completed, dead, retrying)
+        SELECT l.o_partition_id, l.o_queue_id, l.o_total, l.o_completed, l.o_dead, l.o_retrying
+          FROM live l
+        ON CONFLICT (partition_id) DO UPDATE
+           SET total = EXCLUDED.total, completed = EXCLUDED.completed,
+               dead = EXCLUDED.dead, retrying = EXCLUDED.retrying
+    ), dropped AS (
+        DELETE FROM queen.figures_partition f
+         USING cmp WHERE f.partition_id = cmp.id AND cmp.gone
+    )
+    INSERT INTO queen.figures_queue AS fq (queue_id, partitions, total, completed, dead, retrying)
+    SELECT s.qid, s.parts, s.total, s.completed, s.dead, s.retrying
+      FROM (SELECT c.qid, sum(c.d_parts)::bigint AS parts, sum(c.d_total)::bigint AS total,
+                   sum(c.d_completed)::bigint AS completed, sum(c.d_dead)::bigint AS dead,
+                   sum(c.d_retrying)::bigint AS retrying
+              FROM cmp c
+             WHERE c.qid IS NOT NULL
+             GROUP BY c.qid) AS s
+      -- A deleted queue's row went with it (ON DELETE CASCADE).
+      JOIN queen.queues q ON q.id = s.qid
+     WHERE s.parts <> 0 OR s.total <> 0 OR s.completed <> 0 OR s.dead <> 0 OR s.retrying <> 0
+     ORDER BY s.qid
+    ON CONFLICT (queue_id) DO UPDATE
+       SET partitions = fq.partitions + EXCLUDED.partitions,
+           total = fq.total + EXCLUDED.total,
+           completed = fq.completed + EXCLUDED.completed,
+           dead = fq.dead + EXCLUDED.dead,
+           retrying = fq.retrying + EXCLUDED.retrying;
+
+    -- The cursors of the same partitions: each kept row recomputed whole,
+    -- and the per-(queue, group) cursor counts moved by the difference.
+    WITH live AS (
+        SELECT * FROM queen.figures_cursors_live_v1(v_ids)
+    ), kept AS (
+        SELECT f.partition_id, f.consumer_group, f.queue_id
+          FROM queen.figures_cursor f
+         WHERE f.partition_id = ANY (v_ids)
+    ), dropped AS (
+        DELETE FROM queen.figures_cursor f
+         WHERE f.partition_id = ANY (v_ids)
+           AND NOT EXISTS (SELECT 1 FROM live l
+                            WHERE l.o_partition_id = f.partition_id AND l.o_group = f.consumer_group)
+    ), written AS (
+        INSERT INTO queen.figures_cursor AS f (partition_id, consumer_group, queue_id, lag, oldest_at)
+        SELECT l.o_partition_id, l.o_group, l.o_queue_id, l.o_lag, l.o_oldest_at
+          FROM live l
+        ON CONFLICT (partition_id, consumer_group) DO UPDATE
+           SET lag = EXCLUDED.lag, oldest_at = EXCLUDED.oldest_at
+         WHERE f.lag IS DISTINCT FROM EXCLUDED.lag OR f.oldest_at IS DISTINCT FROM EXCLUDED.oldest_at
+    )
+    INSERT INTO queen.figures_group AS g (queue_id, consumer_group, cursors)
+    SELECT d.qid, d.grp, d.n
+      FROM (SELECT COALESCE(l.o_queue_id, k.queue_id) AS qid,
+                   COALESCE(l.o_group, k.consumer_group) AS grp,
+                   sum((l.o_partition_id IS NOT NULL)::integer
+                       - (k.partition_id IS NOT NULL)::integer)::bigint AS n
+              FROM live l
+              FULL JOIN kept k ON k.partition_id = l.o_partition_id AND k.consumer_group = l.o_group
+             GROUP BY 1, 2) AS d
+      -- A deleted queue's rows went with it (ON DELETE CASCADE).
+      JOIN queen.queues q ON q.id = d.qid
+     WHERE d.n <> 0
+     ORDER BY 1, 2
+    ON CONFLICT (queue_id, consumer_group) DO UPDATE SET cursors = g.cursors + EXCLUDED.cursors;
+    RETURN cardinality(v_ids);
+END
+$$;
+
 -- queen.figures_queue_counts_v1: per queue of the tenant (of the filters)
 -- that has partitions, what admin_partition_stats_v2 summed over them
 -- answers: partitions, total, pending, processing, completed, failed, dead,
@@ -347,5 +531,220 @@ BEGIN
           FROM unnest(v_dirty) AS i(id)
           LEFT JOIN queen.figures_live_v1(v_dirty) l ON l.o_partition_id = i.id
           LEFT JOIN queen.figures_partition f ON f.partition_id = i.id), 0)::bigint;
+END
+$$;
+
+-- queen.figures_oldest_at_v1: when the oldest message after offset
+-- p_committed of partition p_pid was written: the segment holding
+-- p_committed + 1 (one backward index step), or where retention left a gap
+-- the next live segment; NULL when there is none. What
+-- consumer_group_cursors_v1 computes per cursor.
+CREATE OR REPLACE FUNCTION queen.figures_oldest_at_v1(p_pid uuid, p_committed bigint)
+RETURNS timestamptz
+LANGUAGE plpgsql
+STABLE
+AS $$
+BEGIN
+    RETURN COALESCE(
+        (SELECT b.created_at
+           FROM (SELECT s.created_at, s.end_offset
+                   FROM queen.log_segments s
+                  WHERE s.partition_id = p_pid AND s.base_offset <= p_committed + 1
+                  ORDER BY s.base_offset DESC
+                  LIMIT 1) AS b
+          WHERE b.end_offset >= p_committed + 1),
+        (SELECT s.created_at
+           FROM queen.log_segments s
+          WHERE s.partition_id = p_pid AND s.base_offset > p_committed + 1
+          ORDER BY s.base_offset
+          LIMIT 1));
+END
+$$;
+
+-- queen.figures_cursors_live_v1: the cursors of the partitions p_ids, with
+-- their lag (messages after the cursor) and, when they lag, when the oldest
+-- of those was written: what figures_cursor keeps. One probe per cursor.
+CREATE OR REPLACE FUNCTION queen.figures_cursors_live_v1(p_ids uuid[])
+RETURNS TABLE (
+    o_partition_id uuid,
+    o_group        text,
+    o_queue_id     uuid,
+    o_lag          bigint,
+    o_oldest_at    timestamptz
+)
+LANGUAGE plpgsql
+STABLE
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT c.partition_id, c.consumer_group, p.queue_id,
+           greatest(p.last_offset - c.committed, 0)::bigint,
+           CASE WHEN p.last_offset > c.committed
+                THEN queen.figures_oldest_at_v1(p.id, c.committed) END
+      FROM queen.log_consumers c
+      JOIN queen.log_partitions p ON p.id = c.partition_id
+     WHERE c.partition_id = ANY (p_ids);
+END
+$$;
+
+-- queen.figures_cursors_built_v1: true once the kept cursor figures can be
+-- read (both build passes done).
+CREATE OR REPLACE FUNCTION queen.figures_cursors_built_v1()
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE
+AS $$
+BEGIN
+    RETURN COALESCE((SELECT b.done FROM queen.figures_build b), false)
+       AND COALESCE((SELECT cb.done FROM queen.figures_cursor_build cb), false);
+END
+$$;
+
+-- queen.figures_lagging_v1: the cursors with lag of the tenant's queues:
+-- the kept rows with lag (the partial index) of the partitions no dirty row
+-- names, and the dirty partitions' cursors counted live. Its cost follows
+-- the lagging cursors and the writes since the last fold. Read only once
+-- figures_cursors_built_v1 (the callers fall back to a scan before).
+CREATE OR REPLACE FUNCTION queen.figures_lagging_v1(p_tenant text)
+RETURNS TABLE (
+    o_queue_id     uuid,
+    o_group        text,
+    o_partition_id uuid,
+    o_lag          bigint,
+    o_oldest_at    timestamptz
+)
+LANGUAGE plpgsql
+STABLE
+AS $$
+DECLARE
+    v_dirty uuid[];
+BEGIN
+    SELECT COALESCE(array_agg(DISTINCT u), '{}'::uuid[]) INTO v_dirty
+      FROM queen.queues q
+      JOIN queen.figures_dirty d ON d.queue_id = q.id
+      CROSS JOIN LATERAL unnest(d.partition_ids) AS u
+     WHERE q.tenant_id = p_tenant;
+    RETURN QUERY
+    SELECT f.queue_id, f.consumer_group, f.partition_id, f.lag, f.oldest_at
+      FROM queen.queues q
+      JOIN queen.figures_cursor f ON f.queue_id = q.id AND f.lag > 0
+     WHERE q.tenant_id = p_tenant
+       AND NOT (f.partition_id = ANY (v_dirty))
+    UNION ALL
+    SELECT l.o_queue_id, l.o_group, l.o_partition_id, l.o_lag, l.o_oldest_at
+      FROM queen.figures_cursors_live_v1(v_dirty) l
+     WHERE l.o_lag > 0;
+END
+$$;
+
+-- queen.figures_lag_values_v1: per cursor with lag of the tenant's queues,
+-- its time lag (seconds since its oldest unconsumed message was written,
+-- 0 when unknown) and offset lag: what the overview summarises. Kept
+-- figures once built, else consumer_group_cursors_v1's scan.
+CREATE OR REPLACE FUNCTION queen.figures_lag_values_v1(p_tenant text)
+RETURNS TABLE (o_time_lag double precision, o_offset_lag double precision)
+LANGUAGE plpgsql
+STABLE
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    IF NOT queen.figures_cursors_built_v1() THEN
+        RETURN QUERY
+        SELECT c.o_time_lag_seconds::double precision, c.o_offset_lag::double precision
+          FROM queen.consumer_group_cursors_v1(p_tenant, NULL, NULL) c
+         WHERE c.o_offset_lag > 0;
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT CASE WHEN l.o_oldest_at IS NULL THEN 0::double precision
+                ELSE greatest(floor(extract(epoch FROM v_now - l.o_oldest_at)), 0)::double precision END,
+           l.o_lag::double precision
+      FROM queen.figures_lagging_v1(p_tenant) l;
+END
+$$;
+
+-- queen.figures_group_counts_v1: per (queue, group) of the tenant with a
+-- cursor: its cursors, live leases, cursors with lag, their summed lag and
+-- the largest time lag (seconds), as a scan of consumer_group_cursors_v1
+-- would sum them. Kept figures once built (figures_group, plus the dirty
+-- partitions' cursors live, the lagging cursors, the live-lease index),
+-- else that scan.
+CREATE OR REPLACE FUNCTION queen.figures_group_counts_v1(p_tenant text)
+RETURNS TABLE (
+    o_queue        text,
+    o_group        text,
+    o_cursors      bigint,
+    o_leases       bigint,
+    o_lagging      bigint,
+    o_lag          bigint,
+    o_max_time_lag bigint
+)
+LANGUAGE plpgsql
+STABLE
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_dirty uuid[];
+BEGIN
+    IF NOT queen.figures_cursors_built_v1() THEN
+        RETURN QUERY
+        SELECT c.o_queue, c.o_group, count(*)::bigint,
+               count(*) FILTER (WHERE c.o_lease_active)::bigint,
+               count(*) FILTER (WHERE c.o_offset_lag > 0)::bigint,
+               COALESCE(sum(c.o_offset_lag), 0)::bigint,
+               COALESCE(max(c.o_time_lag_seconds), 0)::bigint
+          FROM queen.consumer_group_cursors_v1(p_tenant, NULL, NULL) c
+         GROUP BY c.o_queue, c.o_group;
+        RETURN;
+    END IF;
+    SELECT COALESCE(array_agg(DISTINCT u), '{}'::uuid[]) INTO v_dirty
+      FROM queen.queues q
+      JOIN queen.figures_dirty d ON d.queue_id = q.id
+      CROSS JOIN LATERAL unnest(d.partition_ids) AS u
+     WHERE q.tenant_id = p_tenant;
+    RETURN QUERY
+    WITH delta AS (
+        -- The dirty partitions' cursors: live minus kept.
+        SELECT COALESCE(l.o_queue_id, f.queue_id) AS qid,
+               COALESCE(l.o_group, f.consumer_group) AS grp,
+               sum((l.o_partition_id IS NOT NULL)::integer
+                   - (f.partition_id IS NOT NULL)::integer)::bigint AS n
+          FROM (SELECT * FROM queen.figures_cursors_live_v1(v_dirty)) AS l
+          FULL JOIN (SELECT * FROM queen.figures_cursor k WHERE k.partition_id = ANY (v_dirty)) AS f
+            ON f.partition_id = l.o_partition_id AND f.consumer_group = l.o_group
+         GROUP BY 1, 2
+    ), counts AS (
+        SELECT COALESCE(g.queue_id, d.qid) AS qid, COALESCE(g.consumer_group, d.grp) AS grp,
+               COALESCE(g.cursors, 0) + COALESCE(d.n, 0) AS cursors
+          FROM (SELECT g0.* FROM queen.figures_group g0
+                  JOIN queen.queues q0 ON q0.id = g0.queue_id AND q0.tenant_id = p_tenant) AS g
+          FULL JOIN delta d ON d.qid = g.queue_id AND d.grp = g.consumer_group
+    ), lagging AS (
+        SELECT l.o_queue_id AS qid, l.o_group AS grp, count(*)::bigint AS n,
+               sum(l.o_lag)::bigint AS lag,
+               max(CASE WHEN l.o_oldest_at IS NULL THEN 0::bigint
+                        ELSE greatest(floor(extract(epoch FROM v_now - l.o_oldest_at)), 0)::bigint
+                   END) AS time_lag
+          FROM queen.figures_lagging_v1(p_tenant) l
+         GROUP BY 1, 2
+    ), leases AS (
+        -- The live leases (the partial index's rows); the nil worker is a
+        -- retryDelay hold, no lease.
+        SELECT p.queue_id AS qid, lc.consumer_group AS grp, count(*)::bigint AS n
+          FROM queen.log_consumers lc
+          JOIN queen.log_partitions p ON p.id = lc.partition_id
+         WHERE lc.worker_id IS NOT NULL
+           AND lc.worker_id <> '00000000-0000-0000-0000-000000000000'::uuid
+           AND lc.lease_expires_at > v_now
+         GROUP BY 1, 2
+    )
+    SELECT q.name, c.grp, c.cursors, COALESCE(ls.n, 0), COALESCE(lg.n, 0),
+           COALESCE(lg.lag, 0), COALESCE(lg.time_lag, 0)
+      FROM counts c
+      JOIN queen.queues q ON q.id = c.qid
+      LEFT JOIN lagging lg ON lg.qid = c.qid AND lg.grp = c.grp
+      LEFT JOIN leases ls ON ls.qid = c.qid AND ls.grp = c.grp
+     WHERE c.cursors > 0;
 END
 $$;

@@ -61,6 +61,44 @@ BEGIN
 END
 $$;
 
+-- queen.metrics_cluster_v3: metrics_cluster_v2's rows, read from the kept
+-- figures (procedures/figures.sql) instead of every partition and cursor:
+-- a queue's partitions, live messages and dead letters from
+-- figures_queue_counts_v1, a group's lag from figures_group_counts_v1. Its
+-- cost follows the queues, the cursors with lag and the writes since the
+-- last fold. A tenant whose figures are not built yet is read the old way.
+CREATE OR REPLACE FUNCTION queen.metrics_cluster_v3()
+RETURNS TABLE (o_tenant text, o_kind text, o_queue text, o_group text,
+               o_a bigint, o_b bigint, o_c bigint)
+LANGUAGE plpgsql
+STABLE
+AS $$
+DECLARE
+    v_tenant text;
+    v_built boolean := queen.figures_cursors_built_v1();
+BEGIN
+    FOR v_tenant IN SELECT DISTINCT q.tenant_id FROM queen.queues q ORDER BY 1 LOOP
+        IF NOT v_built THEN
+            RETURN QUERY
+            SELECT v_tenant, m.o_kind, m.o_queue, m.o_group, m.o_a, m.o_b, m.o_c
+              FROM queen.metrics_cluster_v1(v_tenant) m;
+            CONTINUE;
+        END IF;
+        RETURN QUERY
+        SELECT v_tenant, 'queue'::text, q.name, NULL::text,
+               COALESCE(c.o_partitions, 0)::bigint, COALESCE(c.o_total, 0)::bigint,
+               COALESCE(c.o_dead, 0)::bigint
+          FROM queen.queues q
+          LEFT JOIN queen.figures_queue_counts_v1(v_tenant, NULL, NULL, NULL) c
+            ON c.o_queue_id = q.id
+         WHERE q.tenant_id = v_tenant;
+        RETURN QUERY
+        SELECT v_tenant, 'group'::text, g.o_queue, g.o_group, g.o_lag, g.o_max_time_lag, g.o_lagging
+          FROM queen.figures_group_counts_v1(v_tenant) g;
+    END LOOP;
+END
+$$;
+
 -- queen.stats_write_v2: one broker's statistics of one minute, in one call.
 --   p_broker  one object: the stats_broker_minute columns but bucket
 --             (hostname, port, pid, cpu_user_us, ...); missing keys are 0

@@ -50,7 +50,7 @@
 -- interval on another. A broker that dies loses the marks it held; the
 -- fold's verify cycle re-counts every partition in turn (a few hundred a
 -- pass), so a figure a lost mark left behind is corrected within one cycle.
--- The fold (figures_fold_v1, every broker's background step, one at a time)
+-- The fold (figures_fold_v2, every broker's background step, one at a time)
 -- moves dirty partitions into the kept rows.
 --
 -- A database populated before these tables existed is counted once by the
@@ -252,6 +252,55 @@ BEGIN
     IF to_regclass('queen.figures_build') IS NULL THEN
         CREATE TABLE queen.figures_build AS
             SELECT NOT EXISTS (SELECT 1 FROM queen.log_partitions) AS done, NULL::uuid AS after_id;
+    END IF;
+END
+$$;
+
+-- The consumer groups' figures (the consumer-groups list and the overview's
+-- lag): kept per cursor by the same fold (figures_fold_v2) from the same
+-- marks, since a cursor's lag changes exactly when its partition's figures
+-- do (a push, a consuming cursor move, a cursor's insert, delete or seek).
+--   figures_cursor  each cursor's lag as last folded: messages after it
+--                   and when the oldest of them was written (NULL: none)
+--   figures_group   per (queue, group), how many cursors it has
+-- The views read figures_group, the lagging cursors (a partial index, so a
+-- caught-up group costs nothing) and the dirty partitions' cursors live:
+-- their cost follows the cursors with lag and the writes since the last
+-- fold, not the cursors or the partitions.
+CREATE TABLE IF NOT EXISTS queen.figures_cursor (
+    partition_id   uuid        NOT NULL,
+    consumer_group text        NOT NULL,
+    queue_id       uuid        NOT NULL,
+    lag            bigint      NOT NULL,
+    oldest_at      timestamptz NULL,
+    PRIMARY KEY (partition_id, consumer_group)
+);
+
+DO $$
+BEGIN
+    IF to_regclass('queen.idx_figures_cursor_lagging') IS NULL THEN
+        CREATE INDEX idx_figures_cursor_lagging ON queen.figures_cursor (queue_id) WHERE lag > 0;
+    END IF;
+END
+$$;
+
+CREATE TABLE IF NOT EXISTS queen.figures_group (
+    queue_id       uuid   NOT NULL REFERENCES queen.queues (id) ON DELETE CASCADE,
+    consumer_group text   NOT NULL,
+    cursors        bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (queue_id, consumer_group)
+);
+
+-- The cursor figures' own build pass, for a database that held cursors
+-- before figures_cursor existed (the partition figures' build may be long
+-- done): the fold walks every partition once more, in id order, and the
+-- views read the consumer groups the old way until it ends. Guarded by the
+-- catalog, as figures_build is.
+DO $$
+BEGIN
+    IF to_regclass('queen.figures_cursor_build') IS NULL THEN
+        CREATE TABLE queen.figures_cursor_build AS
+            SELECT NOT EXISTS (SELECT 1 FROM queen.log_consumers) AS done, NULL::uuid AS after_id;
     END IF;
 END
 $$;

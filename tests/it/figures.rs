@@ -1,8 +1,10 @@
 //! The admin views' kept figures (`sql/schema/010_figures.sql`): the
 //! per-queue counts they read (`figures_queue_counts_v1`) equal the scan of
-//! every partition (`admin_partition_stats_v2`, summed per queue) after
-//! every step of a mixed workload, folded or not, during and after the build
-//! pass of a database populated before the figures existed.
+//! every partition (`admin_partition_stats_v2`, summed per queue), and the
+//! consumer groups' (`figures_group_counts_v1`, `figures_lagging_v1`) the
+//! scan of every cursor (`consumer_group_cursors_v1`), after every step of a
+//! mixed workload, folded or not, during and after the build pass of a
+//! database populated before the figures existed.
 
 use std::time::Duration;
 
@@ -34,16 +36,75 @@ WITH kept AS (
 SELECT COALESCE((SELECT jsonb_agg(to_jsonb(k) ORDER BY k.queue) FROM kept k), '[]')::text,
        COALESCE((SELECT jsonb_agg(to_jsonb(s) ORDER BY s.queue) FROM scan s), '[]')::text";
 
+/// The consumer groups' kept figures and their scan (every cursor,
+/// `consumer_group_cursors_v1`), in one statement: per (queue, group) the
+/// cursors, leases, lagging cursors and lag, then each lagging cursor with
+/// its lag and when its oldest unconsumed message was written.
+const COMPARE_GROUPS: &str = "
+WITH kept AS (
+    SELECT g.o_queue AS queue, g.o_group AS grp, g.o_cursors AS cursors, g.o_leases AS leases,
+           g.o_lagging AS lagging, g.o_lag AS lag
+      FROM queen.figures_group_counts_v1('default') g
+), scan AS (
+    SELECT c.o_queue AS queue, c.o_group AS grp, count(*)::bigint AS cursors,
+           count(*) FILTER (WHERE c.o_lease_active)::bigint AS leases,
+           count(*) FILTER (WHERE c.o_offset_lag > 0)::bigint AS lagging,
+           COALESCE(sum(c.o_offset_lag), 0)::bigint AS lag
+      FROM queen.consumer_group_cursors_v1('default', NULL, NULL) c
+     GROUP BY 1, 2
+), kept_lagging AS (
+    SELECT l.o_partition_id AS pid, l.o_group AS grp, l.o_lag AS lag, l.o_oldest_at AS oldest
+      FROM queen.figures_lagging_v1('default') l
+), scan_lagging AS (
+    SELECT c.o_partition_id AS pid, c.o_group AS grp, c.o_offset_lag AS lag,
+           c.o_oldest_unconsumed_at AS oldest
+      FROM queen.consumer_group_cursors_v1('default', NULL, NULL) c
+     WHERE c.o_offset_lag > 0
+)
+SELECT COALESCE((SELECT jsonb_agg(to_jsonb(k) ORDER BY k.queue, k.grp) FROM kept k), '[]')::text,
+       COALESCE((SELECT jsonb_agg(to_jsonb(s) ORDER BY s.queue, s.grp) FROM scan s), '[]')::text,
+       COALESCE((SELECT jsonb_agg(to_jsonb(k) ORDER BY k.pid, k.grp) FROM kept_lagging k), '[]')::text,
+       COALESCE((SELECT jsonb_agg(to_jsonb(s) ORDER BY s.pid, s.grp) FROM scan_lagging s), '[]')::text";
+
+/// The cluster series of `/metrics` from the kept figures and from the scan
+/// (a group's seconds of lag left out: each side reads its own clock, and
+/// the lagging cursors' times are compared above).
+const COMPARE_METRICS: &str = "
+SELECT (SELECT jsonb_agg(to_jsonb(m) - CASE WHEN m.o_kind = 'group' THEN 'o_b' ELSE '' END
+                         ORDER BY m.o_kind, m.o_queue, m.o_group)
+          FROM queen.metrics_cluster_v3() m)::text,
+       (SELECT jsonb_agg(to_jsonb(m) - CASE WHEN m.o_kind = 'group' THEN 'o_b' ELSE '' END
+                         ORDER BY m.o_kind, m.o_queue, m.o_group)
+          FROM queen.metrics_cluster_v2() m)::text";
+
 /// Insist the kept figures count what the scan counts; `step` names the
 /// moment for the failure message.
 async fn same_counts(broker: &TestBroker, step: &str) {
     // What every admin view does first: this broker's push marks go in.
     broker.engine.figures_publish().await.unwrap();
-    let row = broker.sql().await.query_one(COMPARE, &[]).await.unwrap();
+    let sql = broker.sql().await;
+    let row = sql.query_one(COMPARE, &[]).await.unwrap();
     let (kept, scan): (String, String) = (row.get(0), row.get(1));
     assert_eq!(
         kept, scan,
         "after {step}: kept figures (left) differ from the scan"
+    );
+    let row = sql.query_one(COMPARE_GROUPS, &[]).await.unwrap();
+    let (kept, scan): (String, String) = (row.get(0), row.get(1));
+    assert_eq!(
+        kept, scan,
+        "after {step}: kept group figures (left) differ from the scan"
+    );
+    let (kept, scan): (String, String) = (row.get(2), row.get(3));
+    assert_eq!(
+        kept, scan,
+        "after {step}: kept lagging cursors (left) differ from the scan"
+    );
+    let row = sql.query_one(COMPARE_METRICS, &[]).await.unwrap();
+    let (kept, scan): (String, String) = (row.get(0), row.get(1));
+    assert_eq!(
+        kept, scan,
+        "after {step}: the cluster series from the kept figures (left) differ from the scan"
     );
 }
 
@@ -217,8 +278,10 @@ async fn a_database_populated_before_the_figures_is_counted_by_the_build_pass() 
     // What an upgraded database looks like: nothing kept, the build to do.
     let sql = broker.sql().await;
     sql.batch_execute(
-        "TRUNCATE queen.figures_partition, queen.figures_queue, queen.figures_dirty;
-         UPDATE queen.figures_build SET done = false, after_id = NULL;",
+        "TRUNCATE queen.figures_partition, queen.figures_queue, queen.figures_dirty,
+                  queen.figures_cursor, queen.figures_group;
+         UPDATE queen.figures_build SET done = false, after_id = NULL;
+         UPDATE queen.figures_cursor_build SET done = false, after_id = NULL;",
     )
     .await
     .unwrap();
@@ -227,7 +290,7 @@ async fn a_database_populated_before_the_figures_is_counted_by_the_build_pass() 
     loop {
         let folded: i32 = sql
             .query_one(
-                "SELECT queen.figures_fold_v1(0, 2, '{}', '{}', '{}', '{}')",
+                "SELECT queen.figures_fold_v2(0, 2, '{}', '{}', '{}', '{}')",
                 &[],
             )
             .await
@@ -238,7 +301,11 @@ async fn a_database_populated_before_the_figures_is_counted_by_the_build_pass() 
         push(&broker, "old", "p0", &[json!("during")]).await;
         same_counts(&broker, &format!("a push after build step {folds}")).await;
         let done: bool = sql
-            .query_one("SELECT done FROM queen.figures_build", &[])
+            .query_one(
+                "SELECT (SELECT done FROM queen.figures_build) \
+                    AND (SELECT done FROM queen.figures_cursor_build)",
+                &[],
+            )
             .await
             .unwrap()
             .get(0);
@@ -272,7 +339,7 @@ async fn one_fold_runs_at_a_time() {
     let txn = holder.transaction().await.unwrap();
     let first: i32 = txn
         .query_one(
-            "SELECT queen.figures_fold_v1(10, 0, '{}', '{}', '{}', '{}')",
+            "SELECT queen.figures_fold_v2(10, 0, '{}', '{}', '{}', '{}')",
             &[],
         )
         .await
@@ -283,7 +350,7 @@ async fn one_fold_runs_at_a_time() {
         .sql()
         .await
         .query_one(
-            "SELECT queen.figures_fold_v1(10, 0, ARRAY['default'], ARRAY['q'], ARRAY['p'], '{}')",
+            "SELECT queen.figures_fold_v2(10, 0, ARRAY['default'], ARRAY['q'], ARRAY['p'], '{}')",
             &[],
         )
         .await
@@ -366,4 +433,81 @@ async fn an_auto_ack_pop_on_a_known_cursor_is_counted() {
     let path = "/api/v1/pop/queue/auto/partition/p?batch=2&autoAck=true&wait=false";
     assert_eq!(messages(&pop(&broker, path).await.unwrap()).len(), 2);
     same_counts(&broker, "an auto-ack pop of two").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fold_step_takes_a_bounded_share_of_a_row_naming_many_partitions() {
+    let broker = TestBroker::start_with(unfolded()).await;
+    for p in 0..10 {
+        push(&broker, "wide", &format!("p{p}"), &[json!(p)]).await;
+    }
+    let path = "/api/v1/pop/queue/wide?batch=3&wait=false&consumerGroup=g&subscriptionMode=all";
+    let popped = pop(&broker, path).await.unwrap();
+    ack_all(&broker, &popped, "completed", Some("g")).await;
+    broker.engine.figures_pass().await.unwrap();
+    // A push to each: one dirty row naming the ten partitions (a publish
+    // writes one row per queue, as a statement creating them would).
+    for p in 0..10 {
+        push(&broker, "wide", &format!("p{p}"), &[json!(p)]).await;
+    }
+    broker.engine.figures_publish().await.unwrap();
+    let sql = broker.sql().await;
+    let named: Vec<i32> = sql
+        .query(
+            "SELECT cardinality(partition_ids) FROM queen.figures_dirty",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(named, [10]);
+    let mut folded = Vec::new();
+    loop {
+        let n: i32 = sql
+            .query_one(
+                "SELECT queen.figures_fold_v2(4, 0, '{}', '{}', '{}', '{}')",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        same_counts(&broker, &format!("fold step {}", folded.len())).await;
+        if n == 0 {
+            break;
+        }
+        folded.push(n);
+    }
+    assert_eq!(folded, [4, 4, 2], "each step folds at most 4 partitions");
+    let kept: i64 = sql
+        .query_one("SELECT count(*) FROM queen.figures_partition", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(kept, 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_consumer_groups_list_counts_this_broker_s_pushes_at_once() {
+    let broker = TestBroker::start_with(unfolded()).await;
+    push(&broker, "lagged", "p", &[json!(1), json!(2)]).await;
+    let path = "/api/v1/pop/queue/lagged?batch=2&wait=false&consumerGroup=g&subscriptionMode=all";
+    let popped = pop(&broker, path).await.unwrap();
+    ack_all(&broker, &popped, "completed", Some("g")).await;
+    broker.engine.figures_pass().await.unwrap();
+    let lag = |list: &Value| {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["name"] == "g")
+            .map(|g| (g["totalLag"].clone(), g["partitionsWithLag"].clone()))
+    };
+    let list = broker.client.get("/api/v1/consumer-groups").await.json();
+    assert_eq!(lag(&list), Some((json!(0), json!(0))), "{list}");
+    // Kept as folded: no lag. A push, not yet folded, is counted at once.
+    push(&broker, "lagged", "p", &[json!(3)]).await;
+    let list = broker.client.get("/api/v1/consumer-groups").await.json();
+    assert_eq!(lag(&list), Some((json!(1), json!(1))), "{list}");
+    same_counts(&broker, "a push after the fold").await;
 }

@@ -210,7 +210,7 @@ impl Engine {
             _mesh: mesh,
             health: HealthProbe::new(pool.clone()),
             queues: Queues::new(db.clone(), bounded, Arc::clone(&changes)),
-            groups: Groups::new(db.clone(), changes),
+            groups: Groups::new(db.clone(), changes, figures.publisher()),
             dead_letters: DeadLetters::new(db.clone(), Arc::clone(&txns)),
             messages: Messages::new(db.clone(), figures.marks()),
             streams: Streams::new(db.clone(), Arc::clone(&txns)),

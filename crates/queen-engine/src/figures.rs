@@ -30,10 +30,13 @@ use uuid::Uuid;
 
 use crate::EngineError;
 
-/// Dirty rows one step takes (each names the partitions of one writing
-/// statement). The rows a step writes stay locked until it commits; only
-/// the views and other folds read them.
-const MAX_ROWS_PER_STEP: i32 = 512;
+/// Partitions one step folds from the dirty rows (a row names the
+/// partitions of one writing statement, thousands when it created them: a
+/// step takes rows while their partitions fit, and writes the rest of its
+/// last row back). A step is one transaction; the rows it writes stay
+/// locked until it commits, and only the views and other folds read them.
+/// The first step of a pass also folds the marks, when they fit too.
+const MAX_PARTITIONS_PER_STEP: i32 = 4096;
 
 /// Steps one pass runs before it waits for the next tick.
 const MAX_STEPS_PER_PASS: usize = 64;
@@ -67,6 +70,10 @@ struct Taken {
 impl Taken {
     fn is_empty(&self) -> bool {
         self.partitions.is_empty() && self.ids.is_empty()
+    }
+
+    fn len(&self) -> usize {
+        self.partitions.len() + self.ids.len()
     }
 }
 
@@ -242,6 +249,14 @@ impl Figures {
         publish(&self.pool, &self.marks).await
     }
 
+    /// A handle that does [`Figures::publish`], for another view's owner.
+    pub(crate) fn publisher(&self) -> Publisher {
+        Publisher {
+            pool: self.pool.clone(),
+            marks: Arc::clone(&self.marks),
+        }
+    }
+
     /// Partitions folded since start, marks held now, marks dropped at
     /// [`MAX_MARKS`] since start.
     pub(crate) fn counts(&self) -> (u64, usize, u64) {
@@ -262,6 +277,25 @@ impl Figures {
         let task = self.task.lock().take();
         if let Some(task) = task {
             let _ = task.await;
+        }
+    }
+}
+
+/// Writes this broker's marks as dirty rows before a view reads the kept
+/// figures ([`Figures::publisher`]).
+#[derive(Clone)]
+pub(crate) struct Publisher {
+    pool: deadpool_postgres::Pool,
+    marks: Arc<Marks>,
+}
+
+impl Publisher {
+    /// Write the marks; a failure is logged, not answered: a view that
+    /// cannot see this broker's latest changes is still an answer, and the
+    /// marks stay for the next fold.
+    pub(crate) async fn publish(&self) {
+        if let Err(error) = publish(&self.pool, &self.marks).await {
+            tracing::debug!(error = %crate::error_chain(&error), "figures marks not written");
         }
     }
 }
@@ -328,11 +362,21 @@ async fn pass(
     stopped: Option<&watch::Receiver<bool>>,
 ) -> Result<u64, EngineError> {
     let client = pool.get().await.map_err(SqlError::from)?;
-    let taken = marks.take();
+    let mut taken = marks.take();
+    if taken.len() > MAX_PARTITIONS_PER_STEP as usize {
+        // More than one step folds: they go in as dirty rows, which the
+        // steps take a bounded share of at a time.
+        let named = (&taken.tenants[..], &taken.queues[..], &taken.partitions[..]);
+        if let Err(error) = queen_sql::figures::mark(&**client, named, &taken.ids).await {
+            marks.restore(taken);
+            return Err(error.into());
+        }
+        taken = Taken::default();
+    }
     let named = (&taken.tenants[..], &taken.queues[..], &taken.partitions[..]);
     let first = queen_sql::figures::fold(
         &**client,
-        MAX_ROWS_PER_STEP,
+        MAX_PARTITIONS_PER_STEP,
         VERIFY_PER_PASS,
         named,
         &taken.ids,
@@ -353,8 +397,14 @@ async fn pass(
         if stopped.is_some_and(|stopped| *stopped.borrow()) {
             break;
         }
-        match queen_sql::figures::fold(&**client, MAX_ROWS_PER_STEP, 0, (none, none, none), &[])
-            .await?
+        match queen_sql::figures::fold(
+            &**client,
+            MAX_PARTITIONS_PER_STEP,
+            0,
+            (none, none, none),
+            &[],
+        )
+        .await?
         {
             Fold::Skipped | Fold::Folded(0) => break,
             Fold::Folded(n) => {

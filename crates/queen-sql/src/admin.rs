@@ -47,11 +47,11 @@ pub struct Range<'a> {
     pub task: Option<&'a str>,
 }
 
-/// `GET /resources/overview` (`admin_overview_v2`).
+/// `GET /resources/overview` (`admin_overview_v3`).
 pub async fn overview(client: &impl GenericClient, tenant: &str) -> Result<Value, SqlError> {
     always(
         client,
-        "SELECT queen.admin_overview_v2($1)",
+        "SELECT queen.admin_overview_v3($1)",
         &[(&tenant, Type::TEXT)],
     )
     .await

@@ -5,7 +5,7 @@ use tokio_postgres::GenericClient;
 
 use crate::SqlError;
 
-const FOLD: &str = "SELECT queen.figures_fold_v1($1, $2, $3, $4, $5, $6)";
+const FOLD: &str = "SELECT queen.figures_fold_v2($1, $2, $3, $4, $5, $6)";
 const MARK: &str = "SELECT queen.figures_mark_v1($1, $2, $3, $4)";
 
 /// Partitions named (tenant, queue, partition), as three parallel arrays.
@@ -20,7 +20,8 @@ pub enum Fold {
     Folded(u32),
 }
 
-/// Fold at most `limit` dirty rows, the partitions `pushed` names, the
+/// Fold the partitions of dirty rows, at most `limit` of them (the last row
+/// taken is split there), the partitions `pushed` names, the
 /// partitions `ids` and the next `verify` partitions in id order into the
 /// kept figures, in one transaction. When another session is folding,
 /// `pushed` and `ids` are marked dirty instead and the answer is

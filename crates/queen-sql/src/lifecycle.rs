@@ -15,6 +15,7 @@ const SEEK: &str = "SELECT * FROM queen.seek_consumer_group_v1($1, $2, $3, $4, $
 const SET_SUBSCRIPTION: &str = "SELECT queen.set_subscription_timestamp_v1($1, $2, $3)";
 const CURSORS: &str = "SELECT * FROM queen.consumer_group_cursors_v1($1, $2, $3)";
 const SUBSCRIPTIONS: &str = "SELECT * FROM queen.consumer_group_subscriptions_v1($1, $2)";
+const GROUP_COUNTS: &str = "SELECT * FROM queen.figures_group_counts_v1($1)";
 
 /// Delete queue `(tenant, name)` with everything it owns, in one transaction.
 /// Returns whether it existed.
@@ -214,6 +215,50 @@ pub async fn cursors(
                 last_consumed_at: row.try_get("o_last_consumed_at")?,
                 oldest_unconsumed_at: row.try_get("o_oldest_unconsumed_at")?,
                 time_lag_seconds: row.try_get("o_time_lag_seconds")?,
+            })
+        })
+        .collect()
+}
+
+/// What the consumer-groups list shows of one (group, queue) with cursors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupCounts {
+    /// Consumer group.
+    pub group: String,
+    /// Queue.
+    pub queue: String,
+    /// Cursors of the group on the queue.
+    pub cursors: i64,
+    /// Live leases among them.
+    pub leases: i64,
+    /// Cursors with messages behind them.
+    pub lagging: i64,
+    /// Their summed offset lag.
+    pub lag: i64,
+    /// The largest time lag of the cursors, seconds.
+    pub max_time_lag_seconds: i64,
+}
+
+/// Per (group, queue) of the tenant with cursors, its [`GroupCounts`]
+/// (`figures_group_counts_v1`: the kept figures, so the cost follows the
+/// cursors with lag, not every cursor).
+pub async fn group_counts(
+    client: &impl GenericClient,
+    tenant: &str,
+) -> Result<Vec<GroupCounts>, SqlError> {
+    let rows = client
+        .query_typed(GROUP_COUNTS, &[(&tenant, Type::TEXT)])
+        .await?;
+    rows.iter()
+        .map(|row| {
+            Ok(GroupCounts {
+                group: row.try_get("o_group")?,
+                queue: row.try_get("o_queue")?,
+                cursors: row.try_get("o_cursors")?,
+                leases: row.try_get("o_leases")?,
+                lagging: row.try_get("o_lagging")?,
+                lag: row.try_get("o_lag")?,
+                max_time_lag_seconds: row.try_get("o_max_time_lag")?,
             })
         })
         .collect()

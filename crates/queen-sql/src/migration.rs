@@ -41,7 +41,10 @@ pub const TABLES: &[&str] = &[
 /// from the source's by design.
 pub const DERIVED: &[&str] = &[
     "queen.figures_build",
+    "queen.figures_cursor",
+    "queen.figures_cursor_build",
     "queen.figures_dirty",
+    "queen.figures_group",
     "queen.figures_partition",
     "queen.figures_queue",
 ];

@@ -45,7 +45,7 @@ pub async fn cluster_metrics(
     let rows = client
         .query_typed(
             "SELECT o_tenant, o_kind, o_queue, o_group, o_a, o_b, o_c \
-               FROM queen.metrics_cluster_v2()",
+               FROM queen.metrics_cluster_v3()",
             &[],
         )
         .await?;

@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use queen_sql::lifecycle::{GroupDeleted, SeekMoved, SeekTo};
+use queen_sql::lifecycle::{GroupCounts, GroupDeleted, SeekMoved, SeekTo};
 
+use crate::figures::Publisher;
 use crate::lifecycle::{CursorLag, Db, Subscription};
 use crate::mesh::Changes;
 use crate::EngineError;
@@ -64,11 +65,16 @@ pub struct GroupSummary {
 pub struct Groups {
     db: Db,
     changes: Arc<Changes>,
+    figures: Publisher,
 }
 
 impl Groups {
-    pub(crate) fn new(db: Db, changes: Arc<Changes>) -> Groups {
-        Groups { db, changes }
+    pub(crate) fn new(db: Db, changes: Arc<Changes>, figures: Publisher) -> Groups {
+        Groups {
+            db,
+            changes,
+            figures,
+        }
     }
 
     /// Delete consumer group `group`'s cursors and leases on `queue` (`None`:
@@ -162,14 +168,17 @@ impl Groups {
     /// Every (consumer group, queue) pair that has a subscription record or a
     /// cursor, summarised, ordered by group then queue.
     pub async fn summaries(&self, tenant: &str) -> Result<Vec<GroupSummary>, EngineError> {
-        let (cursors, subscriptions) = {
+        // The kept figures count this broker's latest pushes and acks once
+        // its marks are written.
+        self.figures.publish().await;
+        let (counts, subscriptions) = {
             let client = self.db.read_client().await?;
-            let cursors = queen_sql::lifecycle::cursors(&**client, tenant, None, None).await?;
+            let counts = queen_sql::lifecycle::group_counts(&**client, tenant).await?;
             let subscriptions =
                 queen_sql::lifecycle::subscriptions(&**client, tenant, None).await?;
-            (cursors, subscriptions)
+            (counts, subscriptions)
         };
-        Ok(summarise(cursors, subscriptions))
+        Ok(summarise(counts, subscriptions))
     }
 
     /// `group`'s cursors with their lag, by queue (queue name order; a queue
@@ -216,23 +225,20 @@ impl Groups {
 
 /// Group cursors and subscription records into one summary per
 /// (group, queue).
-fn summarise(cursors: Vec<CursorLag>, subscriptions: Vec<Subscription>) -> Vec<GroupSummary> {
+fn summarise(counts: Vec<GroupCounts>, subscriptions: Vec<Subscription>) -> Vec<GroupSummary> {
     let mut pairs: BTreeMap<(String, String), GroupSummary> = BTreeMap::new();
     for subscription in subscriptions {
         let summary = summary_of(&mut pairs, &subscription.group, &subscription.queue);
         summary.subscription = Some(subscription);
     }
-    for cursor in cursors {
-        let summary = summary_of(&mut pairs, &cursor.group, &cursor.queue);
-        summary.partitions += 1;
-        if cursor.lease_active {
-            summary.leases += 1;
-        }
-        if cursor.offset_lag > 0 {
-            summary.partitions_with_lag += 1;
-            summary.total_lag = summary.total_lag.saturating_add(cursor.offset_lag);
-        }
-        summary.max_time_lag_seconds = summary.max_time_lag_seconds.max(cursor.time_lag_seconds);
+    let count = |n: i64| usize::try_from(n).unwrap_or(0);
+    for counts in counts {
+        let summary = summary_of(&mut pairs, &counts.group, &counts.queue);
+        summary.partitions = count(counts.cursors);
+        summary.leases = count(counts.leases);
+        summary.partitions_with_lag = count(counts.lagging);
+        summary.total_lag = counts.lag;
+        summary.max_time_lag_seconds = counts.max_time_lag_seconds;
     }
     pairs.into_values().collect()
 }

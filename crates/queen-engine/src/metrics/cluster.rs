@@ -25,7 +25,7 @@ pub const CLUSTER_READ_LIMIT: Duration = Duration::from_secs(60);
 pub struct ClusterMetrics {
     /// When they were read.
     pub read_at: Option<SystemTime>,
-    /// The rows of `queen.metrics_cluster_v2`, each queue named by its
+    /// The rows of `queen.metrics_cluster_v3`, each queue named by its
     /// `naming::queue_key`.
     pub rows: Vec<ClusterRow>,
 }

@@ -102,7 +102,10 @@ async fn apply_twice_on_an_empty_database_builds_the_whole_schema() {
             "consumer_groups_metadata",
             "database_identity",
             "figures_build",
+            "figures_cursor",
+            "figures_cursor_build",
             "figures_dirty",
+            "figures_group",
             "figures_partition",
             "figures_queue",
             "log_consumers",
@@ -737,7 +740,8 @@ async fn reapply_takes_no_lock_on_queen_tables() {
                         queen.message_traces, queen.system_state, queen.database_identity,
                         queen.stats_queue_minute, queen.stats_broker_minute,
                         queen.figures_partition, queen.figures_queue, queen.figures_dirty,
-                        queen.figures_build, queen_streams.queries, queen_streams.state
+                        queen.figures_build, queen.figures_cursor, queen.figures_group,
+                        queen.figures_cursor_build, queen_streams.queries, queen_streams.state
                  IN ACCESS EXCLUSIVE MODE;",
         )
         .await
