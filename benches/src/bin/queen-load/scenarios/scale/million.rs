@@ -21,7 +21,9 @@
 //!    long poll of 1 s) and ack every batch. Push and consume msg/s (acks
 //!    done within the window), p50/p99 of pops that delivered; then the
 //!    consumers drain the backlog (each stops at its first empty long poll).
-//! 5. **Empty pops** on the caught-up group: after `SETTLE`, 200 sequential
+//! 5. **Empty pops** on the caught-up group, once the admin views' fold
+//!    has nothing dirty left (its catching up is no pop's cost; the seconds
+//!    it took after the creation are a figure): after `SETTLE`, 200 sequential
 //!    pops with `wait=false`, then (after `SETTLE` again, so every count is
 //!    flushed) 20 with `wait=true&timeout=200`, then `SETTLE` once more to
 //!    measure the idle background rate, which is subtracted: statements
@@ -103,6 +105,9 @@ struct Size {
     partitions: usize,
     create_seconds: f64,
     partitions_per_second: f64,
+    /// Seconds from the end of the creation until the admin views' fold
+    /// had nothing dirty left (None: not within `FOLD_WAIT`).
+    fold_caught_up_seconds: Option<f64>,
     /// The group's first pop (`subscriptionMode=new`).
     first_contact_seconds: f64,
     /// The first pop (autoAck, batch 10) of a group subscribed to everything.
@@ -309,6 +314,11 @@ async fn size(
 
     let create_seconds = create(addr, n).await?;
     eprintln!("queen-load:   created {n} partitions in {create_seconds:.1} s");
+    let fold_caught_up_seconds = fold_caught_up(env, &dbname).await?;
+    match fold_caught_up_seconds {
+        Some(seconds) => eprintln!("queen-load:   the figures' fold caught up in {seconds:.1} s"),
+        None => eprintln!("queen-load:   the figures' fold did not catch up in {FOLD_WAIT:?}"),
+    }
     let mut conn = Conn::connect(addr).await?;
     let started = Instant::now();
     let popped = conn
@@ -342,6 +352,9 @@ async fn size(
     eprintln!("queen-load:   traffic for {duration:?}");
     let traffic = traffic(addr, n, hot, duration, &[pid], postmaster).await?;
     brokers[0].check_alive()?;
+    // The fold's catching up with the traffic is not the pops' cost (nor a
+    // steady idle rate to subtract).
+    fold_caught_up(env, &dbname).await?;
     let empty_pops = if traffic.drained && caught_up(&mut conn).await? {
         Some(empty_pops(env, &dbname, &mut conn).await?)
     } else {
@@ -360,6 +373,7 @@ async fn size(
         partitions: n,
         create_seconds,
         partitions_per_second: n as f64 / create_seconds,
+        fold_caught_up_seconds,
         first_contact_seconds,
         first_contact_messages,
         first_contact_all_seconds,
@@ -428,6 +442,35 @@ async fn first_pop(conn: &mut Conn, path: &str) -> Result<f64> {
 }
 
 /// The database's clock `seconds` ago, as an ISO-8601 UTC timestamp.
+/// How long [`fold_caught_up`] waits at most.
+const FOLD_WAIT: Duration = Duration::from_secs(300);
+
+/// Seconds until the admin views' fold has nothing dirty left: the first of
+/// two reads of an empty `figures_dirty` a second apart (the broker's own
+/// marks go in at its next fold, once a second). None after [`FOLD_WAIT`].
+async fn fold_caught_up(env: &Env, dbname: &str) -> Result<Option<f64>> {
+    let sql = queen_sql::connect::connect_one(&env.connect_config(dbname))
+        .await
+        .with_context(|| format!("connect to {dbname}"))?;
+    let started = Instant::now();
+    let mut clean_since: Option<f64> = None;
+    while started.elapsed() < FOLD_WAIT {
+        let dirty: i64 = sql
+            .query_one("SELECT count(*) FROM queen.figures_dirty", &[])
+            .await
+            .context("count the figures' dirty rows")?
+            .get(0);
+        let now = started.elapsed().as_secs_f64();
+        match (dirty, clean_since) {
+            (0, Some(since)) => return Ok(Some(since)),
+            (0, None) => clean_since = Some(now),
+            _ => clean_since = None,
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    Ok(None)
+}
+
 async fn db_time_ago(env: &Env, dbname: &str, seconds: i32) -> Result<String> {
     let sql = queen_sql::connect::connect_one(&env.connect_config(dbname))
         .await
@@ -696,10 +739,11 @@ fn table(big: &Size, small: &Size) -> String {
     fn pop(s: &Size, f: fn(&EmptyPops) -> f64) -> Option<f64> {
         s.empty_pops.as_ref().map(f)
     }
-    let figures: [Figure; 33] = [
+    let figures: [Figure; 34] = [
         ("partitions", |s| Some(s.partitions as f64), 0),
         ("create seconds", |s| Some(s.create_seconds), 1),
         ("partitions/s", |s| Some(s.partitions_per_second), 0),
+        ("fold caught up seconds", |s| s.fold_caught_up_seconds, 1),
         (
             "first contact seconds",
             |s| Some(s.first_contact_seconds),
