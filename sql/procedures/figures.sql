@@ -748,3 +748,79 @@ BEGIN
      WHERE c.cursors > 0;
 END
 $$;
+
+-- queen.figures_watch_v1: a folding broker's word, once a pass, in the
+-- statement of its first fold step. It says broker p_broker is alive for
+-- p_alive_ms more (its figures_brokers row, rewritten only when a quarter
+-- of that has passed, so most passes write nothing); p_lost says it
+-- dropped a mark. A row past its time names a broker that died holding
+-- marks: it is deleted. A loss of either kind starts the verify cycle over
+-- (figures_verify); while it is pending, each call marks the next p_verify
+-- partitions in id order dirty, for the fold to re-count, until the walk
+-- ends. Answers whether a build pass (figures_build, figures_cursor_build)
+-- is still to be walked: the caller's next fold then walks it.
+CREATE OR REPLACE FUNCTION queen.figures_watch_v1(
+    p_broker   uuid,
+    p_lost     boolean,
+    p_verify   integer,
+    p_alive_ms integer
+) RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_alive interval := make_interval(secs => p_alive_ms / 1000.0);
+    v_lost boolean := p_lost;
+    v_state record;
+    v_more uuid[];
+BEGIN
+    INSERT INTO queen.figures_brokers AS b (broker_id, expires_at) VALUES (p_broker, v_now + v_alive)
+    ON CONFLICT (broker_id) DO UPDATE SET expires_at = EXCLUDED.expires_at
+     WHERE b.expires_at < v_now + v_alive * 0.75;
+    IF EXISTS (SELECT 1 FROM queen.figures_brokers b WHERE b.expires_at < v_now) THEN
+        DELETE FROM queen.figures_brokers b WHERE b.expires_at < v_now;
+        v_lost := true;
+    END IF;
+    IF v_lost THEN
+        UPDATE queen.figures_verify SET pending = true, after_id = NULL;
+    END IF;
+    SELECT v.pending, v.after_id INTO v_state FROM queen.figures_verify v;
+    IF v_state.pending AND p_verify > 0 THEN
+        -- One walker at a time: the row lock, then the state again.
+        SELECT v.pending, v.after_id INTO v_state FROM queen.figures_verify v FOR UPDATE;
+    END IF;
+    IF v_state.pending AND p_verify > 0 THEN
+        IF v_state.after_id IS NULL THEN
+            SELECT array_agg(x.id ORDER BY x.id) INTO v_more
+              FROM (SELECT p.id FROM queen.log_partitions p ORDER BY p.id LIMIT p_verify) AS x;
+        ELSE
+            SELECT array_agg(x.id ORDER BY x.id) INTO v_more
+              FROM (SELECT p.id FROM queen.log_partitions p
+                     WHERE p.id > v_state.after_id ORDER BY p.id LIMIT p_verify) AS x;
+        END IF;
+        INSERT INTO queen.figures_dirty (queue_id, partition_ids)
+        SELECT p.queue_id, array_agg(p.id)
+          FROM queen.log_partitions p
+         WHERE p.id = ANY (v_more)
+         GROUP BY p.queue_id;
+        IF COALESCE(cardinality(v_more), 0) < p_verify THEN
+            UPDATE queen.figures_verify SET pending = false, after_id = NULL;
+        ELSE
+            UPDATE queen.figures_verify SET after_id = v_more[cardinality(v_more)];
+        END IF;
+    END IF;
+    RETURN NOT (COALESCE((SELECT b.done FROM queen.figures_build b), false)
+                AND COALESCE((SELECT cb.done FROM queen.figures_cursor_build cb), false));
+END
+$$;
+
+-- queen.figures_leave_v1: broker p_broker exits cleanly (its marks are
+-- written): its row goes, and starts no verify cycle.
+CREATE OR REPLACE FUNCTION queen.figures_leave_v1(p_broker uuid)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    DELETE FROM queen.figures_brokers b WHERE b.broker_id = p_broker;
+END
+$$;

@@ -47,9 +47,10 @@
 -- count in the views (figures_queue_counts_v1, which counts every dirty
 -- partition live, so it answers what a scan of every partition would) at
 -- once on that broker (it writes them before a view) and within its fold
--- interval on another. A broker that dies loses the marks it held; the
--- fold's verify cycle re-counts every partition in turn (a few hundred a
--- pass), so a figure a lost mark left behind is corrected within one cycle.
+-- interval on another. A broker that exits cleanly writes its marks; one
+-- that dies loses them, and a verify cycle then re-counts every partition
+-- in turn (a few hundred a pass, figures_brokers and figures_verify below),
+-- so a figure a lost mark left behind is corrected within one cycle.
 -- The fold (figures_fold_v2, every broker's background step, one at a time)
 -- moves dirty partitions into the kept rows.
 --
@@ -239,8 +240,9 @@ $$;
 
 -- The build pass of a database that held partitions before this table was
 -- created: done once every partition (in id order, after after_id) has been
--- folded. A fresh database has none, so it starts done. Once done, after_id
--- is where the verify cycle stands. (The query
+-- folded. A fresh database has none, so it starts done. (A fold given
+-- p_verify walks on after it is done, as a verify cycle did before
+-- figures_verify; the brokers of this version pass 0 once it is.) (The query
 -- runs only when the table is created:
 -- after the triggers above, in the transaction that created them, whose
 -- locks keep writers out until it commits, so a partition either is counted
@@ -301,6 +303,31 @@ BEGIN
     IF to_regclass('queen.figures_cursor_build') IS NULL THEN
         CREATE TABLE queen.figures_cursor_build AS
             SELECT NOT EXISTS (SELECT 1 FROM queen.log_consumers) AS done, NULL::uuid AS after_id;
+    END IF;
+END
+$$;
+
+-- The verify cycle (figures_watch_v1): a mark is lost when a broker dies
+-- holding marks it had not written (killed between folds) or drops one
+-- (past its bound). Either starts a cycle that marks every partition dirty
+-- in turn, a few hundred a pass, so the fold re-counts each; with no loss
+-- there is no cycle, and an idle database reads nothing for it.
+--   figures_brokers  each folding broker, and until when it counts as
+--                    alive (it moves that on, at most every few seconds); a
+--                    clean exit writes its marks and deletes its row, so a
+--                    row past its time names a broker that died: deleting
+--                    it starts a cycle
+--   figures_verify   the cycle: pending, and how far it walked in id order
+CREATE TABLE IF NOT EXISTS queen.figures_brokers (
+    broker_id  uuid        PRIMARY KEY,
+    expires_at timestamptz NOT NULL
+);
+
+DO $$
+BEGIN
+    IF to_regclass('queen.figures_verify') IS NULL THEN
+        CREATE TABLE queen.figures_verify AS
+            SELECT false AS pending, NULL::uuid AS after_id;
     END IF;
 END
 $$;

@@ -393,11 +393,71 @@ async fn the_verify_cycle_corrects_a_figure_a_lost_mark_left_behind() {
         )
         .await
         .unwrap();
-    let row = broker.sql().await.query_one(COMPARE, &[]).await.unwrap();
-    assert_ne!(row.get::<_, String>(0), row.get::<_, String>(1));
-    // One pass verifies 256 partitions: all five.
+    let sql = broker.sql().await;
+    let differ = || async {
+        let row = sql.query_one(COMPARE, &[]).await.unwrap();
+        row.get::<_, String>(0) != row.get::<_, String>(1)
+    };
+    assert!(differ().await);
+    // No broker is known to have died, and this one dropped nothing: a pass
+    // verifies nothing (an idle database reads nothing for it).
+    broker.engine.figures_pass().await.unwrap();
+    assert!(differ().await, "a pass with no loss known verified");
+    // A broker whose row outlived its time died holding marks: the next
+    // pass removes it and starts a cycle, which marks 256 partitions a
+    // pass (all five) for the fold.
+    sql.execute(
+        "INSERT INTO queen.figures_brokers (broker_id, expires_at) \
+         VALUES (gen_random_uuid(), now() - interval '1 second')",
+        &[],
+    )
+    .await
+    .unwrap();
     broker.engine.figures_pass().await.unwrap();
     same_counts(&broker, "a verifying pass").await;
+    let (brokers, pending): (i64, bool) = {
+        let row = sql
+            .query_one(
+                "SELECT (SELECT count(*) FROM queen.figures_brokers), \
+                        (SELECT pending FROM queen.figures_verify)",
+                &[],
+            )
+            .await
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!(brokers, 1, "the dead broker's row went; this one's stays");
+    assert!(!pending, "the cycle ended at the fifth partition");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_shutdown_writes_its_marks_and_leaves_the_folding_brokers() {
+    async fn brokers(sql: &tokio_postgres::Client) -> i64 {
+        sql.query_one("SELECT count(*) FROM queen.figures_brokers", &[])
+            .await
+            .unwrap()
+            .get(0)
+    }
+    let broker = TestBroker::start_with(unfolded()).await;
+    push(&broker, "bye", "p", &[json!(1)]).await;
+    broker.engine.figures_pass().await.unwrap();
+    let sql = broker.sql().await;
+    assert_eq!(brokers(&sql).await, 1, "a pass lists the broker");
+    // A push whose mark only this broker holds, then a clean exit.
+    push(&broker, "bye", "p", &[json!(2)]).await;
+    broker.engine.shutdown().await;
+    let dirty: i64 = sql
+        .query_one("SELECT count(*) FROM queen.figures_dirty", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(dirty, 1, "the held mark was written");
+    assert_eq!(brokers(&sql).await, 0, "a clean exit is no death");
+    // What the next broker's views count: both messages.
+    let next = TestBroker::serve(broker.db.clone(), unfolded()).await;
+    same_counts(&next, "the next broker").await;
+    let reply = next.client.get("/api/v1/resources/queues").await;
+    assert_eq!(reply.json()["queues"][0]["messages"]["total"], json!(2));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -442,7 +442,8 @@ impl Engine {
     /// (push fusion writes every pending segment), then close the pool.
     /// The last step of the shutdown order: pops first (they answer empty),
     /// then push fusion (it drains), then the spool, the revisit wheel and
-    /// the periodic reseeds, retention, the figures fold, and the pool.
+    /// the periodic reseeds, retention, the figures fold (its marks written),
+    /// and the pool.
     pub async fn shutdown(&self) {
         self.serving.begin_shutdown();
         self.migration.shutdown();

@@ -5,20 +5,25 @@
 //! `pop::Ready::pushed`): in memory, once per partition until the next
 //! fold, because a trigger per push statement costs PostgreSQL more than a
 //! fifth of a single-message push. Every `figures_interval` a pass hands
-//! the marks to the first fold step, which also verifies the next
-//! [`VERIFY_PER_PASS`] partitions in id order (the build pass of an
-//! upgraded database, then a cycle that corrects what a dead broker's lost
-//! marks left behind); steps follow until one finds nothing dirty (or
-//! [`MAX_STEPS_PER_PASS`]), each one transaction of bounded work. Before an
-//! admin view is read, [`Figures::publish`] writes the marks as dirty rows,
-//! so the view counts this broker's pushes.
+//! the marks to the first fold step, and in the same statement tells the
+//! others this broker is alive (`figures_watch_v1`); steps follow until one
+//! finds nothing dirty (or [`MAX_STEPS_PER_PASS`]), each one transaction of
+//! at most [`MAX_PARTITIONS_PER_STEP`] partitions. Before an admin view is
+//! read, [`Figures::publish`] writes the marks as dirty rows, so the view
+//! counts this broker's pushes; a clean shutdown writes them too.
+//!
+//! A mark is lost when a broker dies holding it or drops it past
+//! [`MAX_MARKS`]: the dead broker's row outlives its time, or this broker
+//! says so, and a verify cycle marks every partition dirty in turn,
+//! [`VERIFY_PER_PASS`] a pass. Without a loss a pass reads nothing it was
+//! not told of. The build pass of an upgraded database walks the same way.
 //!
 //! One broker folds at a time (the step's advisory try-lock); another's step
 //! writes its marks as dirty rows and answers skipped. Errors are logged,
 //! the marks are kept, and the next tick tries again.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,10 +46,17 @@ const MAX_PARTITIONS_PER_STEP: i32 = 4096;
 /// Steps one pass runs before it waits for the next tick.
 const MAX_STEPS_PER_PASS: usize = 64;
 
-/// Partitions one pass verifies (or counts for the first time, during the
-/// build pass): a million partitions take about an hour at one pass a
-/// second.
+/// Partitions one pass counts for the first time while a build pass walks
+/// (a database upgraded from before the figures), or marks dirty while a
+/// verify cycle runs (after a broker died holding marks or this one
+/// dropped one): a million partitions take about an hour at one pass a
+/// second. With neither, a pass reads no partition it was not told of.
 const VERIFY_PER_PASS: i32 = 256;
+
+/// How long this broker counts as alive to the others after a pass, at
+/// least (ten fold intervals when that is longer): a broker whose row
+/// outlives this died holding marks.
+const MIN_ALIVE: Duration = Duration::from_secs(60);
 
 /// Distinct partitions [`Marks`] holds until the next fold. Past it, a
 /// mark is dropped (counted: `queen_figures_marks_dropped`), and the
@@ -96,6 +108,9 @@ impl Held {
 pub(crate) struct Marks {
     held: Mutex<Held>,
     dropped: AtomicU64,
+    /// A mark was dropped since the last fold said so: a verify cycle is
+    /// due.
+    lost: AtomicBool,
     full: tokio::sync::Notify,
 }
 
@@ -127,6 +142,7 @@ impl Marks {
         }
         drop(held);
         self.dropped.fetch_add(1, Ordering::Relaxed);
+        self.lost.store(true, Ordering::Relaxed);
         if wake {
             self.full.notify_one();
         }
@@ -201,11 +217,24 @@ impl Gauge {
 
 /// The fold component: the marks, its loop task and what it folded.
 pub(crate) struct Figures {
+    folder: Arc<Folder>,
+    stop: watch::Sender<bool>,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+/// What a pass needs beyond the marks: who this broker is to the others
+/// (`figures_watch_v1`) and whether a build pass is still to walk.
+struct Folder {
     pool: deadpool_postgres::Pool,
     marks: Arc<Marks>,
     folded: Arc<AtomicU64>,
-    stop: watch::Sender<bool>,
-    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// This broker among the folding ones; a new one every start.
+    broker: Uuid,
+    /// How long it counts as alive after a pass.
+    alive_ms: i32,
+    /// The last pass was told a build pass is still to walk (true at
+    /// first: the first pass finds out).
+    building: AtomicBool,
 }
 
 impl Figures {
@@ -214,20 +243,20 @@ impl Figures {
     pub(crate) fn start(pool: deadpool_postgres::Pool, interval: Option<Duration>) -> Figures {
         let marks = Arc::new(Marks::default());
         let folded = Arc::new(AtomicU64::new(0));
-        let (stop, stopped) = watch::channel(false);
-        let task = interval.map(|interval| {
-            tokio::spawn(run(
-                pool.clone(),
-                Arc::clone(&marks),
-                Arc::clone(&folded),
-                interval,
-                stopped,
-            ))
-        });
-        Figures {
+        let alive = interval.map_or(MIN_ALIVE, |interval| (interval * 10).max(MIN_ALIVE));
+        let folder = Arc::new(Folder {
             pool,
             marks,
             folded,
+            broker: Uuid::new_v4(),
+            alive_ms: i32::try_from(alive.as_millis()).unwrap_or(i32::MAX),
+            building: AtomicBool::new(true),
+        });
+        let (stop, stopped) = watch::channel(false);
+        let task =
+            interval.map(|interval| tokio::spawn(run(Arc::clone(&folder), interval, stopped)));
+        Figures {
+            folder,
             stop,
             task: Mutex::new(task),
         }
@@ -235,25 +264,25 @@ impl Figures {
 
     /// Where pushes mark their partitions.
     pub(crate) fn marks(&self) -> Arc<Marks> {
-        Arc::clone(&self.marks)
+        Arc::clone(&self.folder.marks)
     }
 
     /// Run one pass now: the partitions it folded (0 when another broker
     /// was folding).
     pub(crate) async fn pass(&self) -> Result<u64, EngineError> {
-        pass(&self.pool, &self.marks, &self.folded, None).await
+        pass(&self.folder, None).await
     }
 
     /// Write the marks as dirty rows, so the views count them.
     pub(crate) async fn publish(&self) -> Result<(), EngineError> {
-        publish(&self.pool, &self.marks).await
+        publish(&self.folder.pool, &self.folder.marks).await
     }
 
     /// A handle that does [`Figures::publish`], for another view's owner.
     pub(crate) fn publisher(&self) -> Publisher {
         Publisher {
-            pool: self.pool.clone(),
-            marks: Arc::clone(&self.marks),
+            pool: self.folder.pool.clone(),
+            marks: Arc::clone(&self.folder.marks),
         }
     }
 
@@ -266,17 +295,32 @@ impl Figures {
     /// A handle that reads [`Figures::counts`] (for the metrics).
     pub(crate) fn gauge(&self) -> Gauge {
         Gauge {
-            marks: Arc::clone(&self.marks),
-            folded: Arc::clone(&self.folded),
+            marks: Arc::clone(&self.folder.marks),
+            folded: Arc::clone(&self.folder.folded),
         }
     }
 
-    /// Stop the loop (after its current step).
+    /// Stop the loop (after its current step), write the marks, and leave
+    /// the folding brokers. When the marks cannot be written the broker
+    /// stays listed, so its row's expiry starts a verify cycle, as a
+    /// broker's death does.
     pub(crate) async fn shutdown(&self) {
         let _ = self.stop.send(true);
         let task = self.task.lock().take();
         if let Some(task) = task {
             let _ = task.await;
+        }
+        let left = async {
+            publish(&self.folder.pool, &self.folder.marks).await?;
+            let client = self.folder.pool.get().await.map_err(SqlError::from)?;
+            queen_sql::figures::leave(&**client, self.folder.broker).await?;
+            Ok::<(), EngineError>(())
+        };
+        if let Err(error) = left.await {
+            tracing::warn!(
+                error = %crate::error_chain(&error),
+                "figures marks not written at shutdown: a verify cycle will re-count"
+            );
         }
     }
 }
@@ -326,23 +370,17 @@ pub(crate) async fn publish(
 
 /// The loop: a pass every `interval`, or at once when the marks are full,
 /// until stopped.
-async fn run(
-    pool: deadpool_postgres::Pool,
-    marks: Arc<Marks>,
-    folded: Arc<AtomicU64>,
-    interval: Duration,
-    mut stopped: watch::Receiver<bool>,
-) {
+async fn run(folder: Arc<Folder>, interval: Duration, mut stopped: watch::Receiver<bool>) {
     let mut ticker = tokio::time::interval(interval.max(Duration::from_millis(10)));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticker.tick().await;
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
-            () = marks.full.notified() => {}
+            () = folder.marks.full.notified() => {}
             _ = stopped.changed() => return,
         }
-        if let Err(error) = pass(&pool, &marks, &folded, Some(&stopped)).await {
+        if let Err(error) = pass(&folder, Some(&stopped)).await {
             if error.is_transient() {
                 tracing::debug!(error = %crate::error_chain(&error), "figures fold failed");
             } else {
@@ -356,12 +394,11 @@ async fn run(
 /// partitions; steps follow until one folds nothing, another broker folds,
 /// or `stopped` turns true.
 async fn pass(
-    pool: &deadpool_postgres::Pool,
-    marks: &Marks,
-    folded: &AtomicU64,
+    folder: &Folder,
     stopped: Option<&watch::Receiver<bool>>,
 ) -> Result<u64, EngineError> {
-    let client = pool.get().await.map_err(SqlError::from)?;
+    let Folder { marks, folded, .. } = folder;
+    let client = folder.pool.get().await.map_err(SqlError::from)?;
     let mut taken = marks.take();
     if taken.len() > MAX_PARTITIONS_PER_STEP as usize {
         // More than one step folds: they go in as dirty rows, which the
@@ -374,21 +411,39 @@ async fn pass(
         taken = Taken::default();
     }
     let named = (&taken.tenants[..], &taken.queues[..], &taken.partitions[..]);
-    let first = queen_sql::figures::fold(
+    // A build pass walks in the fold; a verify cycle marks partitions dirty
+    // in the watch, for this pass's steps to fold.
+    let building = folder.building.load(Ordering::Relaxed);
+    let watch = queen_sql::figures::Watch {
+        broker: folder.broker,
+        lost: marks.lost.swap(false, Ordering::Relaxed),
+        verify: VERIFY_PER_PASS,
+        alive_ms: folder.alive_ms,
+    };
+    let first = queen_sql::figures::fold_and_watch(
         &**client,
         MAX_PARTITIONS_PER_STEP,
-        VERIFY_PER_PASS,
+        if building { VERIFY_PER_PASS } else { 0 },
         named,
         &taken.ids,
+        &watch,
     )
     .await;
     let mut total = match first {
         Err(error) => {
+            if watch.lost {
+                marks.lost.store(true, Ordering::Relaxed);
+            }
             marks.restore(taken);
             return Err(error.into());
         }
-        Ok(Fold::Skipped) => return Ok(0),
-        Ok(Fold::Folded(n)) => u64::from(n),
+        Ok((fold, building)) => {
+            folder.building.store(building, Ordering::Relaxed);
+            match fold {
+                Fold::Skipped => return Ok(0),
+                Fold::Folded(n) => u64::from(n),
+            }
+        }
     };
     folded.fetch_add(total, Ordering::Relaxed);
     let none: &[String] = &[];
@@ -414,4 +469,22 @@ async fn pass(
         }
     }
     Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dropped_mark_asks_for_a_verify_cycle() {
+        let marks = Marks::default();
+        for _ in 0..MAX_MARKS {
+            marks.consumed(Uuid::new_v4());
+        }
+        assert!(!marks.lost.load(Ordering::Relaxed), "nothing dropped yet");
+        marks.pushed("t", "q", "p");
+        assert_eq!(marks.dropped.load(Ordering::Relaxed), 1);
+        assert!(marks.lost.load(Ordering::Relaxed));
+        assert_eq!(marks.len(), MAX_MARKS);
+    }
 }

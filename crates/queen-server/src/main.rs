@@ -19,7 +19,8 @@
 //!    `QUEEN_SHUTDOWN_TIMEOUT_SECONDS`);
 //! 4. stop fusion after its last flush, the spool's drainer (what it holds
 //!    stays on disk and is drained at the next start), the revisit wheel,
-//!    the periodic reseeds, the retention loop and the figures fold, then
+//!    the periodic reseeds, the retention loop and the figures fold (its marks
+//!    written, its broker row removed), then
 //!    close the pool (`Engine::shutdown`);
 //! 5. stop the managed PostgreSQL, if this process started it.
 //!

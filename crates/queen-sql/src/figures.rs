@@ -6,6 +6,9 @@ use tokio_postgres::GenericClient;
 use crate::SqlError;
 
 const FOLD: &str = "SELECT queen.figures_fold_v2($1, $2, $3, $4, $5, $6)";
+const FOLD_WATCH: &str = "SELECT queen.figures_fold_v2($1, $2, $3, $4, $5, $6), \
+                                 queen.figures_watch_v1($7, $8, $9, $10)";
+const LEAVE: &str = "SELECT queen.figures_leave_v1($1)";
 const MARK: &str = "SELECT queen.figures_mark_v1($1, $2, $3, $4)";
 
 /// Partitions named (tenant, queue, partition), as three parallel arrays.
@@ -44,6 +47,65 @@ pub async fn fold(
         Ok(folded) => Fold::Folded(folded),
         Err(_) => Fold::Skipped,
     })
+}
+
+/// A folding broker's word to the others (`figures_watch_v1`).
+#[derive(Debug, Clone, Copy)]
+pub struct Watch {
+    /// This broker.
+    pub broker: uuid::Uuid,
+    /// It dropped a mark since its last word: a verify cycle is due.
+    pub lost: bool,
+    /// Partitions a pending verify cycle marks dirty per call.
+    pub verify: i32,
+    /// Milliseconds it counts as alive after this word, unless it leaves.
+    pub alive_ms: i32,
+}
+
+/// [`fold`], and in the same statement `watch`: this broker is alive; a
+/// broker past its time died holding marks, and it or a dropped mark
+/// starts a verify cycle, which marks the next partitions dirty. Also
+/// answers whether a build pass is still to walk (pass `verify` to the next
+/// fold then).
+pub async fn fold_and_watch(
+    client: &impl GenericClient,
+    limit: i32,
+    verify: i32,
+    pushed: Named<'_>,
+    ids: &[uuid::Uuid],
+    watch: &Watch,
+) -> Result<(Fold, bool), SqlError> {
+    let row = client
+        .query_one(
+            FOLD_WATCH,
+            &[
+                &limit,
+                &verify,
+                &pushed.0,
+                &pushed.1,
+                &pushed.2,
+                &ids,
+                &watch.broker,
+                &watch.lost,
+                &watch.verify,
+                &watch.alive_ms,
+            ],
+        )
+        .await?;
+    let folded: i32 = row.try_get(0)?;
+    let building: bool = row.try_get(1)?;
+    let fold = match u32::try_from(folded) {
+        Ok(folded) => Fold::Folded(folded),
+        Err(_) => Fold::Skipped,
+    };
+    Ok((fold, building))
+}
+
+/// Broker `broker` exits, its marks written: it no longer counts as a
+/// folding broker, and its absence starts no verify cycle.
+pub async fn leave(client: &impl GenericClient, broker: uuid::Uuid) -> Result<(), SqlError> {
+    client.execute(LEAVE, &[&broker]).await?;
+    Ok(())
 }
 
 /// Mark the partitions `pushed` names and the partitions `ids` dirty; those

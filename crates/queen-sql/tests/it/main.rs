@@ -3,6 +3,7 @@
 
 mod bounded_depth;
 mod errors;
+mod figures_watch;
 mod pop_commit;
 mod push_flush;
 mod push_probe;

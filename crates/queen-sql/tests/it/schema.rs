@@ -101,6 +101,7 @@ async fn apply_twice_on_an_empty_database_builds_the_whole_schema() {
         [
             "consumer_groups_metadata",
             "database_identity",
+            "figures_brokers",
             "figures_build",
             "figures_cursor",
             "figures_cursor_build",
@@ -108,6 +109,7 @@ async fn apply_twice_on_an_empty_database_builds_the_whole_schema() {
             "figures_group",
             "figures_partition",
             "figures_queue",
+            "figures_verify",
             "log_consumers",
             "log_dlq",
             "log_partitions",
@@ -741,7 +743,8 @@ async fn reapply_takes_no_lock_on_queen_tables() {
                         queen.stats_queue_minute, queen.stats_broker_minute,
                         queen.figures_partition, queen.figures_queue, queen.figures_dirty,
                         queen.figures_build, queen.figures_cursor, queen.figures_group,
-                        queen.figures_cursor_build, queen_streams.queries, queen_streams.state
+                        queen.figures_cursor_build, queen.figures_brokers, queen.figures_verify,
+                        queen_streams.queries, queen_streams.state
                  IN ACCESS EXCLUSIVE MODE;",
         )
         .await
