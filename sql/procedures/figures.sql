@@ -749,8 +749,8 @@ BEGIN
 END
 $$;
 
--- queen.figures_watch_v1: a folding broker's word, once a pass, in the
--- statement of its first fold step. It says broker p_broker is alive for
+-- queen.figures_watch_v1: a folding broker's word, once a pass, before
+-- its first fold step (figures_pass_v1). It says broker p_broker is alive for
 -- p_alive_ms more (its figures_brokers row, rewritten only when a quarter
 -- of that has passed, so most passes write nothing); p_lost says it
 -- dropped a mark. A row past its time names a broker that died holding
@@ -758,7 +758,7 @@ $$;
 -- (figures_verify); while it is pending, each call marks the next p_verify
 -- partitions in id order dirty, for the fold to re-count, until the walk
 -- ends. Answers whether a build pass (figures_build, figures_cursor_build)
--- is still to be walked: the caller's next fold then walks it.
+-- is still to be walked.
 CREATE OR REPLACE FUNCTION queen.figures_watch_v1(
     p_broker   uuid,
     p_lost     boolean,
@@ -822,5 +822,32 @@ LANGUAGE plpgsql
 AS $$
 BEGIN
     DELETE FROM queen.figures_brokers b WHERE b.broker_id = p_broker;
+END
+$$;
+
+-- queen.figures_pass_v1: the first step of a broker's fold pass, in one
+-- statement: figures_watch_v1 (alive, a loss, the verify cycle's next
+-- partitions marked dirty), then figures_fold_v2 of the dirty rows, the
+-- broker's marks and, while a build pass is to walk, its next p_verify
+-- partitions. Returns what the fold returns.
+CREATE OR REPLACE FUNCTION queen.figures_pass_v1(
+    p_limit      integer,
+    p_verify     integer,
+    p_tenants    text[],
+    p_queues     text[],
+    p_partitions text[],
+    p_ids        uuid[],
+    p_broker     uuid,
+    p_lost       boolean,
+    p_alive_ms   integer
+) RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_building boolean;
+BEGIN
+    v_building := queen.figures_watch_v1(p_broker, p_lost, p_verify, p_alive_ms);
+    RETURN queen.figures_fold_v2(p_limit, CASE WHEN v_building THEN p_verify ELSE 0 END,
+                                 p_tenants, p_queues, p_partitions, p_ids);
 END
 $$;

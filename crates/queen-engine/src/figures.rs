@@ -53,9 +53,17 @@ const MAX_STEPS_PER_PASS: usize = 64;
 /// second. With neither, a pass reads no partition it was not told of.
 const VERIFY_PER_PASS: i32 = 256;
 
+/// Ticks of the loop per pass while idle (no marks held, the last pass
+/// folded nothing): a pass is a statement, and an idle broker's statements
+/// are an idle database's load. What triggers mark meanwhile (a seek, a
+/// retention step) waits up to this many intervals for its fold; the views
+/// count it live until then.
+const IDLE_TICKS: u32 = 5;
+
 /// How long this broker counts as alive to the others after a pass, at
-/// least (ten fold intervals when that is longer): a broker whose row
-/// outlives this died holding marks.
+/// least (ten fold intervals when that is longer, which covers an idle
+/// loop's [`IDLE_TICKS`]): a broker whose row outlives this died holding
+/// marks.
 const MIN_ALIVE: Duration = Duration::from_secs(60);
 
 /// Distinct partitions [`Marks`] holds until the next fold. Past it, a
@@ -222,8 +230,8 @@ pub(crate) struct Figures {
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
-/// What a pass needs beyond the marks: who this broker is to the others
-/// (`figures_watch_v1`) and whether a build pass is still to walk.
+/// What a pass needs: the marks, what it folded, and who this broker is
+/// to the others (`figures_watch_v1`).
 struct Folder {
     pool: deadpool_postgres::Pool,
     marks: Arc<Marks>,
@@ -232,9 +240,6 @@ struct Folder {
     broker: Uuid,
     /// How long it counts as alive after a pass.
     alive_ms: i32,
-    /// The last pass was told a build pass is still to walk (true at
-    /// first: the first pass finds out).
-    building: AtomicBool,
 }
 
 impl Figures {
@@ -250,7 +255,6 @@ impl Figures {
             folded,
             broker: Uuid::new_v4(),
             alive_ms: i32::try_from(alive.as_millis()).unwrap_or(i32::MAX),
-            building: AtomicBool::new(true),
         });
         let (stop, stopped) = watch::channel(false);
         let task =
@@ -374,19 +378,62 @@ async fn run(folder: Arc<Folder>, interval: Duration, mut stopped: watch::Receiv
     let mut ticker = tokio::time::interval(interval.max(Duration::from_millis(10)));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticker.tick().await;
+    let mut pace = Pace::default();
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
             () = folder.marks.full.notified() => {}
             _ = stopped.changed() => return,
         }
-        if let Err(error) = pass(&folder, Some(&stopped)).await {
-            if error.is_transient() {
-                tracing::debug!(error = %crate::error_chain(&error), "figures fold failed");
-            } else {
-                tracing::warn!(error = %crate::error_chain(&error), "figures fold failed");
-            }
+        if !pace.due(folder.marks.len() > 0) {
+            continue;
         }
+        let folded = match pass(&folder, Some(&stopped)).await {
+            Ok(folded) => folded,
+            Err(error) => {
+                if error.is_transient() {
+                    tracing::debug!(error = %crate::error_chain(&error), "figures fold failed");
+                } else {
+                    tracing::warn!(error = %crate::error_chain(&error), "figures fold failed");
+                }
+                0
+            }
+        };
+        pace.passed(folded);
+    }
+}
+
+/// Which ticks of the loop run a pass: every one while there is work (marks
+/// held, or the last pass folded something), else one in [`IDLE_TICKS`].
+#[derive(Debug)]
+struct Pace {
+    busy: bool,
+    skipped: u32,
+}
+
+impl Default for Pace {
+    fn default() -> Pace {
+        Pace {
+            busy: true,
+            skipped: 0,
+        }
+    }
+}
+
+impl Pace {
+    /// Whether this tick runs a pass, `marks` telling whether any are held.
+    fn due(&mut self, marks: bool) -> bool {
+        if !self.busy && !marks && self.skipped + 1 < IDLE_TICKS {
+            self.skipped += 1;
+            return false;
+        }
+        self.skipped = 0;
+        true
+    }
+
+    /// A pass folded `folded` partitions.
+    fn passed(&mut self, folded: u64) {
+        self.busy = folded > 0;
     }
 }
 
@@ -411,19 +458,15 @@ async fn pass(
         taken = Taken::default();
     }
     let named = (&taken.tenants[..], &taken.queues[..], &taken.partitions[..]);
-    // A build pass walks in the fold; a verify cycle marks partitions dirty
-    // in the watch, for this pass's steps to fold.
-    let building = folder.building.load(Ordering::Relaxed);
     let watch = queen_sql::figures::Watch {
         broker: folder.broker,
         lost: marks.lost.swap(false, Ordering::Relaxed),
-        verify: VERIFY_PER_PASS,
         alive_ms: folder.alive_ms,
     };
-    let first = queen_sql::figures::fold_and_watch(
+    let first = queen_sql::figures::first_step(
         &**client,
         MAX_PARTITIONS_PER_STEP,
-        if building { VERIFY_PER_PASS } else { 0 },
+        VERIFY_PER_PASS,
         named,
         &taken.ids,
         &watch,
@@ -437,13 +480,9 @@ async fn pass(
             marks.restore(taken);
             return Err(error.into());
         }
-        Ok((fold, building)) => {
-            folder.building.store(building, Ordering::Relaxed);
-            match fold {
-                Fold::Skipped => return Ok(0),
-                Fold::Folded(n) => u64::from(n),
-            }
-        }
+        // Nothing dirty, or another broker folds: the pass is over.
+        Ok(Fold::Skipped | Fold::Folded(0)) => return Ok(0),
+        Ok(Fold::Folded(n)) => u64::from(n),
     };
     folded.fetch_add(total, Ordering::Relaxed);
     let none: &[String] = &[];
@@ -474,6 +513,21 @@ async fn pass(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_idle_loop_passes_once_in_five_ticks_a_busy_one_every_tick() {
+        let mut pace = Pace::default();
+        let ticks =
+            |pace: &mut Pace, marks: bool, n: usize| (0..n).filter(|_| pace.due(marks)).count();
+        assert_eq!(ticks(&mut pace, false, 1), 1, "the first tick passes");
+        pace.passed(3);
+        assert_eq!(ticks(&mut pace, false, 1), 1, "it folded: the next too");
+        pace.passed(0);
+        assert_eq!(ticks(&mut pace, false, 20), 4, "idle: one in five");
+        assert_eq!(ticks(&mut pace, true, 3), 3, "marks held: every tick");
+        pace.passed(0);
+        assert_eq!(ticks(&mut pace, false, 5), 1);
+    }
 
     #[test]
     fn a_dropped_mark_asks_for_a_verify_cycle() {

@@ -6,8 +6,7 @@ use tokio_postgres::GenericClient;
 use crate::SqlError;
 
 const FOLD: &str = "SELECT queen.figures_fold_v2($1, $2, $3, $4, $5, $6)";
-const FOLD_WATCH: &str = "SELECT queen.figures_fold_v2($1, $2, $3, $4, $5, $6), \
-                                 queen.figures_watch_v1($7, $8, $9, $10)";
+const PASS: &str = "SELECT queen.figures_pass_v1($1, $2, $3, $4, $5, $6, $7, $8, $9)";
 const LEAVE: &str = "SELECT queen.figures_leave_v1($1)";
 const MARK: &str = "SELECT queen.figures_mark_v1($1, $2, $3, $4)";
 
@@ -56,28 +55,27 @@ pub struct Watch {
     pub broker: uuid::Uuid,
     /// It dropped a mark since its last word: a verify cycle is due.
     pub lost: bool,
-    /// Partitions a pending verify cycle marks dirty per call.
-    pub verify: i32,
     /// Milliseconds it counts as alive after this word, unless it leaves.
     pub alive_ms: i32,
 }
 
-/// [`fold`], and in the same statement `watch`: this broker is alive; a
-/// broker past its time died holding marks, and it or a dropped mark
-/// starts a verify cycle, which marks the next partitions dirty. Also
-/// answers whether a build pass is still to walk (pass `verify` to the next
-/// fold then).
-pub async fn fold_and_watch(
+/// The first step of a fold pass (`figures_pass_v1`), one statement:
+/// `watch` (this broker is alive; a broker past its time died holding
+/// marks, and it or a dropped mark starts a verify cycle, which marks the
+/// next `verify` partitions dirty a pass), then [`fold`] of the dirty rows
+/// and the marks, and of the next `verify` partitions while a build pass is
+/// to walk.
+pub async fn first_step(
     client: &impl GenericClient,
     limit: i32,
     verify: i32,
     pushed: Named<'_>,
     ids: &[uuid::Uuid],
     watch: &Watch,
-) -> Result<(Fold, bool), SqlError> {
+) -> Result<Fold, SqlError> {
     let row = client
         .query_one(
-            FOLD_WATCH,
+            PASS,
             &[
                 &limit,
                 &verify,
@@ -87,18 +85,15 @@ pub async fn fold_and_watch(
                 &ids,
                 &watch.broker,
                 &watch.lost,
-                &watch.verify,
                 &watch.alive_ms,
             ],
         )
         .await?;
     let folded: i32 = row.try_get(0)?;
-    let building: bool = row.try_get(1)?;
-    let fold = match u32::try_from(folded) {
+    Ok(match u32::try_from(folded) {
         Ok(folded) => Fold::Folded(folded),
         Err(_) => Fold::Skipped,
-    };
-    Ok((fold, building))
+    })
 }
 
 /// Broker `broker` exits, its marks written: it no longer counts as a

@@ -3,7 +3,7 @@
 //! broker's expired row starts a cycle that marks partitions dirty a bounded
 //! share at a time, measured with the session's own transaction statistics.
 
-use queen_sql::figures::{fold, fold_and_watch, Fold, Watch};
+use queen_sql::figures::{first_step, fold, Fold, Watch};
 use queen_sql::push::{push_segments, SegmentWrite};
 use queen_testkit::TestDb;
 use uuid::Uuid;
@@ -51,22 +51,20 @@ async fn populate(client: &tokio_postgres::Client) {
 
 /// One pass's first step as a broker runs it, in a transaction: what it
 /// folded, and the rows of [`READ`] it read.
-async fn first_step(client: &tokio_postgres::Client, broker: Uuid) -> (Fold, i64) {
+async fn pass_start(client: &tokio_postgres::Client, broker: Uuid) -> (Fold, i64) {
     let none: &[String] = &[];
     client.batch_execute("BEGIN").await.unwrap();
     let before = crate::xact_rows_read(client, READ).await;
     let watch = Watch {
         broker,
         lost: false,
-        verify: VERIFY,
         alive_ms: 60_000,
     };
-    let (folded, building) = fold_and_watch(client, 4096, 0, (none, none, none), &[], &watch)
+    let folded = first_step(client, 4096, VERIFY, (none, none, none), &[], &watch)
         .await
         .unwrap();
     let read = crate::xact_rows_read(client, READ).await - before;
     client.batch_execute("COMMIT").await.unwrap();
-    assert!(!building, "a fresh database has no build pass to walk");
     (folded, read)
 }
 
@@ -90,14 +88,15 @@ async fn an_idle_pass_reads_no_partition_until_a_broker_dies() {
 
     // Idle, nobody lost anything: nothing is read for a verify.
     for _ in 0..3 {
-        let (folded, read) = first_step(&client, broker).await;
+        let (folded, read) = pass_start(&client, broker).await;
         assert_eq!(folded, Fold::Folded(0));
         assert!(read < 5, "an idle pass read {read} rows");
     }
     assert_eq!(dirty_partitions(&client).await, 0);
 
     // Another broker's row past its time: it died holding marks. The next
-    // word marks the first 256 partitions dirty, each later one the next.
+    // pass marks the first 256 partitions dirty and folds them, each later
+    // one the next 256.
     client
         .execute(
             "INSERT INTO queen.figures_brokers (broker_id, expires_at) \
@@ -106,8 +105,10 @@ async fn an_idle_pass_reads_no_partition_until_a_broker_dies() {
         )
         .await
         .unwrap();
-    first_step(&client, broker).await;
-    assert_eq!(dirty_partitions(&client).await, i64::from(VERIFY));
+    let (folded, read) = pass_start(&client, broker).await;
+    assert_eq!(folded, Fold::Folded(VERIFY.unsigned_abs()));
+    assert!(read >= i64::from(VERIFY), "{read}");
+    assert_eq!(dirty_partitions(&client).await, 0);
     let brokers: i64 = client
         .query_one("SELECT count(*) FROM queen.figures_brokers", &[])
         .await
@@ -127,16 +128,13 @@ async fn an_idle_pass_reads_no_partition_until_a_broker_dies() {
         if !pending {
             break;
         }
-        first_step(&client, broker).await;
+        pass_start(&client, broker).await;
         steps += 1;
         assert!(steps <= 5, "the cycle never ended");
     }
-    // 1,000 partitions at 256 a step: four steps; each marked before it
-    // folded, the last cycle's marks folded by the one after.
+    // 1,000 partitions at 256 a pass: four passes, the last one short.
     assert_eq!(steps, 4);
-    let (_, read) = first_step(&client, broker).await;
-    assert!(read >= 1_000 - 3 * i64::from(VERIFY), "{read}");
-    let (folded, read) = first_step(&client, broker).await;
+    let (folded, read) = pass_start(&client, broker).await;
     assert_eq!(folded, Fold::Folded(0));
     assert!(read < 5, "idle again: {read} rows");
 }
