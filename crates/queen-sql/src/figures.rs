@@ -22,6 +22,16 @@ pub enum Fold {
     Folded(u32),
 }
 
+impl Fold {
+    /// What a fold procedure's answer says: partitions folded, or -1.
+    fn of(answer: i32) -> Fold {
+        match u32::try_from(answer) {
+            Ok(folded) => Fold::Folded(folded),
+            Err(_) => Fold::Skipped,
+        }
+    }
+}
+
 /// Fold the partitions of dirty rows, at most `limit` of them (the last row
 /// taken is split there), the partitions `pushed` names, the
 /// partitions `ids` and the next `verify` partitions in id order into the
@@ -41,11 +51,7 @@ pub async fn fold(
             &[&limit, &verify, &pushed.0, &pushed.1, &pushed.2, &ids],
         )
         .await?;
-    let folded: i32 = row.try_get(0)?;
-    Ok(match u32::try_from(folded) {
-        Ok(folded) => Fold::Folded(folded),
-        Err(_) => Fold::Skipped,
-    })
+    Ok(Fold::of(row.try_get(0)?))
 }
 
 /// A folding broker's word to the others (`figures_watch_v1`).
@@ -89,11 +95,7 @@ pub async fn first_step(
             ],
         )
         .await?;
-    let folded: i32 = row.try_get(0)?;
-    Ok(match u32::try_from(folded) {
-        Ok(folded) => Fold::Folded(folded),
-        Err(_) => Fold::Skipped,
-    })
+    Ok(Fold::of(row.try_get(0)?))
 }
 
 /// Broker `broker` exits, its marks written: it no longer counts as a
