@@ -10,6 +10,8 @@
 //!   `#[test]`).
 //! - `fuzz [--seconds N] [target...]`: run the cargo-fuzz targets of `fuzz/`
 //!   for a bounded time each (`fuzz.rs`; nightly and cargo-fuzz).
+//! - `citus up|down|status`: a local Citus cluster, a coordinator and two
+//!   workers under `target/citus/` (`citus.rs`; needs Citus installed).
 //! - `bench [scenario]`: build `queen-server` and `queen-load` in release mode
 //!   and run the end-to-end load generator, every scenario when none is named
 //!   (`bench.rs`).
@@ -18,6 +20,7 @@
 //! on a clean machine and must build fast.
 
 mod bench;
+mod citus;
 mod fuzz;
 mod readme;
 mod tidy;
@@ -37,6 +40,8 @@ commands:
           of them (`cargo xtask bench help`)
   fuzz    [--seconds N] [target...]: each cargo-fuzz target for N seconds (default 60);
           needs nightly and `cargo install cargo-fuzz`
+  citus   up|down|status: a local Citus cluster (coordinator and two workers) under
+          target/citus/; needs the citus extension installed (`cargo xtask citus help`)
 ";
 
 fn main() -> ExitCode {
@@ -47,6 +52,7 @@ fn main() -> ExitCode {
         Some("readme") => readme::check(&workspace_root()),
         Some("bench") => bench::run(&args[1..]),
         Some("fuzz") => fuzz::run_all(&args[1..]),
+        Some("citus") => citus::run(&args[1..]),
         Some("-h" | "--help" | "help") | None => {
             print!("{USAGE}");
             return ExitCode::SUCCESS;
@@ -124,7 +130,7 @@ fn ensure_postgres() -> Result<(), String> {
     }
 }
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()
@@ -190,7 +196,7 @@ fn cargo(args: &[&str]) -> Result<(), String> {
     run(&mut cmd)
 }
 
-fn run(cmd: &mut Command) -> Result<(), String> {
+pub(crate) fn run(cmd: &mut Command) -> Result<(), String> {
     eprintln!("xtask: running {cmd:?}");
     let status = cmd
         .status()
