@@ -64,6 +64,24 @@ impl Bounded {
         queues.any(|queue| known.names.contains(queue))
     }
 
+    /// [`Bounded::any`] of queues named (tenant, queue): no key is built
+    /// while this broker knows no bounded queue.
+    pub(crate) fn any_named<'a>(
+        &self,
+        queues: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> bool {
+        let known = Arc::clone(&self.known.read());
+        if known.overflow {
+            return true;
+        }
+        if known.names.is_empty() {
+            return false;
+        }
+        queues
+            .into_iter()
+            .any(|(tenant, queue)| known.names.contains(&*queue_key(tenant, queue)))
+    }
+
     /// `queue` was configured through this broker with (or without) `maxSize`.
     pub(crate) fn set(&self, queue: &str, bounded: bool) {
         let mut known = self.known.write();

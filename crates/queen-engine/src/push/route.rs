@@ -280,12 +280,10 @@ impl Pushes {
             }
         }
         if !rest.is_empty() {
-            let keys: Vec<_> = rest
-                .iter()
-                .map(|item| queue_key(&item.tenant, &item.queue))
-                .collect();
-            let atomic = self.parts.bounded.any(keys.iter().map(|key| &**key));
-            drop(keys);
+            let atomic = self
+                .parts
+                .bounded
+                .any_named(rest.iter().map(|item| (&*item.tenant, &*item.queue)));
             let stored = self.store(rest, &[], atomic).await?;
             for (index, outcome) in places.into_iter().zip(stored) {
                 if let Some(slot) = outcomes.get_mut(index) {

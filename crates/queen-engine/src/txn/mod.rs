@@ -241,12 +241,11 @@ impl Transactions {
 
     /// True when `push` writes to a queue this broker knows has `maxSize`.
     fn any_bounded(&self, push: &CheckedPush) -> bool {
-        let keys: Vec<std::borrow::Cow<'_, str>> = push
-            .groups
-            .iter()
-            .map(|(tenant, queue, _, _)| crate::naming::queue_key(tenant, queue))
-            .collect();
-        self.bounded.any(keys.iter().map(|key| &**key))
+        self.bounded.any_named(
+            push.groups
+                .iter()
+                .map(|(tenant, queue, _, _)| (&**tenant, &**queue)),
+        )
     }
 
     /// The pushes of one operation, inside the transaction.
