@@ -412,11 +412,7 @@ impl Engine {
             _ => &self.read_pool,
         };
         if !matches!(view, crate::AdminView::PostgresStats) {
-            // A view that cannot see this broker's latest pushes is still
-            // an answer: the marks stay for the next fold.
-            if let Err(error) = self.figures.publish().await {
-                tracing::debug!(error = %crate::error_chain(&error), "figures marks not written");
-            }
+            self.figures.publisher().publish().await;
         }
         let mut answer = crate::admin::read(pool, tenant, view).await?;
         if let (crate::AdminView::TracesByName { .. }, Some(body)) = (view, answer.as_mut()) {
