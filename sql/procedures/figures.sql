@@ -600,6 +600,46 @@ BEGIN
 END
 $$;
 
+-- queen.figures_tenant_dirty_v1: the partitions the dirty rows of the
+-- tenant's queues name, each once ('{}' when none).
+CREATE OR REPLACE FUNCTION queen.figures_tenant_dirty_v1(p_tenant text)
+RETURNS uuid[]
+LANGUAGE plpgsql
+STABLE
+AS $$
+BEGIN
+    RETURN (SELECT COALESCE(array_agg(DISTINCT u), '{}'::uuid[])
+              FROM queen.queues q
+              JOIN queen.figures_dirty d ON d.queue_id = q.id
+              CROSS JOIN LATERAL unnest(d.partition_ids) AS u
+             WHERE q.tenant_id = p_tenant);
+END
+$$;
+
+-- queen.figures_lagging_kept_v1: the kept cursor rows with lag (the
+-- partial index) of the tenant's queues whose partitions p_dirty does not
+-- name: figures_lagging_v1 less the dirty partitions' live cursors.
+CREATE OR REPLACE FUNCTION queen.figures_lagging_kept_v1(p_tenant text, p_dirty uuid[])
+RETURNS TABLE (
+    o_queue_id     uuid,
+    o_group        text,
+    o_partition_id uuid,
+    o_lag          bigint,
+    o_oldest_at    timestamptz
+)
+LANGUAGE plpgsql
+STABLE
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT f.queue_id, f.consumer_group, f.partition_id, f.lag, f.oldest_at
+      FROM queen.queues q
+      JOIN queen.figures_cursor f ON f.queue_id = q.id AND f.lag > 0
+     WHERE q.tenant_id = p_tenant
+       AND NOT (f.partition_id = ANY (p_dirty));
+END
+$$;
+
 -- queen.figures_lagging_v1: the cursors with lag of the tenant's queues:
 -- the kept rows with lag (the partial index) of the partitions no dirty row
 -- names, and the dirty partitions' cursors counted live. Its cost follows
@@ -617,19 +657,10 @@ LANGUAGE plpgsql
 STABLE
 AS $$
 DECLARE
-    v_dirty uuid[];
+    v_dirty uuid[] := queen.figures_tenant_dirty_v1(p_tenant);
 BEGIN
-    SELECT COALESCE(array_agg(DISTINCT u), '{}'::uuid[]) INTO v_dirty
-      FROM queen.queues q
-      JOIN queen.figures_dirty d ON d.queue_id = q.id
-      CROSS JOIN LATERAL unnest(d.partition_ids) AS u
-     WHERE q.tenant_id = p_tenant;
     RETURN QUERY
-    SELECT f.queue_id, f.consumer_group, f.partition_id, f.lag, f.oldest_at
-      FROM queen.queues q
-      JOIN queen.figures_cursor f ON f.queue_id = q.id AND f.lag > 0
-     WHERE q.tenant_id = p_tenant
-       AND NOT (f.partition_id = ANY (v_dirty))
+    SELECT * FROM queen.figures_lagging_kept_v1(p_tenant, v_dirty)
     UNION ALL
     SELECT l.o_queue_id, l.o_group, l.o_partition_id, l.o_lag, l.o_oldest_at
       FROM queen.figures_cursors_live_v1(v_dirty) l
@@ -698,19 +729,18 @@ BEGIN
          GROUP BY c.o_queue, c.o_group;
         RETURN;
     END IF;
-    SELECT COALESCE(array_agg(DISTINCT u), '{}'::uuid[]) INTO v_dirty
-      FROM queen.queues q
-      JOIN queen.figures_dirty d ON d.queue_id = q.id
-      CROSS JOIN LATERAL unnest(d.partition_ids) AS u
-     WHERE q.tenant_id = p_tenant;
+    v_dirty := queen.figures_tenant_dirty_v1(p_tenant);
     RETURN QUERY
-    WITH delta AS (
+    WITH live AS MATERIALIZED (
+        -- The dirty partitions' cursors, probed once for both uses below.
+        SELECT * FROM queen.figures_cursors_live_v1(v_dirty)
+    ), delta AS (
         -- The dirty partitions' cursors: live minus kept.
         SELECT COALESCE(l.o_queue_id, f.queue_id) AS qid,
                COALESCE(l.o_group, f.consumer_group) AS grp,
                sum((l.o_partition_id IS NOT NULL)::integer
                    - (f.partition_id IS NOT NULL)::integer)::bigint AS n
-          FROM (SELECT * FROM queen.figures_cursors_live_v1(v_dirty)) AS l
+          FROM live AS l
           FULL JOIN (SELECT * FROM queen.figures_cursor k WHERE k.partition_id = ANY (v_dirty)) AS f
             ON f.partition_id = l.o_partition_id AND f.consumer_group = l.o_group
          GROUP BY 1, 2
@@ -726,7 +756,10 @@ BEGIN
                max(CASE WHEN l.o_oldest_at IS NULL THEN 0::bigint
                         ELSE greatest(floor(extract(epoch FROM v_now - l.o_oldest_at)), 0)::bigint
                    END) AS time_lag
-          FROM queen.figures_lagging_v1(p_tenant) l
+          FROM (SELECT * FROM queen.figures_lagging_kept_v1(p_tenant, v_dirty)
+                UNION ALL
+                SELECT v.o_queue_id, v.o_group, v.o_partition_id, v.o_lag, v.o_oldest_at
+                  FROM live v WHERE v.o_lag > 0) AS l
          GROUP BY 1, 2
     ), leases AS (
         -- The live leases (the partial index's rows); the nil worker is a
