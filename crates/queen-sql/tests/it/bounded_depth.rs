@@ -14,20 +14,7 @@ const PARTITIONS: i32 = 2_000;
 const QUEUE: &str = "bounded";
 
 fn write<'a>(partition: &'a str, hash: &'a [u8]) -> SegmentWrite<'a> {
-    SegmentWrite {
-        queue: QUEUE,
-        partition,
-        namespace: "",
-        task: "",
-        new_queue_id: Uuid::now_v7(),
-        new_partition_id: Uuid::now_v7(),
-        encrypted: false,
-        probe: false,
-        coverage: None,
-        n_frames: 1,
-        blob: b"blob",
-        hashes: hash,
-    }
+    crate::one_frame(QUEUE, partition, hash)
 }
 
 async fn push_to(client: &tokio_postgres::Client, partition: &str) -> SlotOutcome {

@@ -25,20 +25,7 @@ async fn populate(client: &tokio_postgres::Client) {
     let hash = [1u8; 16];
     let writes: Vec<SegmentWrite<'_>> = names
         .iter()
-        .map(|name| SegmentWrite {
-            queue: "watched",
-            partition: name,
-            namespace: "",
-            task: "",
-            new_queue_id: Uuid::now_v7(),
-            new_partition_id: Uuid::now_v7(),
-            encrypted: false,
-            probe: false,
-            coverage: None,
-            n_frames: 1,
-            blob: b"blob",
-            hashes: &hash,
-        })
+        .map(|name| crate::one_frame("watched", name, &hash))
         .collect();
     push_segments(client, "", &writes).await.unwrap();
     let none: &[String] = &[];

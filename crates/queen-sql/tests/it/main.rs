@@ -50,3 +50,26 @@ pub(crate) async fn xact_rows_read(client: &tokio_postgres::Client, tables: &[&s
         .unwrap()
         .get(0)
 }
+
+/// A one-frame segment of `partition` of `queue`, created on first write,
+/// with client hashes `hashes`.
+pub(crate) fn one_frame<'a>(
+    queue: &'a str,
+    partition: &'a str,
+    hashes: &'a [u8],
+) -> queen_sql::push::SegmentWrite<'a> {
+    queen_sql::push::SegmentWrite {
+        queue,
+        partition,
+        namespace: "",
+        task: "",
+        new_queue_id: uuid::Uuid::now_v7(),
+        new_partition_id: uuid::Uuid::now_v7(),
+        encrypted: false,
+        probe: false,
+        coverage: None,
+        n_frames: 1,
+        blob: b"blob",
+        hashes,
+    }
+}
