@@ -14,22 +14,20 @@
 -- lease actually granted), live in the broker; this function stores what it is
 -- given. namespace and task are replaced too; id and created_at never change.
 --
--- p_new_queue_id and p_default_partition_id are UUIDv7 minted by the broker
--- (the tables have no id defaults, decisions §1). They are used only if the
--- row has to be created; an existing queue keeps its id and its Default
--- partition keeps its id.
+-- p_new_queue_id is a UUIDv7 minted by the broker (the tables have no id
+-- defaults, decisions §1), used only if the row has to be created; an
+-- existing queue keeps its id. p_default_partition_id is no longer used: the
+-- Default partition takes its derived id (partition_id_v1), and one created
+-- before ids were derived keeps its own (log_partition_open_v1).
 --
 -- p_retry_delay_applied says the request named retryDelay: only then is the
 -- delay applied to failed batches (procedures/ack.sql); left out, retry_delay
 -- holds the reference's 1000 and is echoed, as the reference never applied it.
 --
 -- Concurrency: the upsert locks the queue row, so two configures of one queue
--- serialise on it. The partition insert uses ON CONFLICT DO NOTHING and, when
--- another transaction's row won, reads that row in a fresh statement (a fresh
--- snapshot under READ COMMITTED, so a row committed by a racing transaction is
--- visible). The loop covers the one remaining window: the Default partition
--- deleted by partition cleanup between the conflict and the read, in which case
--- the insert is tried again.
+-- serialise on it. log_partition_open_v1 finds, locks or creates the Default
+-- partition, and covers a racing creator and a partition cleanup between its
+-- reads.
 CREATE OR REPLACE FUNCTION queen.configure_queue_v2(
     p_tenant                      text,
     p_name                        text,
@@ -107,18 +105,10 @@ BEGIN
         updated_at                  = now()
     RETURNING q.id INTO v_queue_id;
 
-    LOOP
-        INSERT INTO queen.log_partitions (id, queue_id, name)
-        VALUES (p_default_partition_id, v_queue_id, 'Default')
-        ON CONFLICT (queue_id, name) DO NOTHING
-        RETURNING id INTO v_partition_id;
-        EXIT WHEN v_partition_id IS NOT NULL;
-
-        SELECT lp.id INTO v_partition_id
-          FROM queen.log_partitions lp
-         WHERE lp.queue_id = v_queue_id AND lp.name = 'Default';
-        EXIT WHEN v_partition_id IS NOT NULL;
-    END LOOP;
+    -- The Default partition, under its derived id (p_default_partition_id,
+    -- the broker's proposal, is not used), locked until the commit: the
+    -- order queue row, then partition, that every writer of both follows.
+    v_partition_id := queen.log_partition_open_v1(v_queue_id, 'Default');
 
     RETURN QUERY SELECT v_queue_id, v_partition_id;
 END

@@ -64,6 +64,7 @@ BEGIN
     DELETE FROM queen.queues q WHERE q.id = v_qid;
     DELETE FROM queen.log_dlq d WHERE d.partition_id = ANY (v_pids);
     DELETE FROM queen.message_traces m WHERE m.partition_id = ANY (v_pids);
+    DELETE FROM queen.partition_offset_floors f WHERE f.queue_id = v_qid;
     -- The streaming queries reading the queue, and with them their state.
     DELETE FROM queen_streams.queries sq
      WHERE sq.tenant_id = p_tenant AND sq.source_queue = p_name;

@@ -122,8 +122,12 @@ $$;
 
 -- Where a new cursor starts (life-of-a-pop step 3), in order of preference:
 -- the durable subscription record of (group, queue); the pop-carried intent
--- (a timestamp, or 'new' = skip the existing backlog); otherwise -1, deliver
--- everything retained. __QUEUE_MODE__ skips the first two on purpose.
+-- (a timestamp, or 'new' = skip the existing backlog); otherwise just before
+-- log_start, deliver everything retained. __QUEUE_MODE__ skips the first two
+-- on purpose. (Before log_start was the start, this answered -1, which
+-- delivers the same messages: nothing lies below log_start. log_start - 1
+-- keeps a new cursor's lag, last_offset - committed, to what it can read,
+-- also in a partition that starts at its queue's offset floor.)
 CREATE OR REPLACE FUNCTION queen.log_seed_position_v1(
     p_pid      uuid,
     p_qid      uuid,
@@ -135,10 +139,12 @@ LANGUAGE plpgsql
 STABLE
 AS $$
 DECLARE
-    v_ts timestamptz;
+    v_ts    timestamptz;
+    v_start bigint := coalesce((SELECT p.log_start - 1 FROM queen.log_partitions p
+                                 WHERE p.id = p_pid), -1);
 BEGIN
     IF p_group = '__QUEUE_MODE__' THEN
-        RETURN -1;
+        RETURN v_start;
     END IF;
     SELECT m.subscription_timestamp INTO v_ts
       FROM queen.consumer_groups_metadata m
@@ -150,7 +156,7 @@ BEGIN
         IF v_ts IS NOT NULL THEN
             RETURN queen.log_seek_offset_v1(p_pid, v_ts);
         END IF;
-        RETURN -1;
+        RETURN v_start;
     END IF;
     IF p_sub_from IS NOT NULL THEN
         RETURN queen.log_seek_offset_v1(p_pid, p_sub_from);
@@ -158,7 +164,7 @@ BEGIN
     IF p_sub_mode = 'new' THEN
         RETURN (SELECT p.last_offset FROM queen.log_partitions p WHERE p.id = p_pid);
     END IF;
-    RETURN -1;
+    RETURN v_start;
 END;
 $$;
 
@@ -843,7 +849,7 @@ $$;
 -- minPopWaitTime's question (life-of-a-pop, "The minimum pop wait"): how
 -- many messages could a claim of up to p_max_partitions partitions take for
 -- this group now, at most p_cap. Coarse like the candidate scan (a missing
--- cursor counts from offset 0, delayedProcessing is not applied): it only
+-- cursor counts from log_start, delayedProcessing is not applied): it only
 -- decides whether the broker keeps holding an under-full claim. Partitions
 -- under a live lease cannot be claimed and do not count. Its cost grows with
 -- the queue's pending partitions; it runs only for queues that configured
@@ -862,7 +868,7 @@ DECLARE
 BEGIN
     RETURN (
         SELECT COALESCE(least(sum(pending), p_cap), 0)::integer
-          FROM (SELECT least(p.last_offset - COALESCE(c.committed, -1), p_cap) AS pending
+          FROM (SELECT least(p.last_offset - COALESCE(c.committed, p.log_start - 1), p_cap) AS pending
                   FROM queen.log_partitions p
                   LEFT JOIN queen.log_consumers c
                     ON c.partition_id = p.id AND c.consumer_group = p_group

@@ -39,6 +39,52 @@
 --
 -- A rolled-back call rolls back every allocation with it: no holes.
 
+-- queen.log_partition_open_v1(p_qid, p_name): the id of queue p_qid's
+-- partition p_name, its row locked FOR UPDATE (the partition's write
+-- serializer), created when missing. A new partition takes the derived id
+-- (partition_id_v1) and starts at the queue's offset floor
+-- (partition_offset_floors). Looked up by that id first: one probe of the
+-- primary key, which on Citus routes to one shard. A partition created before
+-- ids were derived keeps its drawn id and is found by name; that read takes
+-- no lock (on Citus a locking read by name would span every shard), the lock
+-- is then taken by id, and a partition removed in between is looked for
+-- again. ON CONFLICT names no arbiter: a concurrent creator of the same name
+-- conflicts on the primary key or on (queue_id, name), and either is "it
+-- exists now" (with an arbiter, the other index would raise instead).
+CREATE OR REPLACE FUNCTION queen.log_partition_open_v1(p_qid uuid, p_name text)
+RETURNS uuid
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+DECLARE
+    v_id    uuid := queen.partition_id_v1(p_qid, p_name);
+    v_drawn uuid;
+BEGIN
+    LOOP
+        PERFORM 1 FROM queen.log_partitions p WHERE p.id = v_id FOR UPDATE;
+        IF FOUND THEN
+            RETURN v_id;
+        END IF;
+        SELECT p.id INTO v_drawn
+          FROM queen.log_partitions p
+         WHERE p.queue_id = p_qid AND p.name = p_name;
+        IF FOUND THEN
+            PERFORM 1 FROM queen.log_partitions p WHERE p.id = v_drawn FOR UPDATE;
+            IF FOUND THEN
+                RETURN v_drawn;
+            END IF;
+        ELSE
+            INSERT INTO queen.log_partitions (id, queue_id, name, last_offset, log_start, txns_start)
+            SELECT v_id, p_qid, p_name, f.o - 1, f.o, f.o
+              FROM (SELECT coalesce((SELECT fl.next_offset
+                                       FROM queen.partition_offset_floors fl
+                                      WHERE fl.queue_id = p_qid), 0) AS o) f
+            ON CONFLICT DO NOTHING;
+        END IF;
+    END LOOP;
+END;
+$$;
+
 -- The depth of a queue: per partition, the messages some consumer group has
 -- not consumed (after the least advanced cursor; every live message when the
 -- partition has no cursor), summed. What maxSize bounds. Reads every
@@ -657,20 +703,9 @@ BEGIN
             CONTINUE;
         END IF;
 
-        -- 3. The partition row and its lock.
-        SELECT p.id INTO v_pid
-          FROM queen.log_partitions p
-         WHERE p.queue_id = v_qid AND p.name = p_partitions[v_i]
-           FOR UPDATE;
-        IF NOT FOUND THEN
-            INSERT INTO queen.log_partitions (id, queue_id, name)
-            VALUES (p_partition_ids[v_i], v_qid, p_partitions[v_i])
-            ON CONFLICT (queue_id, name) DO NOTHING;
-            SELECT p.id INTO STRICT v_pid
-              FROM queen.log_partitions p
-             WHERE p.queue_id = v_qid AND p.name = p_partitions[v_i]
-               FOR UPDATE;
-        END IF;
+        -- 3. The partition row and its lock (created when missing, under its
+        --    derived id: p_partition_ids, the broker's proposals, are not used).
+        v_pid := queen.log_partition_open_v1(v_qid, p_partitions[v_i]);
         o_partition_id := v_pid;
 
         -- 4. The dedup probe, under the lock. Hashes are matched first (a

@@ -600,6 +600,26 @@ BEGIN
 END;
 $$;
 
+-- queen.log_partition_remove_v1(p_pid): remove a partition the caller holds
+-- locked (with its cursors) and found dead: raise its queue's offset floor
+-- past its last offset (a partition created again under the same derived id
+-- starts above it, 001_log_schema.sql), delete its sidecar rows (they have
+-- no foreign key), then the row, whose cascade takes the cursors.
+CREATE OR REPLACE FUNCTION queen.log_partition_remove_v1(p_pid uuid)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+BEGIN
+    INSERT INTO queen.partition_offset_floors AS f (queue_id, next_offset)
+    SELECT p.queue_id, p.last_offset + 1 FROM queen.log_partitions p WHERE p.id = p_pid
+    ON CONFLICT (queue_id) DO UPDATE
+       SET next_offset = greatest(f.next_offset, EXCLUDED.next_offset);
+    DELETE FROM queen.log_txns t WHERE t.partition_id = p_pid;
+    DELETE FROM queen.log_partitions p WHERE p.id = p_pid;
+END;
+$$;
+
 -- Partition cleanup, run by the retention loop after its steps: partitions
 -- that are empty (oldest_live_at NULL) and idle for p_idle_seconds, found
 -- through the partial index (queue_id, last_write_at) WHERE oldest_live_at
@@ -608,7 +628,8 @@ $$;
 -- under the lock, and deleted: its sidecar rows first (they have no foreign
 -- key), then the row, whose cascade takes the cursors. A push that was
 -- waiting for the row lock finds no row once this commits and creates the
--- partition again, under a new id.
+-- partition again, under its derived id, with offsets above the old ones
+-- (log_partition_remove_v1).
 CREATE OR REPLACE FUNCTION queen.log_partition_cleanup_step_v2(
     p_idle_seconds   integer,
     p_max_partitions integer
@@ -654,8 +675,7 @@ BEGIN
         IF v_locked < v_cursors OR NOT queen.log_partition_dead_v1(v_part.id, v_cutoff) THEN
             CONTINUE;
         END IF;
-        DELETE FROM queen.log_txns t WHERE t.partition_id = v_part.id;
-        DELETE FROM queen.log_partitions p WHERE p.id = v_part.id;
+        PERFORM queen.log_partition_remove_v1(v_part.id);
         o_removed := o_removed + 1;
         o_by_queue := o_by_queue || jsonb_build_object(v_part.queue_name,
             COALESCE((o_by_queue ->> v_part.queue_name)::integer, 0) + 1);
@@ -710,8 +730,7 @@ BEGIN
         IF v_locked < v_cursors OR NOT queen.log_partition_dead_v1(v_part.id, v_cutoff) THEN
             CONTINUE;
         END IF;
-        DELETE FROM queen.log_txns t WHERE t.partition_id = v_part.id;
-        DELETE FROM queen.log_partitions p WHERE p.id = v_part.id;
+        PERFORM queen.log_partition_remove_v1(v_part.id);
         o_removed := o_removed + 1;
         o_by_queue := o_by_queue || jsonb_build_object(v_part.queue_name,
             COALESCE((o_by_queue ->> v_part.queue_name)::integer, 0) + 1);

@@ -80,6 +80,46 @@ BEGIN
 END
 $$;
 
+-- queen.partition_id_v1(p_queue, p_name): a partition's id, derived from its
+-- queue's id and its name: the first 16 bytes of SHA-256 over the queue id's
+-- 16 bytes and then the name in UTF-8, with the version nibble 8 and the
+-- RFC 9562 variant bits (a UUIDv8, so never equal to a drawn v4 or v7 id).
+-- Why derived: whoever knows (queue, name) knows the key, so the partition
+-- is found by its primary key, and on Citus (docs/citus.md), where the log
+-- tables are distributed by partition, a lookup by name routes to one shard
+-- and the primary key carries the uniqueness of (queue, name). Partitions
+-- created before this keep the id they were given; log_partition_open_v1
+-- finds both. A partition removed and created again gets the same id, so its
+-- offsets go on above the old ones (queen.partition_offset_floors below).
+-- Pure and inlined (LANGUAGE sql, IMMUTABLE, one SELECT).
+CREATE OR REPLACE FUNCTION queen.partition_id_v1(p_queue uuid, p_name text)
+RETURNS uuid
+LANGUAGE sql
+IMMUTABLE
+STRICT
+PARALLEL SAFE
+AS $$
+    SELECT encode(set_byte(set_byte(h, 6, (get_byte(h, 6) & 15) | 128),
+                           8, (get_byte(h, 8) & 63) | 128), 'hex')::uuid
+      FROM (SELECT substring(sha256(uuid_send(p_queue) || convert_to(p_name, 'UTF8')) FROM 1 FOR 16) AS h) d
+$$;
+
+-- queen.partition_offset_floors: per queue, the first offset a new partition
+-- of it is given (none: 0). Partition cleanup (procedures/retention.sql)
+-- raises it past the last offset of every partition it removes, in the same
+-- transaction, so a partition created again under its derived id never
+-- hands out an offset its earlier life used: an address (partition id,
+-- offset) names one message for ever, and whatever a broker remembers of the
+-- earlier life (the dedup cache's coverage, a cursor's offset) lies below
+-- every new offset. One row per queue that lost a partition; delete_queue_v1
+-- removes it. No foreign key to queues on purpose: cleanup writes this row
+-- while it holds partition row locks, and a key-share lock on the queue row
+-- there would deadlock against a queue delete (queue row, then partitions).
+CREATE TABLE IF NOT EXISTS queen.partition_offset_floors (
+    queue_id    uuid   PRIMARY KEY,
+    next_offset bigint NOT NULL
+);
+
 -- queen.log_segments: the messages. One row holds the frames of
 -- [base_offset, end_offset], packed and compressed together with zstd by the
 -- broker; PostgreSQL never looks inside blob. A partition's segments have

@@ -537,7 +537,17 @@ async fn cleanup_and_a_push_to_the_same_partition_never_lose_the_push() {
         .as_str()
         .unwrap()
         .to_owned();
-    assert_ne!(new_id, old_id.to_string());
+    // Created again under its derived id, which is the old one; its offsets
+    // go on above the old ones (tests/it/partition_ids.rs).
+    assert_eq!(new_id, old_id.to_string());
+    assert_eq!(
+        select_i64(
+            &broker.sql().await,
+            "SELECT log_start FROM queen.log_partitions WHERE name = 'p'"
+        )
+        .await,
+        1
+    );
     assert_eq!(partitions_of(&broker, "race").await, ["held", "p"]);
 }
 

@@ -21,6 +21,7 @@ pub const TABLES: &[&str] = &[
     "queen.queues",
     "queen.consumer_groups_metadata",
     "queen.log_partitions",
+    "queen.partition_offset_floors",
     "queen.log_segments",
     "queen.log_txns",
     "queen.log_consumers",

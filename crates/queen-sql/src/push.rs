@@ -27,7 +27,10 @@ pub struct SegmentWrite<'a> {
     pub task: &'a str,
     /// Id for the queue row, used only if it must be created.
     pub new_queue_id: Uuid,
-    /// Id for the partition row, used only if it must be created.
+    /// A fresh id proposed for the partition row. Today's `log_push_v2`
+    /// gives a new partition its derived id (`partition_id_v1`) instead;
+    /// the previous version's body, which a broker of that version re-applies
+    /// when it boots during an upgrade, still creates the row under this id.
     pub new_partition_id: Uuid,
     /// True when the frames' payloads are sealed (frame flag 4).
     pub encrypted: bool,

@@ -116,8 +116,11 @@ pub struct Configured {
 /// exists. One statement, one round trip.
 ///
 /// Stores `settings` exactly as given: defaults and the `lease_time` rule are
-/// the caller's. Fresh UUIDv7 ids are minted for the rows in case they have to
-/// be created; an existing queue and an existing `Default` partition keep theirs.
+/// the caller's. A fresh UUIDv7 is minted for the queue row in case it has to
+/// be created; a new `Default` partition takes its derived id (the UUIDv7
+/// minted for it is used only by the previous version's body, which a broker
+/// of that version re-applies during an upgrade); an existing queue and an
+/// existing `Default` partition keep theirs.
 pub async fn configure_queue(
     client: &impl GenericClient,
     tenant: &str,

@@ -141,9 +141,19 @@ async fn configure_creates_the_queue_and_its_default_partition() {
         partitions(&client, configured.queue_id).await,
         [("Default".to_owned(), configured.partition_id)]
     );
-    // Broker-minted ids are UUIDv7.
+    // The queue id is broker-minted (UUIDv7); the partition's is derived
+    // from the queue's id and its name (partition_id_v1, a UUIDv8).
     assert_eq!(configured.queue_id.get_version_num(), 7);
-    assert_eq!(configured.partition_id.get_version_num(), 7);
+    let derived: uuid::Uuid = client
+        .query_one(
+            "SELECT queen.partition_id_v1($1, 'Default')",
+            &[&configured.queue_id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(configured.partition_id, derived);
+    assert_eq!(configured.partition_id.get_version_num(), 8);
 }
 
 #[tokio::test]

@@ -116,6 +116,7 @@ async fn apply_twice_on_an_empty_database_builds_the_whole_schema() {
             "log_segments",
             "log_txns",
             "message_traces",
+            "partition_offset_floors",
             "queues",
             "stats_broker_minute",
             "stats_queue_minute",
