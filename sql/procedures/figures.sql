@@ -51,6 +51,11 @@ AS $$
 DECLARE
     v_n integer;
 BEGIN
+    -- On Citus (queen.citus = 'on') nothing is kept: the views scan
+    -- (schema/095_citus.sql), and a mark would only pile up unfolded.
+    IF current_setting('queen.citus', true) = 'on' THEN
+        RETURN 0;
+    END IF;
     INSERT INTO queen.figures_dirty (queue_id, partition_ids)
     SELECT x.queue_id, array_agg(DISTINCT x.id)
       FROM (SELECT p.queue_id, p.id
@@ -879,6 +884,10 @@ AS $$
 DECLARE
     v_building boolean;
 BEGIN
+    -- On Citus nothing is kept, so nothing is folded (see figures_mark_v1).
+    IF current_setting('queen.citus', true) = 'on' THEN
+        RETURN 0;
+    END IF;
     v_building := queen.figures_watch_v1(p_broker, p_lost, p_verify, p_alive_ms);
     RETURN queen.figures_fold_v2(p_limit, CASE WHEN v_building THEN p_verify ELSE 0 END,
                                  p_tenants, p_queues, p_partitions, p_ids);

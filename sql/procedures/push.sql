@@ -43,44 +43,51 @@
 -- partition p_name, its row locked FOR UPDATE (the partition's write
 -- serializer), created when missing. A new partition takes the derived id
 -- (partition_id_v1) and starts at the queue's offset floor
--- (partition_offset_floors). Looked up by that id first: one probe of the
--- primary key, which on Citus routes to one shard. A partition created before
--- ids were derived keeps its drawn id and is found by name; that read takes
--- no lock (on Citus a locking read by name would span every shard), the lock
--- is then taken by id, and a partition removed in between is looked for
--- again. ON CONFLICT names no arbiter: a concurrent creator of the same name
+-- (partition_offset_floors).
+--
+-- Found by name, in one statement, as before ids were derived: a partition
+-- created before keeps its drawn id, and on PostgreSQL the unique index on
+-- (queue_id, name) costs what the primary key would. On Citus (the database
+-- setting queen.citus = 'on', docs/citus.md) a statement by name would visit
+-- every shard (and under log_push_v2's generic plans Citus refuses it), so
+-- the partition is found by its derived id alone: a distributed database
+-- holds only derived ids.
+--
+-- ON CONFLICT names no arbiter: a concurrent creator of the same name
 -- conflicts on the primary key or on (queue_id, name), and either is "it
--- exists now" (with an arbiter, the other index would raise instead).
+-- exists now" (with an arbiter, the other index would raise instead). The
+-- loop covers a partition removed by cleanup between the insert and the
+-- read.
 CREATE OR REPLACE FUNCTION queen.log_partition_open_v1(p_qid uuid, p_name text)
 RETURNS uuid
 LANGUAGE plpgsql
 VOLATILE
 AS $$
 DECLARE
-    v_id    uuid := queen.partition_id_v1(p_qid, p_name);
-    v_drawn uuid;
+    v_id     uuid := queen.partition_id_v1(p_qid, p_name);
+    v_found  uuid;
+    v_floor  bigint;
+    v_citus  boolean := current_setting('queen.citus', true) IS NOT DISTINCT FROM 'on';
 BEGIN
     LOOP
-        PERFORM 1 FROM queen.log_partitions p WHERE p.id = v_id FOR UPDATE;
-        IF FOUND THEN
-            RETURN v_id;
-        END IF;
-        SELECT p.id INTO v_drawn
-          FROM queen.log_partitions p
-         WHERE p.queue_id = p_qid AND p.name = p_name;
-        IF FOUND THEN
-            PERFORM 1 FROM queen.log_partitions p WHERE p.id = v_drawn FOR UPDATE;
-            IF FOUND THEN
-                RETURN v_drawn;
-            END IF;
+        IF v_citus THEN
+            SELECT p.id INTO v_found FROM queen.log_partitions p WHERE p.id = v_id FOR UPDATE;
         ELSE
-            INSERT INTO queen.log_partitions (id, queue_id, name, last_offset, log_start, txns_start)
-            SELECT v_id, p_qid, p_name, f.o - 1, f.o, f.o
-              FROM (SELECT coalesce((SELECT fl.next_offset
-                                       FROM queen.partition_offset_floors fl
-                                      WHERE fl.queue_id = p_qid), 0) AS o) f
-            ON CONFLICT DO NOTHING;
+            SELECT p.id INTO v_found
+              FROM queen.log_partitions p
+             WHERE p.queue_id = p_qid AND p.name = p_name
+               FOR UPDATE;
         END IF;
+        IF FOUND THEN
+            RETURN v_found;
+        END IF;
+        -- Two statements, each of which Citus routes (an INSERT ... SELECT
+        -- from the reference table it cannot).
+        v_floor := coalesce((SELECT fl.next_offset FROM queen.partition_offset_floors fl
+                              WHERE fl.queue_id = p_qid), 0);
+        INSERT INTO queen.log_partitions (id, queue_id, name, last_offset, log_start, txns_start)
+        VALUES (v_id, p_qid, p_name, v_floor - 1, v_floor, v_floor)
+        ON CONFLICT DO NOTHING;
     END LOOP;
 END;
 $$;
@@ -532,6 +539,7 @@ DECLARE
     v_max     integer;
     v_pid     uuid;
     v_now     timestamptz;
+    v_stale   timestamptz;
     v_last    bigint;
     v_since   timestamptz;
     v_below   boolean;
@@ -546,6 +554,13 @@ DECLARE
     v_fresh_pids uuid[];
     v_fresh_at   timestamptz[];
 BEGIN
+    -- On Citus (queen.citus = 'on'), custom plans: Citus routes a statement
+    -- by the partition id's value, which a generic plan does not carry.
+    -- set_config with is_local lasts until this function returns (its SET
+    -- clause restores the setting).
+    IF current_setting('queen.citus', true) = 'on' THEN
+        PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
+    END IF;
     -- The set path: one statement locks, allocates and inserts every slot
     -- that needs nothing else (the steady state), and the loop below takes
     -- the rest. Per-slot statements cost more than the rows they write
@@ -576,8 +591,11 @@ BEGIN
     -- detects and the broker retries.
     --
     -- A flush of one slot takes the loop: one partition's flushes are one
-    -- slot each (a lane has one flush in flight).
-    IF v_n > 1 THEN
+    -- slot each (a lane has one flush in flight). On Citus (queen.citus =
+    -- 'on') every slot takes the loop: the set statement joins partitions of
+    -- many shards and updates them by ctid, which Citus cannot plan; the
+    -- loop's statements each name one partition and route to its shard.
+    IF v_n > 1 AND current_setting('queen.citus', true) IS DISTINCT FROM 'on' THEN
         v_now := clock_timestamp();
         FOR v_row IN
             WITH s AS (
@@ -812,10 +830,12 @@ BEGIN
         --    allocator UPDATE's RETURNING), so one executor start for the
         --    three (measured at batch 1: 15% less PostgreSQL CPU per message).
         v_now := clock_timestamp();
+        -- (Computed apart: Citus plans no STABLE operator inside a CASE.)
+        v_stale := v_now - interval '1 second';
         WITH alloc AS (
             UPDATE queen.log_partitions p
                SET last_offset    = p.last_offset + p_counts[v_i],
-                   last_write_at  = CASE WHEN p.last_write_at < v_now - interval '1 second'
+                   last_write_at  = CASE WHEN p.last_write_at < v_stale
                                          THEN v_now ELSE p.last_write_at END,
                    oldest_live_at = COALESCE(p.oldest_live_at, v_now),
                    oldest_txn_at  = COALESCE(p.oldest_txn_at, v_now)
@@ -834,7 +854,7 @@ BEGIN
         -- 5b. A bounded queue's write is marked dirty in this transaction,
         --     so the next push's depth (under the queue row's lock) counts
         --     it before any fold.
-        IF v_max > 0 THEN
+        IF v_max > 0 AND current_setting('queen.citus', true) IS DISTINCT FROM 'on' THEN
             INSERT INTO queen.figures_dirty (queue_id, partition_ids) VALUES (v_qid, ARRAY[v_pid]);
         END IF;
 

@@ -179,9 +179,14 @@ END
 $$;
 
 -- The triggers, each created once (see the top of the file). Transition
--- tables take one event per trigger, hence one trigger per event.
+-- tables take one event per trigger, hence one trigger per event. None on
+-- Citus (the database setting queen.citus = 'on'): a distributed table runs
+-- no trigger (docs/citus.md).
 DO $$
 BEGIN
+    IF current_setting('queen.citus', true) = 'on' THEN
+        RETURN;
+    END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger
                     WHERE tgname = 'figures_partitions_insert') THEN
         CREATE TRIGGER figures_partitions_insert AFTER INSERT ON queen.log_partitions

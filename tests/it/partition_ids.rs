@@ -348,3 +348,146 @@ async fn a_dedup_cache_of_the_old_life_misses_no_duplicate_in_the_new() {
     b.stop().await;
     a.stop().await;
 }
+
+/// A broker on a fresh database with `queen.citus = 'on'` (the switch a
+/// distributed database carries, docs/citus.md).
+async fn citus_mode_broker() -> TestBroker {
+    let db = queen_testkit::TestDb::new().await;
+    db.client()
+        .await
+        .batch_execute(&format!(
+            "ALTER DATABASE \"{}\" SET queen.citus = 'on'",
+            db.name()
+        ))
+        .await
+        .unwrap();
+    TestBroker::serve(db, EngineConfig::default()).await
+}
+
+/// In a transaction rolled back after: one call of `log_push_v2` with a
+/// one-message slot for each of `partitions` of queue "routed" (which
+/// exist), with `queen.citus` set to `citus`; how many times it called
+/// `log_partition_open_v1`, which the set path does not.
+async fn opens_of_one_flush(broker: &TestBroker, partitions: &[&str], citus: &str) -> i64 {
+    let sql = broker.sql().await;
+    sql.batch_execute(&format!(
+        "SET track_functions = 'pl'; SET queen.citus = '{citus}'; BEGIN"
+    ))
+    .await
+    .unwrap();
+    let n = partitions.len();
+    let queues = vec!["routed"; n];
+    let empty = vec![""; n];
+    let ids: Vec<Uuid> = (0..n).map(|_| Uuid::now_v7()).collect();
+    let flags = vec![false; n];
+    let none_ids: Vec<Option<Uuid>> = vec![None; n];
+    let none_offsets: Vec<Option<i64>> = vec![None; n];
+    let counts = vec![1i32; n];
+    let blobs = vec![vec![0u8]; n];
+    let hashes = vec![vec![0u8; 16]; n];
+    sql.query(
+        "SELECT o_status FROM queen.log_push_v2('default', $1, $2, $3, $3, $4, $4, $5, $5,
+                $6, $7, $7, $8, $9, $10)",
+        &[
+            &queues,
+            &partitions,
+            &empty,
+            &ids,
+            &flags,
+            &none_ids,
+            &none_offsets,
+            &counts,
+            &blobs,
+            &hashes,
+        ],
+    )
+    .await
+    .unwrap();
+    let calls = select_i64(
+        &sql,
+        "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_xact_user_functions
+          WHERE funcname = 'log_partition_open_v1'",
+    )
+    .await;
+    sql.batch_execute("ROLLBACK").await.unwrap();
+    calls
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_citus_switch_routes_every_slot_alone_with_the_same_answers() {
+    // On Citus a flush takes the per-slot path (each statement names one
+    // partition) and finds partitions by derived id only. Run here on
+    // PostgreSQL: the same rows and answers as the set path, and every slot
+    // of a flush to existing partitions goes through log_partition_open_v1.
+    let broker = citus_mode_broker().await;
+    let sql = broker.sql().await;
+    assert_eq!(
+        sql.query_one("SELECT current_setting('queen.citus', true)", &[])
+            .await
+            .unwrap()
+            .get::<_, Option<String>>(0)
+            .as_deref(),
+        Some("on")
+    );
+    let item = |partition: &str, txn: &str| json!({"queue": "routed", "partition": partition, "transactionId": txn, "payload": txn});
+    let first = push_items(
+        &broker,
+        vec![item("a", "t1"), item("b", "t2"), item("c", "t3")],
+    )
+    .await;
+    assert!(first.iter().all(|r| r["status"] == "queued"), "{first:?}");
+    let second = push_items(
+        &broker,
+        vec![item("a", "t1"), item("b", "t4"), item("c", "t5")],
+    )
+    .await;
+    let statuses: Vec<_> = second.iter().map(|r| r["status"].clone()).collect();
+    assert_eq!(statuses, ["duplicate", "queued", "queued"]);
+    // A flush to existing partitions opens each slot alone; without the
+    // switch the set path takes them (and opens none).
+    assert_eq!(opens_of_one_flush(&broker, &["a", "b", "c"], "on").await, 3);
+    assert_eq!(
+        opens_of_one_flush(&broker, &["a", "b", "c"], "off").await,
+        0
+    );
+    for (_, name, id, derived) in ids(&broker).await {
+        assert_eq!(id, derived, "{name}");
+    }
+    assert_eq!(
+        select_i64(
+            &sql,
+            "SELECT sum(last_offset + 1)::bigint FROM queen.log_partitions WHERE name IN ('a', 'b', 'c')"
+        )
+        .await,
+        5
+    );
+    let popped = pop(
+        &broker,
+        "/api/v1/pop/queue/routed?consumerGroup=g&batch=10&wait=false",
+    )
+    .await
+    .unwrap();
+    crate::support::ack_all(&broker, &popped, "completed", Some("g")).await;
+    let mut seen = data(&popped);
+    while let Some(more) = pop(
+        &broker,
+        "/api/v1/pop/queue/routed?consumerGroup=g&batch=10&wait=false",
+    )
+    .await
+    {
+        crate::support::ack_all(&broker, &more, "completed", Some("g")).await;
+        seen.extend(data(&more));
+    }
+    seen.sort_by_key(|v| v.as_str().unwrap_or_default().to_owned());
+    assert_eq!(
+        seen,
+        [
+            json!("t1"),
+            json!("t2"),
+            json!("t3"),
+            json!("t4"),
+            json!("t5")
+        ]
+    );
+    broker.stop().await;
+}

@@ -58,6 +58,7 @@ pub const FILES: &[SqlFile] = &[
     sql_file!("schema/008_streams.sql", Transactional),
     sql_file!("schema/009_stats.sql", Transactional),
     sql_file!("schema/010_figures.sql", Transactional),
+    sql_file!("schema/020_citus.sql", Transactional),
     sql_file!("schema/090_concurrent_indexes.sql", Concurrent),
     sql_file!("procedures/configure.sql", Transactional),
     sql_file!("procedures/push.sql", Transactional),
