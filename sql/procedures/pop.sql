@@ -252,6 +252,8 @@ AS $$
 DECLARE
     v_ids   uuid[];
     v_names text[];
+    v_id    uuid;
+    v_pos   bigint;
 BEGIN
     SELECT array_agg(c.id ORDER BY c.name), array_agg(c.name ORDER BY c.name)
       INTO v_ids, v_names
@@ -263,16 +265,32 @@ BEGIN
     IF v_ids IS NULL THEN
         RETURN NULL;
     END IF;
-    INSERT INTO queen.log_consumers (partition_id, consumer_group, committed)
-    SELECT f.id, p_group, queen.log_seed_position_v1(f.id, p_qid, p_group, p_sub_mode, p_sub_from)
-      FROM (SELECT u.id
-              FROM unnest(v_ids) AS u(id)
-             WHERE NOT EXISTS (SELECT 1 FROM queen.log_consumers c
-                                WHERE c.partition_id = u.id AND c.consumer_group = p_group)
-             -- Materialised so the try-lock runs only for rows still missing.
-             OFFSET 0) f
-     WHERE pg_try_advisory_xact_lock(queen.log_cursor_lock_key(f.id, p_group))
-    ON CONFLICT (partition_id, consumer_group) DO NOTHING;
+    IF current_setting('queen.citus', true) = 'on' THEN
+        -- On Citus, one statement per partition, each routed to its shard
+        -- (Citus plans no INSERT ... SELECT from unnest() with a correlated
+        -- NOT EXISTS on a distributed table): the same rows, the same locks.
+        FOREACH v_id IN ARRAY v_ids LOOP
+            IF NOT EXISTS (SELECT 1 FROM queen.log_consumers c
+                            WHERE c.partition_id = v_id AND c.consumer_group = p_group)
+               AND pg_try_advisory_xact_lock(queen.log_cursor_lock_key(v_id, p_group)) THEN
+                v_pos := queen.log_seed_position_v1(v_id, p_qid, p_group, p_sub_mode, p_sub_from);
+                INSERT INTO queen.log_consumers (partition_id, consumer_group, committed)
+                VALUES (v_id, p_group, v_pos)
+                ON CONFLICT (partition_id, consumer_group) DO NOTHING;
+            END IF;
+        END LOOP;
+    ELSE
+        INSERT INTO queen.log_consumers (partition_id, consumer_group, committed)
+        SELECT f.id, p_group, queen.log_seed_position_v1(f.id, p_qid, p_group, p_sub_mode, p_sub_from)
+          FROM (SELECT u.id
+                  FROM unnest(v_ids) AS u(id)
+                 WHERE NOT EXISTS (SELECT 1 FROM queen.log_consumers c
+                                    WHERE c.partition_id = u.id AND c.consumer_group = p_group)
+                 -- Materialised so the try-lock runs only for rows still missing.
+                 OFFSET 0) f
+         WHERE pg_try_advisory_xact_lock(queen.log_cursor_lock_key(f.id, p_group))
+        ON CONFLICT (partition_id, consumer_group) DO NOTHING;
+    END IF;
     IF array_length(v_names, 1) < greatest(p_limit, 1) THEN
         RETURN NULL;
     END IF;

@@ -461,6 +461,27 @@ async fn the_citus_switch_routes_every_slot_alone_with_the_same_answers() {
         .await,
         5
     );
+    // The bulk seed of a group's cursors (its first contact on the SQL
+    // candidate path) seeds every partition; on Citus one statement each.
+    let seeded: Option<String> = sql
+        .query_one(
+            "SELECT queen.log_seed_cursors_v1(q.id, 'seeded', 'all', NULL, NULL, 100)
+               FROM queen.queues q WHERE q.name = 'routed'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(seeded, None, "one chunk seeds the queue");
+    assert_eq!(
+        select_i64(
+            &sql,
+            "SELECT count(*) FROM queen.log_consumers
+              WHERE consumer_group = 'seeded' AND committed = -1"
+        )
+        .await,
+        3
+    );
     let popped = pop(
         &broker,
         "/api/v1/pop/queue/routed?consumerGroup=g&batch=10&wait=false",
