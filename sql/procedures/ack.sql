@@ -634,6 +634,7 @@ VOLATILE
 AS $$
 DECLARE
     v_now         timestamptz := clock_timestamp();
+    v_hold_until  timestamptz;
     v_n           integer := coalesce(array_length(p_statuses, 1), 0);
     v_queue       text;
     v_partition   text;
@@ -817,6 +818,8 @@ BEGIN
     END IF;
 
     IF v_changed THEN
+        -- Computed apart: Citus plans no STABLE operator inside a CASE.
+        v_hold_until := v_now + make_interval(secs => v_retry_delay / 1000.0);
         UPDATE queen.log_consumers c
            SET committed = v_committed,
                total_consumed = c.total_consumed + (v_committed - v_start),
@@ -824,7 +827,7 @@ BEGIN
                worker_id = v_worker,
                batch_end = v_batch_end,
                lease_expires_at = CASE WHEN v_worker IS NULL THEN NULL
-                                       WHEN v_hold THEN v_now + make_interval(secs => v_retry_delay / 1000.0)
+                                       WHEN v_hold THEN v_hold_until
                                        ELSE c.lease_expires_at END,
                lease_acquired_at = CASE WHEN v_worker IS NULL THEN NULL
                                         WHEN v_hold THEN v_now

@@ -597,7 +597,13 @@ DECLARE
     v_window    integer;
     v_budget    integer := greatest(p_budget, 1);
     v_claimed   integer := 0;
-    v_part      record;
+    v_ids       uuid[];
+    v_names     text[];
+    v_name      text;
+    v_found     uuid;
+    v_i         integer;
+    v_pid       uuid;
+    v_pname     text;
     v_took      integer;
     r           queen.log_pop_row;
 BEGIN
@@ -607,18 +613,31 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    FOR v_part IN
-        SELECT p.id, n.name
+    -- Each name's partition id (NULL: none), in the order given. On Citus
+    -- (queen.citus = 'on') one probe of the derived id a name, each routed
+    -- to its shard: the join by name would visit every shard.
+    IF current_setting('queen.citus', true) = 'on' THEN
+        FOREACH v_name IN ARRAY p_names LOOP
+            v_found := queen.partition_id_v1(p_qid, v_name);
+            SELECT p.id INTO v_found FROM queen.log_partitions p WHERE p.id = v_found;
+            v_ids := v_ids || v_found;
+            v_names := v_names || v_name;
+        END LOOP;
+    ELSE
+        SELECT array_agg(p.id ORDER BY n.ord), array_agg(n.name ORDER BY n.ord)
+          INTO v_ids, v_names
           FROM unnest(p_names) WITH ORDINALITY AS n(name, ord)
-          LEFT JOIN queen.log_partitions p ON p.queue_id = p_qid AND p.name = n.name
-         ORDER BY n.ord
-    LOOP
+          LEFT JOIN queen.log_partitions p ON p.queue_id = p_qid AND p.name = n.name;
+    END IF;
+    FOR v_i IN 1 .. coalesce(array_length(v_names, 1), 0) LOOP
+        v_pid := v_ids[v_i];
+        v_pname := v_names[v_i];
         EXIT WHEN v_budget <= 0 OR v_claimed >= greatest(p_max_partitions, 1);
-        IF v_part.id IS NULL THEN
+        IF v_pid IS NULL THEN
             -- No such partition (deleted, or the queue re-created elsewhere):
             -- say so, so the broker drops the name instead of retrying it.
             r := NULL;
-            r.o_partition_name := v_part.name;
+            r.o_partition_name := v_pname;
             r.o_kind := 'verdict';
             r.o_verdict := 'missing';
             RETURN NEXT r;
@@ -626,8 +645,8 @@ BEGIN
         END IF;
         v_took := 0;
         FOR r IN
-            SELECT v_part.id, v_part.name, x.*
-              FROM queen.log_pop_v1(v_part.id, p_qid, p_group, p_worker, v_budget, v_lease,
+            SELECT v_pid, v_pname, x.*
+              FROM queen.log_pop_v1(v_pid, p_qid, p_group, p_worker, v_budget, v_lease,
                                     p_auto_ack, p_sub_mode, p_sub_from, v_delayed, v_window,
                                     p_skip_window) AS x
         LOOP
