@@ -580,6 +580,9 @@ LANGUAGE plpgsql
 STABLE
 AS $$
 DECLARE
+    v_dlq_total      bigint;
+    v_dlq_partitions bigint;
+    v_dlq_top        jsonb;
     v_now timestamptz := clock_timestamp();
     v_minutes integer := queen.admin_bucket_minutes(p_from, p_to);
     v_seconds numeric := v_minutes * 60;
@@ -643,21 +646,10 @@ BEGIN
       INTO v_counts, v_leases
       FROM queen.figures_queue_counts_v1(p_tenant, p_queue, p_namespace, p_task) a;
 
-    SELECT jsonb_build_object(
-               'totalMessages', count(*),
-               'affectedPartitions', count(DISTINCT d.partition_id),
-               'topErrors', COALESCE((
-                   SELECT jsonb_agg(jsonb_build_object('error', e.error, 'count', e.n) ORDER BY e.n DESC, e.error)
-                     FROM (SELECT COALESCE(d2.error, '') AS error, count(*) AS n
-                             FROM queen.log_dlq d2
-                             JOIN queen.log_partitions p2 ON p2.id = d2.partition_id
-                             JOIN queen.queues q2 ON q2.id = p2.queue_id
-                            WHERE q2.tenant_id = p_tenant
-                              AND (p_queue IS NULL OR q2.name = p_queue)
-                              AND (p_namespace IS NULL OR q2.namespace = p_namespace)
-                              AND (p_task IS NULL OR q2.task = p_task)
-                            GROUP BY 1 ORDER BY 2 DESC LIMIT 10) AS e), '[]'::jsonb))
-      INTO v_dlq
+    -- Dead letters: the totals, then the top errors, as two statements (on
+    -- Citus a subquery in an aggregate's target list is not pushed down).
+    SELECT count(*), count(DISTINCT d.partition_id)
+      INTO v_dlq_total, v_dlq_partitions
       FROM queen.log_dlq d
       JOIN queen.log_partitions p ON p.id = d.partition_id
       JOIN queen.queues q ON q.id = p.queue_id
@@ -665,6 +657,21 @@ BEGIN
        AND (p_queue IS NULL OR q.name = p_queue)
        AND (p_namespace IS NULL OR q.namespace = p_namespace)
        AND (p_task IS NULL OR q.task = p_task);
+    SELECT COALESCE(jsonb_agg(jsonb_build_object('error', e.error, 'count', e.n) ORDER BY e.n DESC, e.error),
+                    '[]'::jsonb)
+      INTO v_dlq_top
+      FROM (SELECT COALESCE(d2.error, '') AS error, count(*) AS n
+              FROM queen.log_dlq d2
+              JOIN queen.log_partitions p2 ON p2.id = d2.partition_id
+              JOIN queen.queues q2 ON q2.id = p2.queue_id
+             WHERE q2.tenant_id = p_tenant
+               AND (p_queue IS NULL OR q2.name = p_queue)
+               AND (p_namespace IS NULL OR q2.namespace = p_namespace)
+               AND (p_task IS NULL OR q2.task = p_task)
+             GROUP BY 1 ORDER BY 2 DESC LIMIT 10) AS e;
+    v_dlq := jsonb_build_object('totalMessages', v_dlq_total,
+                                'affectedPartitions', v_dlq_partitions,
+                                'topErrors', v_dlq_top);
 
     v_workers := queen.admin_workers(p_from, p_to);
 

@@ -52,7 +52,7 @@ DECLARE
     v_n integer;
 BEGIN
     -- On Citus (queen.citus = 'on') nothing is kept: the views scan
-    -- (schema/095_citus.sql), and a mark would only pile up unfolded.
+    -- (schema/020_citus.sql), and a mark would only pile up unfolded.
     IF current_setting('queen.citus', true) = 'on' THEN
         RETURN 0;
     END IF;

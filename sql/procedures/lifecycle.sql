@@ -42,6 +42,7 @@ VOLATILE
 AS $$
 DECLARE
     v_qid  uuid;
+    v_pid  uuid;
     v_pids uuid[];
 BEGIN
     SELECT q.id INTO v_qid
@@ -52,12 +53,27 @@ BEGIN
         RETURN false;
     END IF;
 
-    SELECT coalesce(array_agg(l.id), '{}') INTO v_pids
-      FROM (SELECT p.id
-              FROM queen.log_partitions p
-             WHERE p.queue_id = v_qid
-             ORDER BY p.name
-               FOR UPDATE) AS l;
+    IF current_setting('queen.citus', true) = 'on' THEN
+        -- On Citus a locking read over shards is refused: read the ids, then
+        -- lock each by id, in the same (name) order. The queue row's lock
+        -- keeps new partitions out meanwhile (their insert checks the key).
+        -- The deletes below span shards and the queue row is a reference
+        -- table: Citus allows both in one transaction shard by shard.
+        PERFORM set_config('citus.multi_shard_modify_mode', 'sequential', true);
+        SELECT coalesce(array_agg(p.id ORDER BY p.name), '{}') INTO v_pids
+          FROM queen.log_partitions p
+         WHERE p.queue_id = v_qid;
+        FOREACH v_pid IN ARRAY v_pids LOOP
+            PERFORM 1 FROM queen.log_partitions p WHERE p.id = v_pid FOR UPDATE;
+        END LOOP;
+    ELSE
+        SELECT coalesce(array_agg(l.id), '{}') INTO v_pids
+          FROM (SELECT p.id
+                  FROM queen.log_partitions p
+                 WHERE p.queue_id = v_qid
+                 ORDER BY p.name
+                   FOR UPDATE) AS l;
+    END IF;
 
     DELETE FROM queen.log_segments s WHERE s.partition_id = ANY (v_pids);
     DELETE FROM queen.log_txns t WHERE t.partition_id = ANY (v_pids);
@@ -92,6 +108,12 @@ LANGUAGE plpgsql
 VOLATILE
 AS $$
 BEGIN
+    -- On Citus (queen.citus = 'on') the cursors' delete spans shards and the
+    -- subscription rows are a reference table: Citus allows both in one
+    -- transaction only when the multi-shard statement runs shard by shard.
+    IF current_setting('queen.citus', true) = 'on' THEN
+        PERFORM set_config('citus.multi_shard_modify_mode', 'sequential', true);
+    END IF;
     DELETE FROM queen.log_consumers c
      USING queen.log_partitions p, queen.queues q
      WHERE c.consumer_group = p_group
@@ -261,31 +283,36 @@ BEGIN
                    -- The nil worker is a retryDelay hold (ack.sql), no lease.
                    c.worker_id IS NOT NULL AND c.worker_id <> '00000000-0000-0000-0000-000000000000'::uuid
                        AND c.lease_expires_at > v_now,
-                   c.total_consumed, c.last_consumed_at, h.created_at,
-                   CASE WHEN h.created_at IS NULL THEN 0::bigint
-                        ELSE greatest(floor(extract(epoch FROM v_now - h.created_at)), 0)::bigint
-                   END
+                   c.total_consumed, c.last_consumed_at,
+                   CASE WHEN b.end_offset >= c.committed + 1 THEN b.created_at ELSE n.created_at END,
+                   -- 0 when nothing waits (greatest ignores the NULL).
+                   greatest(floor(extract(epoch FROM v_now - CASE WHEN b.end_offset >= c.committed + 1 THEN b.created_at ELSE n.created_at END)), 0)::bigint
               FROM queen.log_consumers c
               JOIN queen.log_partitions p ON p.id = c.partition_id
               JOIN queen.queues q ON q.id = p.queue_id
+              -- When the oldest unconsumed message was written: the segment
+              -- holding committed + 1 (one backward step), or, where
+              -- retention left a gap, the next live segment. Two lateral
+              -- subqueries, each with a FROM (Citus plans no correlated
+              -- subquery without one); the second runs only when the first
+              -- does not hold committed + 1.
               LEFT JOIN LATERAL (
-                  SELECT COALESCE(
-                      -- The segment holding committed + 1: one backward step.
-                      (SELECT b.created_at
-                         FROM (SELECT s.created_at, s.end_offset
-                                 FROM queen.log_segments s
-                                WHERE s.partition_id = p.id AND s.base_offset <= c.committed + 1
-                                ORDER BY s.base_offset DESC
-                                LIMIT 1) AS b
-                        WHERE b.end_offset >= c.committed + 1),
-                      -- Retention left a gap there: the next live segment.
-                      (SELECT s.created_at
-                         FROM queen.log_segments s
-                        WHERE s.partition_id = p.id AND s.base_offset > c.committed + 1
-                        ORDER BY s.base_offset
-                        LIMIT 1)) AS created_at
-                   WHERE p.last_offset > c.committed
-              ) AS h ON true
+                  SELECT s.created_at, s.end_offset
+                    FROM queen.log_segments s
+                   WHERE s.partition_id = p.id AND p.last_offset > c.committed
+                     AND s.base_offset <= c.committed + 1
+                   ORDER BY s.base_offset DESC
+                   LIMIT 1
+              ) AS b ON true
+              LEFT JOIN LATERAL (
+                  SELECT s.created_at
+                    FROM queen.log_segments s
+                   WHERE s.partition_id = p.id AND p.last_offset > c.committed
+                     AND NOT coalesce(b.end_offset >= c.committed + 1, false)
+                     AND s.base_offset > c.committed + 1
+                   ORDER BY s.base_offset
+                   LIMIT 1
+              ) AS n ON true
              WHERE q.tenant_id = p_tenant
                AND (p_group IS NULL OR c.consumer_group = p_group)
            ) AS r (grp, queue, part, pid, committed, last_offset, offset_lag, worker_id,

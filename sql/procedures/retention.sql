@@ -603,8 +603,11 @@ $$;
 -- queen.log_partition_remove_v1(p_pid): remove a partition the caller holds
 -- locked (with its cursors) and found dead: raise its queue's offset floor
 -- past its last offset (a partition created again under the same derived id
--- starts above it, 001_log_schema.sql), delete its sidecar rows (they have
--- no foreign key), then the row, whose cascade takes the cursors.
+-- starts above it, 001_log_schema.sql), delete its sidecar rows and its
+-- traces (they have no foreign key), then the row, whose cascade takes the
+-- cursors. The floor row stays locked until the caller commits, so two
+-- callers removing partitions of the same queues could wait on each other:
+-- the cleanup steps hold a try-lock, one at a time.
 CREATE OR REPLACE FUNCTION queen.log_partition_remove_v1(p_pid uuid)
 RETURNS void
 LANGUAGE plpgsql
@@ -616,6 +619,9 @@ BEGIN
     ON CONFLICT (queue_id) DO UPDATE
        SET next_offset = greatest(f.next_offset, EXCLUDED.next_offset);
     DELETE FROM queen.log_txns t WHERE t.partition_id = p_pid;
+    -- Its traces too: a partition created again has this id, and its
+    -- messages must not show the earlier life's traces.
+    DELETE FROM queen.message_traces m WHERE m.partition_id = p_pid;
     DELETE FROM queen.log_partitions p WHERE p.id = p_pid;
 END;
 $$;
@@ -642,9 +648,15 @@ DECLARE
     v_part    record;
     v_cursors bigint;
     v_locked  bigint;
+    -- "QCLEANUP": one cleanup step at a time (log_partition_remove_v1).
+    c_lock    constant bigint := 5855607800843883856;
 BEGIN
     o_removed := 0;
     o_by_queue := '{}'::jsonb;
+    IF NOT pg_try_advisory_xact_lock(c_lock) THEN
+        RETURN NEXT;
+        RETURN;
+    END IF;
     FOR v_part IN
         SELECT p.id, queen.queue_key_v1(q.tenant_id, q.name) AS queue_name
           FROM queen.queues q
@@ -700,9 +712,15 @@ DECLARE
     v_part    record;
     v_cursors bigint;
     v_locked  bigint;
+    -- "QCLEANUP": one cleanup step at a time (log_partition_remove_v1).
+    c_lock    constant bigint := 5855607800843883856;
 BEGIN
     o_removed := 0;
     o_by_queue := '{}'::jsonb;
+    IF NOT pg_try_advisory_xact_lock(c_lock) THEN
+        RETURN NEXT;
+        RETURN;
+    END IF;
     FOR v_part IN
         SELECT p.id, queen.queue_key_v1(q.tenant_id, q.name) AS queue_name
           FROM (SELECT p.id, p.queue_id

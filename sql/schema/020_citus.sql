@@ -24,8 +24,11 @@
 --     distributed table. The kept figures are marked not built, so the admin
 --     views and maxSize count by scanning, as before the figures existed.
 --
--- Refused: a database whose partitions were created before ids were derived
--- (their drawn ids cannot be found by id). Distribute a fresh database.
+-- Not distributed, with a warning at every boot: a database whose partitions
+-- were created before ids were derived (their drawn ids cannot be found by
+-- id); it goes on serving undistributed, as before. Distribute a fresh
+-- database. An operator who wants the extension's database left alone sets
+-- `ALTER DATABASE ... SET queen.citus = 'off'`: nothing here runs then.
 --
 -- Unique constraints on a distributed table must include its distribution
 -- column: UNIQUE (queue_id, name) on log_partitions is dropped, and the
@@ -36,14 +39,15 @@ DO $$
 DECLARE
     v_trigger record;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus') THEN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus')
+       OR current_setting('queen.citus', true) = 'off' THEN
         RETURN;
     END IF;
     IF current_setting('queen.citus', true) IS DISTINCT FROM 'on' THEN
         IF EXISTS (SELECT 1 FROM queen.log_partitions p
                     WHERE p.id <> queen.partition_id_v1(p.queue_id, p.name)) THEN
-            RAISE EXCEPTION 'queen on citus: this database holds partitions created before partition ids were derived; distribute a fresh database'
-                USING ERRCODE = 'feature_not_supported';
+            RAISE WARNING 'queen on citus: not distributing this database: it holds partitions created before partition ids were derived (distribute a fresh database; ALTER DATABASE ... SET queen.citus = ''off'' silences this)';
+            RETURN;
         END IF;
         EXECUTE format('ALTER DATABASE %I SET queen.citus = %L', current_database(), 'on');
         PERFORM set_config('queen.citus', 'on', true);

@@ -252,12 +252,44 @@ async fn a_removed_partition_comes_back_under_its_id_above_its_old_offsets() {
     .await
     .unwrap();
     assert_eq!(data(&popped), [json!(0)]);
+    // A trace of the first life's message.
+    let first_message = &popped["messages"][0];
+    let reply = broker
+        .client
+        .post_json(
+            "/api/v1/traces",
+            &json!({"transactionId": first_message["transactionId"],
+                    "partitionId": first_message["partitionId"],
+                    "eventType": "info", "data": {"life": 1}}),
+        )
+        .await;
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
     remove_p(&broker).await;
+
+    // The earlier life's traces went with it: the same id in the new life
+    // shows none of them.
+    let traces_path = format!(
+        "/api/v1/traces/{}/{}",
+        first.2,
+        first_message["transactionId"].as_str().unwrap()
+    );
+    let sql = broker.sql().await;
+    assert_eq!(
+        select_i64(&sql, "SELECT count(*) FROM queen.message_traces").await,
+        0
+    );
 
     push(&broker, "again", "p", &[json!("later")]).await;
     let second = ids(&broker).await.into_iter().find(|r| r.1 == "p").unwrap();
     assert_eq!(second.2, first.2, "the same derived id");
-    let sql = broker.sql().await;
+    let traces = broker.client.get(&traces_path).await;
+    assert_eq!(traces.status, 200);
+    assert_eq!(traces.json()["traces"], json!([]));
     let row = sql
         .query_one(
             "SELECT p.log_start, p.last_offset, f.next_offset
@@ -296,6 +328,37 @@ async fn a_removed_partition_comes_back_under_its_id_above_its_old_offsets() {
     )
     .await
     .is_none());
+
+    // A name the queue never had starts at the floor too: it is served,
+    // consumed and counted from there.
+    push(&broker, "again", "fresh", &[json!("new")]).await;
+    assert_eq!(
+        select_i64(
+            &sql,
+            "SELECT log_start FROM queen.log_partitions WHERE name = 'fresh'"
+        )
+        .await,
+        3
+    );
+    let fresh = pop(
+        &broker,
+        "/api/v1/pop/queue/again/partition/fresh?consumerGroup=g&wait=false",
+    )
+    .await
+    .unwrap();
+    assert_eq!(data(&fresh), [json!("new")]);
+    let acked = crate::support::ack_all(&broker, &fresh, "completed", Some("g")).await;
+    assert_eq!(acked[0]["success"], true, "{acked:?}");
+    assert_eq!(
+        select_i64(
+            &sql,
+            "SELECT c.committed FROM queen.log_consumers c
+               JOIN queen.log_partitions p ON p.id = c.partition_id
+              WHERE p.name = 'fresh' AND c.consumer_group = 'g'"
+        )
+        .await,
+        3
+    );
 
     // Deleting the queue takes its floor with it.
     let reply = broker.client.delete("/api/v1/resources/queues/again").await;
@@ -510,5 +573,113 @@ async fn the_citus_switch_routes_every_slot_alone_with_the_same_answers() {
             json!("t5")
         ]
     );
+    // The views and deletes whose statements changed shape for Citus.
+    for path in [
+        "/api/v1/status",
+        "/api/v1/resources/overview",
+        "/api/v1/consumer-groups",
+    ] {
+        let reply = broker.client.get(path).await;
+        assert_eq!(reply.status, 200, "{path}");
+    }
+    let reply = broker.client.delete("/api/v1/consumer-groups/g").await;
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    assert_eq!(
+        select_i64(
+            &sql,
+            "SELECT count(*) FROM queen.log_consumers WHERE consumer_group = 'g'"
+        )
+        .await,
+        0
+    );
+    let reply = broker
+        .client
+        .delete("/api/v1/resources/queues/routed")
+        .await;
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    assert_eq!(
+        select_i64(&sql, "SELECT count(*) FROM queen.log_partitions").await,
+        0
+    );
+    assert_eq!(
+        select_i64(&sql, "SELECT count(*) FROM queen.log_segments").await,
+        0
+    );
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_cleanup_step_runs_at_a_time() {
+    // Two steps removing partitions of the same queues would each hold the
+    // floor rows they raised and could wait on each other (a deadlock two
+    // brokers' cleanups met): a step that finds another running removes
+    // nothing and says so at once.
+    // Retention by hand, cleanup only by the calls below.
+    let broker = TestBroker::start_with(EngineConfig {
+        partition_idle: None,
+        ..cleaning()
+    })
+    .await;
+    configure(
+        &broker,
+        "again",
+        json!({"retentionEnabled": true, "retentionSeconds": 1}),
+    )
+    .await;
+    for name in ["a", "b"] {
+        push(&broker, "again", name, &[json!(name)]).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let pass = broker.engine.retention_pass().await.unwrap();
+    assert!(pass.segments >= 2, "{pass:?}");
+    // Retention emptied them; cleanup would now take a, b and Default.
+    let first = broker.sql().await;
+    first.batch_execute("BEGIN").await.unwrap();
+    let removed: i32 = first
+        .query_one(
+            "SELECT o_removed FROM queen.log_partition_cleanup_step_v3(1, 1)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(removed, 1);
+    let second = broker.sql().await;
+    // A step that waited for the first would fail here, not hang the test.
+    second
+        .batch_execute("SET statement_timeout = '5s'")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let removed: i32 = second
+        .query_one(
+            "SELECT o_removed FROM queen.log_partition_cleanup_step_v3(1, 10)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(removed, 0, "a second step ran beside the first");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    first.batch_execute("COMMIT").await.unwrap();
+    let removed: i32 = second
+        .query_one(
+            "SELECT o_removed FROM queen.log_partition_cleanup_step_v3(1, 10)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(removed, 2);
     broker.stop().await;
 }

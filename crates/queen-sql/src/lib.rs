@@ -38,5 +38,5 @@ pub mod traces;
 
 pub use error::{error_chain, SqlError};
 pub use prepared::Conn;
-pub use schema::apply_schema;
+pub use schema::{apply_schema, citus_placement, CitusPlacement};
 pub use tokio_postgres::GenericClient;

@@ -53,7 +53,61 @@ pub async fn apply_schema(client: &tokio_postgres::Client) -> Result<(), SqlErro
         n_files = FILES.len(),
         "schema applied"
     );
+    match citus_placement(client).await? {
+        CitusPlacement::Absent | CitusPlacement::Off => {}
+        CitusPlacement::Distributed => {
+            info!("the log tables are distributed on Citus (schema/020_citus.sql)");
+        }
+        CitusPlacement::Undistributed => tracing::warn!(
+            "the citus extension is installed but Queen's tables are not distributed: \
+             the database holds partitions created before partition ids were derived; \
+             it is served undistributed (ALTER DATABASE ... SET queen.citus = 'off' \
+             silences this)"
+        ),
+    }
     Ok(())
+}
+
+/// Where Queen's log tables live on a database with the `citus` extension
+/// (`sql/schema/020_citus.sql` decides).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CitusPlacement {
+    /// No `citus` extension: plain PostgreSQL.
+    Absent,
+    /// The operator set `queen.citus = 'off'`: left alone.
+    Off,
+    /// Distributed by partition.
+    Distributed,
+    /// The extension is there, the tables are not distributed (partitions
+    /// with drawn ids).
+    Undistributed,
+}
+
+const CITUS_PRESENT_SQL: &str = "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_extension \
+     WHERE extname = 'citus'), current_setting('queen.citus', true) = 'off'";
+/// Asked only when the extension exists (`pg_dist_partition` is Citus's).
+const CITUS_DISTRIBUTED_SQL: &str = "SELECT EXISTS (SELECT 1 FROM pg_dist_partition \
+     WHERE logicalrelid = 'queen.log_partitions'::regclass)";
+
+/// Where the log tables live, read after the schema is applied.
+pub async fn citus_placement(client: &tokio_postgres::Client) -> Result<CitusPlacement, SqlError> {
+    let row = client.query_one(CITUS_PRESENT_SQL, &[]).await?;
+    let (present, off): (bool, Option<bool>) = (row.try_get(0)?, row.try_get(1)?);
+    if !present {
+        return Ok(CitusPlacement::Absent);
+    }
+    if off == Some(true) {
+        return Ok(CitusPlacement::Off);
+    }
+    let distributed: bool = client
+        .query_one(CITUS_DISTRIBUTED_SQL, &[])
+        .await?
+        .try_get(0)?;
+    Ok(if distributed {
+        CitusPlacement::Distributed
+    } else {
+        CitusPlacement::Undistributed
+    })
 }
 
 /// Session-level advisory lock key that serialises schema application.

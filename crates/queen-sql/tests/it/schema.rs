@@ -93,6 +93,20 @@ async fn apply_twice_on_an_empty_database_builds_the_whole_schema() {
     apply(&client).await;
     let id = queen_sql::system::database_id(&client).await.unwrap();
     apply(&client).await;
+    // Without the citus extension 020_citus.sql does nothing, and says so.
+    assert_eq!(
+        queen_sql::citus_placement(&client).await.unwrap(),
+        queen_sql::CitusPlacement::Absent
+    );
+    let citus_setting: Option<String> = client
+        .query_one("SELECT current_setting('queen.citus', true)", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        citus_setting.as_deref().is_none_or(str::is_empty),
+        "{citus_setting:?}"
+    );
     // The database's id is drawn once: a re-apply keeps it.
     assert_eq!(queen_sql::system::database_id(&client).await.unwrap(), id);
 
