@@ -618,6 +618,19 @@ async fn the_citus_switch_routes_every_slot_alone_with_the_same_answers() {
     broker.stop().await;
 }
 
+/// One partition-cleanup step (empty partitions idle for a second, at most
+/// `limit`) in `client`'s session: how many it removed.
+async fn cleanup_step(client: &tokio_postgres::Client, limit: i32) -> i32 {
+    client
+        .query_one(
+            "SELECT o_removed FROM queen.log_partition_cleanup_step_v3(1, $1)",
+            &[&limit],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_cleanup_step_runs_at_a_time() {
     // Two steps removing partitions of the same queues would each hold the
@@ -645,14 +658,7 @@ async fn one_cleanup_step_runs_at_a_time() {
     // Retention emptied them; cleanup would now take a, b and Default.
     let first = broker.sql().await;
     first.batch_execute("BEGIN").await.unwrap();
-    let removed: i32 = first
-        .query_one(
-            "SELECT o_removed FROM queen.log_partition_cleanup_step_v3(1, 1)",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let removed = cleanup_step(&first, 1).await;
     assert_eq!(removed, 1);
     let second = broker.sql().await;
     // A step that waited for the first would fail here, not hang the test.
@@ -661,25 +667,11 @@ async fn one_cleanup_step_runs_at_a_time() {
         .await
         .unwrap();
     let started = std::time::Instant::now();
-    let removed: i32 = second
-        .query_one(
-            "SELECT o_removed FROM queen.log_partition_cleanup_step_v3(1, 10)",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let removed = cleanup_step(&second, 10).await;
     assert_eq!(removed, 0, "a second step ran beside the first");
     assert!(started.elapsed() < Duration::from_secs(5));
     first.batch_execute("COMMIT").await.unwrap();
-    let removed: i32 = second
-        .query_one(
-            "SELECT o_removed FROM queen.log_partition_cleanup_step_v3(1, 10)",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let removed = cleanup_step(&second, 10).await;
     assert_eq!(removed, 2);
     broker.stop().await;
 }
