@@ -12,7 +12,7 @@ use queen_tests::TestBroker;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::support::{configure, data, pop, push, push_items, select_i64};
+use crate::support::{configure, data, expect_status, pop, push, push_items, select_i64};
 
 /// Every partition of the database: (queue name, partition name, id, derived
 /// id).
@@ -361,12 +361,9 @@ async fn a_removed_partition_comes_back_under_its_id_above_its_old_offsets() {
     );
 
     // Deleting the queue takes its floor with it.
-    let reply = broker.client.delete("/api/v1/resources/queues/again").await;
-    assert_eq!(
-        reply.status,
+    expect_status(
+        &broker.client.delete("/api/v1/resources/queues/again").await,
         200,
-        "{}",
-        String::from_utf8_lossy(&reply.body)
     );
     assert_eq!(
         select_i64(&sql, "SELECT count(*) FROM queen.partition_offset_floors").await,
@@ -582,12 +579,9 @@ async fn the_citus_switch_routes_every_slot_alone_with_the_same_answers() {
         let reply = broker.client.get(path).await;
         assert_eq!(reply.status, 200, "{path}");
     }
-    let reply = broker.client.delete("/api/v1/consumer-groups/g").await;
-    assert_eq!(
-        reply.status,
+    expect_status(
+        &broker.client.delete("/api/v1/consumer-groups/g").await,
         200,
-        "{}",
-        String::from_utf8_lossy(&reply.body)
     );
     assert_eq!(
         select_i64(
