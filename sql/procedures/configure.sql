@@ -64,6 +64,7 @@ AS $$
 DECLARE
     v_queue_id     uuid;
     v_partition_id uuid;
+    v_now          timestamptz := now();
 BEGIN
     INSERT INTO queen.queues AS q (
         id, tenant_id, name, namespace, task,
@@ -102,7 +103,9 @@ BEGIN
         min_pop_wait_time           = EXCLUDED.min_pop_wait_time,
         dedup_window_seconds        = EXCLUDED.dedup_window_seconds,
         retry_delay_applied         = EXCLUDED.retry_delay_applied,
-        updated_at                  = now()
+        -- A variable, not now(): Citus takes no function that is not
+        -- IMMUTABLE in DO UPDATE SET of a distributed or reference table.
+        updated_at                  = v_now
     RETURNING q.id INTO v_queue_id;
 
     -- The Default partition, under its derived id (p_default_partition_id,

@@ -547,6 +547,7 @@ DECLARE
     v_pid     uuid;
     v_now     timestamptz;
     v_stale   timestamptz;
+    v_citus   boolean;
     v_last    bigint;
     v_since   timestamptz;
     v_below   boolean;
@@ -565,9 +566,7 @@ BEGIN
     -- by the partition id's value, which a generic plan does not carry.
     -- set_config with is_local lasts until this function returns (its SET
     -- clause restores the setting).
-    IF current_setting('queen.citus', true) = 'on' THEN
-        PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
-    END IF;
+    v_citus := current_setting('queen.citus', true) IS NOT DISTINCT FROM 'on';
     -- The set path: one statement locks, allocates and inserts every slot
     -- that needs nothing else (the steady state), and the loop below takes
     -- the rest. Per-slot statements cost more than the rows they write
@@ -602,7 +601,7 @@ BEGIN
     -- 'on') every slot takes the loop: the set statement joins partitions of
     -- many shards and updates them by ctid, which Citus cannot plan; the
     -- loop's statements each name one partition and route to its shard.
-    IF v_n > 1 AND current_setting('queen.citus', true) IS DISTINCT FROM 'on' THEN
+    IF v_n > 1 AND NOT v_citus THEN
         v_now := clock_timestamp();
         FOR v_row IN
             WITH s AS (
@@ -733,6 +732,15 @@ BEGIN
         v_pid := queen.log_partition_open_v1(v_qid, p_partitions[v_i]);
         o_partition_id := v_pid;
 
+        -- On Citus the probe and the depth below need custom plans (Citus
+        -- routes their statements by the partition id's value, which a
+        -- generic plan does not carry); the other statements of a slot
+        -- route with generic plans, which cost half the PostgreSQL time a
+        -- message (docs/citus.md).
+        IF v_citus THEN
+            PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
+        END IF;
+
         -- 4. The dedup probe, under the lock. Hashes are matched first (a
         --    hash join against the slot's incoming hashes); only the few
         --    matches fetch their winner's blob. Skipped when the dedup window
@@ -833,12 +841,30 @@ BEGIN
             CONTINUE;
         END IF;
 
+        IF v_citus THEN
+            PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
+        END IF;
+
         -- 5. Stamp, allocate, insert: one statement (the inserts read the
         --    allocator UPDATE's RETURNING), so one executor start for the
         --    three (measured at batch 1: 15% less PostgreSQL CPU per message).
         v_now := clock_timestamp();
         -- (Computed apart: Citus plans no STABLE operator inside a CASE.)
         v_stale := v_now - interval '1 second';
+        IF v_citus THEN
+            UPDATE queen.log_partitions p
+               SET last_offset    = p.last_offset + p_counts[v_i],
+                   last_write_at  = CASE WHEN p.last_write_at < v_stale
+                                         THEN v_now ELSE p.last_write_at END,
+                   oldest_live_at = COALESCE(p.oldest_live_at, v_now),
+                   oldest_txn_at  = COALESCE(p.oldest_txn_at, v_now)
+             WHERE p.id = v_pid
+            RETURNING p.last_offset INTO STRICT v_last;
+            INSERT INTO queen.log_segments (partition_id, base_offset, end_offset, msg_count, created_at, blob)
+            VALUES (v_pid, v_last - p_counts[v_i] + 1, v_last, p_counts[v_i], v_now, p_blobs[v_i]);
+            INSERT INTO queen.log_txns (partition_id, base_offset, end_offset, created_at, hashes)
+            VALUES (v_pid, v_last - p_counts[v_i] + 1, v_last, v_now, p_hashes[v_i]);
+        ELSE
         WITH alloc AS (
             UPDATE queen.log_partitions p
                SET last_offset    = p.last_offset + p_counts[v_i],
@@ -858,6 +884,7 @@ BEGIN
               FROM alloc
         )
         SELECT alloc.last_offset INTO STRICT v_last FROM alloc;
+        END IF;
         -- 5b. A bounded queue's write is marked dirty in this transaction,
         --     so the next push's depth (under the queue row's lock) counts
         --     it before any fold.
