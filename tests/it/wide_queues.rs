@@ -265,8 +265,12 @@ async fn parked_pops_on_many_queues_share_one_reseed_statement_a_period() {
         rings >= 3 * QUEUES as u64,
         "{rings} ring reseeds in five periods for {QUEUES} parked rings"
     );
+    // One a period when the rings' due times line up (5 here when idle);
+    // on a loaded two-core machine they drift apart over the periods and a
+    // period may take two or three statements (15 seen in CI). A statement
+    // per ring, what this replaced, would be at least `rings`.
     assert!(
-        statements <= 12,
+        statements <= rings / 4,
         "{statements} reseed statements for {rings} ring reseeds in five periods"
     );
     // The parked pops still get what comes (a reseed that finds a write
