@@ -427,8 +427,9 @@ async fn citus_mode_broker() -> TestBroker {
 /// In a transaction rolled back after: one call of `log_push_v2` with a
 /// one-message slot for each of `partitions` of queue "routed" (which
 /// exist), with `queen.citus` set to `citus`; how many times it called
-/// `log_partition_open_v1`, which the set path does not.
-async fn opens_of_one_flush(broker: &TestBroker, partitions: &[&str], citus: &str) -> i64 {
+/// `log_partition_open_v1` (which the set path does not, nor the loop on
+/// PostgreSQL for a partition it finds by name) and `partition_id_v1`.
+async fn opens_of_one_flush(broker: &TestBroker, partitions: &[&str], citus: &str) -> (i64, i64) {
     let sql = broker.sql().await;
     sql.batch_execute(&format!(
         "SET track_functions = 'pl'; SET queen.citus = '{citus}'; BEGIN"
@@ -463,14 +464,22 @@ async fn opens_of_one_flush(broker: &TestBroker, partitions: &[&str], citus: &st
     )
     .await
     .unwrap();
-    let calls = select_i64(
-        &sql,
-        "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_xact_user_functions
-          WHERE funcname = 'log_partition_open_v1'",
-    )
-    .await;
+    let mut calls = [0; 2];
+    for (n, name) in calls
+        .iter_mut()
+        .zip(["log_partition_open_v1", "partition_id_v1"])
+    {
+        *n = select_i64(
+            &sql,
+            &format!(
+                "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_xact_user_functions
+                  WHERE funcname = '{name}'"
+            ),
+        )
+        .await;
+    }
     sql.batch_execute("ROLLBACK").await.unwrap();
-    calls
+    (calls[0], calls[1])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -503,13 +512,20 @@ async fn the_citus_switch_routes_every_slot_alone_with_the_same_answers() {
     .await;
     let statuses: Vec<_> = second.iter().map(|r| r["status"].clone()).collect();
     assert_eq!(statuses, ["duplicate", "queued", "queued"]);
-    // A flush to existing partitions opens each slot alone; without the
-    // switch the set path takes them (and opens none).
-    assert_eq!(opens_of_one_flush(&broker, &["a", "b", "c"], "on").await, 3);
+    // A flush to existing partitions opens each slot alone, by derived id;
+    // without the switch the set path takes them (and opens none), and a
+    // one-slot flush (the loop) finds its partition by name without a call
+    // or a derivation.
+    assert_eq!(
+        opens_of_one_flush(&broker, &["a", "b", "c"], "on").await,
+        (3, 3)
+    );
     assert_eq!(
         opens_of_one_flush(&broker, &["a", "b", "c"], "off").await,
-        0
+        (0, 0)
     );
+    assert_eq!(opens_of_one_flush(&broker, &["a"], "on").await, (1, 1));
+    assert_eq!(opens_of_one_flush(&broker, &["a"], "off").await, (0, 0));
     for (_, name, id, derived) in ids(&broker).await {
         assert_eq!(id, derived, "{name}");
     }
