@@ -318,6 +318,9 @@ DECLARE
     v_enabled   boolean;
     v_last_off  bigint;
     v_committed bigint;
+    -- A variable, not clock_timestamp() in the UPDATE: Citus refuses a
+    -- VOLATILE function in an UPDATE of a distributed table.
+    v_now       timestamptz := clock_timestamp();
 BEGIN
     SELECT q.dlq_enabled, p.last_offset INTO v_enabled, v_last_off
       FROM queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id
@@ -329,7 +332,7 @@ BEGIN
     UPDATE queen.log_consumers c
        SET committed = GREATEST(c.committed, p_off),
            total_consumed = c.total_consumed + GREATEST(p_off - c.committed, 0),
-           last_consumed_at = clock_timestamp(),
+           last_consumed_at = v_now,
            worker_id = NULL, lease_expires_at = NULL, lease_acquired_at = NULL,
            batch_end = NULL, batch_retry_count = 0, attempt_count = 0, attempt_offset = NULL
      WHERE c.partition_id = p_pid AND c.consumer_group = p_group

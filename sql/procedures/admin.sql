@@ -1082,6 +1082,33 @@ BEGIN
 END
 $$;
 
+-- queen.admin_trace_partitions_v1: the partitions of tenant p_tenant that
+-- hold traces (of name p_name; of any name when it is NULL), with their
+-- queue's and their own names. The trace views join this, not the partition
+-- and queue tables: on Citus message_traces stays on the coordinator, and a
+-- statement joining it to the distributed partitions is refused ("cannot
+-- perform a lateral outer join ...") or runs admin_trace_entry on a worker,
+-- which has no message_traces. Two statements: the partitions with traces,
+-- then which of them are the tenant's.
+CREATE OR REPLACE FUNCTION queen.admin_trace_partitions_v1(p_tenant text, p_name text)
+RETURNS TABLE (o_pid uuid, o_queue text, o_partition text)
+LANGUAGE plpgsql
+STABLE
+AS $$
+DECLARE
+    v_pids uuid[];
+BEGIN
+    SELECT array_agg(DISTINCT t.partition_id) INTO v_pids
+      FROM queen.message_traces t
+     WHERE p_name IS NULL OR t.trace_names @> ARRAY[p_name];
+    RETURN QUERY
+    SELECT p.id, q.name, p.name
+      FROM queen.log_partitions p
+      JOIN queen.queues q ON q.id = p.queue_id
+     WHERE p.id = ANY (v_pids) AND q.tenant_id = p_tenant;
+END
+$$;
+
 -- queen.admin_message_traces_v2: GET /api/v1/traces/:partitionId/:transactionId.
 CREATE OR REPLACE FUNCTION queen.admin_message_traces_v2(
     p_tenant text, p_partition_id uuid, p_transaction_id text
@@ -1090,12 +1117,16 @@ LANGUAGE plpgsql
 STABLE
 AS $$
 BEGIN
+    -- The partition is the tenant's (one statement, which Citus routes to
+    -- its shard), then its traces alone (admin_trace_partitions_v1 says why).
+    IF NOT EXISTS (SELECT 1 FROM queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id
+                    WHERE p.id = p_partition_id AND q.tenant_id = p_tenant) THEN
+        RETURN jsonb_build_object('traces', '[]'::jsonb);
+    END IF;
     RETURN jsonb_build_object('traces', COALESCE((
         SELECT jsonb_agg(queen.admin_trace_entry(t.id) ORDER BY t.created_at, t.id)
           FROM queen.message_traces t
-          JOIN queen.log_partitions p ON p.id = t.partition_id
-          JOIN queen.queues q ON q.id = p.queue_id
-         WHERE q.tenant_id = p_tenant AND t.partition_id = p_partition_id
+         WHERE t.partition_id = p_partition_id
            AND t.transaction_id = p_transaction_id), '[]'::jsonb));
 END
 $$;
@@ -1115,17 +1146,15 @@ DECLARE
 BEGIN
     SELECT count(*) INTO v_total
       FROM queen.message_traces t
-      JOIN queen.log_partitions p ON p.id = t.partition_id
-      JOIN queen.queues q ON q.id = p.queue_id
-     WHERE q.tenant_id = p_tenant AND t.trace_names @> ARRAY[p_name];
+      JOIN queen.admin_trace_partitions_v1(p_tenant, p_name) tp ON tp.o_pid = t.partition_id
+     WHERE t.trace_names @> ARRAY[p_name];
     SELECT COALESCE(jsonb_agg(x.row ORDER BY x.created_at DESC, x.id), '[]'::jsonb) INTO v_list
       FROM (SELECT t.created_at, t.id,
                    queen.admin_trace_entry(t.id) || jsonb_build_object(
-                       'queue_name', q.name, 'partition_name', p.name) AS row
+                       'queue_name', tp.o_queue, 'partition_name', tp.o_partition) AS row
               FROM queen.message_traces t
-              JOIN queen.log_partitions p ON p.id = t.partition_id
-              JOIN queen.queues q ON q.id = p.queue_id
-             WHERE q.tenant_id = p_tenant AND t.trace_names @> ARRAY[p_name]
+              JOIN queen.admin_trace_partitions_v1(p_tenant, p_name) tp ON tp.o_pid = t.partition_id
+             WHERE t.trace_names @> ARRAY[p_name]
              ORDER BY t.created_at DESC, t.id
              LIMIT p_limit OFFSET p_offset) AS x;
     RETURN jsonb_build_object('traces', v_list, 'total', v_total,
@@ -1148,10 +1177,8 @@ BEGIN
         SELECT n.name, count(*) AS traces, count(DISTINCT (t.partition_id, t.transaction_id)) AS messages,
                max(t.created_at) AS last_seen
           FROM queen.message_traces t
-          JOIN queen.log_partitions p ON p.id = t.partition_id
-          JOIN queen.queues q ON q.id = p.queue_id
+          JOIN queen.admin_trace_partitions_v1(p_tenant, NULL) tp ON tp.o_pid = t.partition_id
           CROSS JOIN LATERAL unnest(t.trace_names) AS n(name)
-         WHERE q.tenant_id = p_tenant
          GROUP BY n.name)
     SELECT (SELECT count(*) FROM names),
            COALESCE((SELECT jsonb_agg(jsonb_build_object(

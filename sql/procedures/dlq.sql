@@ -53,6 +53,42 @@ AS $$
 -- locks the tables it names, and a re-apply must take no lock on a Queen
 -- table (sql/README.md, rule 2).
 BEGIN
+    -- On Citus (queen.citus = 'on') the pick takes no row locks: Citus runs
+    -- no FOR UPDATE over several shards ("could not run distributed query
+    -- with FOR UPDATE/SHARE commands"). Each dead letter is still taken
+    -- once: the DELETE returns only the rows it deleted, and a concurrent
+    -- take that picked the same rows waits for them and deletes none. It
+    -- may then return fewer than p_limit while more are left (SKIP LOCKED
+    -- would have passed over to them).
+    IF current_setting('queen.citus', true) IS NOT DISTINCT FROM 'on' THEN
+        RETURN QUERY
+        WITH picked AS (
+            SELECT d.partition_id, d.consumer_group, d.message_offset,
+                   q.name AS queue_name, p.name AS partition_name
+              FROM queen.log_dlq d
+              JOIN queen.log_partitions p ON p.id = d.partition_id
+              JOIN queen.queues q ON q.id = p.queue_id
+             WHERE q.tenant_id = p_tenant
+               AND (p_queue IS NULL OR q.name = p_queue)
+               AND (p_partition_id IS NULL OR d.partition_id = p_partition_id)
+               AND (p_transaction_id IS NULL OR d.transaction_id = p_transaction_id)
+               AND (p_partition IS NULL OR p.name = p_partition)
+               AND (p_group IS NULL OR d.consumer_group = p_group)
+               AND (p_from IS NULL OR d.failed_at >= p_from)
+               AND (p_to IS NULL OR d.failed_at <= p_to)
+             ORDER BY d.failed_at, d.partition_id, d.message_offset
+             LIMIT p_limit
+        )
+        DELETE FROM queen.log_dlq d
+         USING picked k
+         WHERE d.partition_id = k.partition_id
+           AND d.consumer_group = k.consumer_group
+           AND d.message_offset = k.message_offset
+        RETURNING k.queue_name, k.partition_name, d.partition_id, d.message_offset,
+                  d.consumer_group, d.transaction_id, d.trace_id, d.producer_sub,
+                  d.payload, d.encrypted;
+        RETURN;
+    END IF;
     RETURN QUERY
     WITH picked AS (
         SELECT d.partition_id, d.consumer_group, d.message_offset,
@@ -242,6 +278,7 @@ DECLARE
     v_p      record;
     v_rows   integer;
     v_lowest bigint;
+    v_groups text[];
 BEGIN
     SELECT p.queue_id, p.log_start, p.last_offset, p.txns_start INTO v_p
       FROM queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id
@@ -263,10 +300,14 @@ BEGIN
     o_covered := CASE WHEN v_rows < p_rows THEN least(v_p.txns_start, coalesce(v_lowest, v_p.txns_start))
                       ELSE v_lowest END;
     SELECT min(c.committed) INTO o_least FROM queen.log_consumers c WHERE c.partition_id = p_pid;
-    IF EXISTS (SELECT 1
-                 FROM queen.log_known_groups_v1(v_p.queue_id) k
-                WHERE NOT EXISTS (SELECT 1 FROM queen.log_consumers c
-                                   WHERE c.partition_id = p_pid AND c.consumer_group = k.o_group)) THEN
+    -- A known group without a cursor here: fewer of their cursors here than
+    -- groups (a cursor is one row per (partition, group)). The groups are
+    -- gathered first: on Citus, a statement naming p_pid's rows runs on its
+    -- shard, where log_known_groups_v1 (a query over every shard) cannot.
+    SELECT array_agg(k.o_group) INTO v_groups FROM queen.log_known_groups_v1(v_p.queue_id) k;
+    IF (SELECT count(*) FROM queen.log_consumers c
+         WHERE c.partition_id = p_pid AND c.consumer_group = ANY (v_groups))
+       < coalesce(cardinality(v_groups), 0) THEN
         o_least := v_p.log_start - 1;
     END IF;
     RETURN NEXT;
@@ -507,10 +548,14 @@ BEGIN
             o_result := 'unseeded'; o_next := NULL;
         ELSIF v_plan.o_verdict <> 'move' THEN
             o_result := v_plan.o_verdict;
-        ELSIF NOT pg_try_advisory_xact_lock(queen.log_cursor_lock_key(p_pid, v_k.o_group))
-              OR EXISTS (SELECT 1 FROM queen.log_consumers c
-                          WHERE c.partition_id = p_pid AND c.consumer_group = v_k.o_group) THEN
-            -- A pop is creating its cursor now, or has just created it.
+        -- A pop is creating its cursor now, or has just created it. The
+        -- try-lock is an expression of its own: beside a statement on
+        -- log_consumers, Citus would run it on the partition's worker, not
+        -- on the coordinator where cursor creation takes it (docs/citus.md).
+        ELSIF NOT pg_try_advisory_xact_lock(queen.log_cursor_lock_key(p_pid, v_k.o_group)) THEN
+            o_result := 'busy'; o_next := NULL;
+        ELSIF EXISTS (SELECT 1 FROM queen.log_consumers c
+                       WHERE c.partition_id = p_pid AND c.consumer_group = v_k.o_group) THEN
             o_result := 'busy'; o_next := NULL;
         ELSE
             v_make := v_make || v_k.o_group;

@@ -269,10 +269,13 @@ BEGIN
         -- On Citus, one statement per partition, each routed to its shard
         -- (Citus plans no INSERT ... SELECT from unnest() with a correlated
         -- NOT EXISTS on a distributed table): the same rows, the same locks.
+        -- The try-lock is an expression of its own, so it is taken on the
+        -- coordinator as every cursor creation's is (in one expression with
+        -- the lookup, Citus ran it on the partition's worker).
         FOREACH v_id IN ARRAY v_ids LOOP
-            IF NOT EXISTS (SELECT 1 FROM queen.log_consumers c
-                            WHERE c.partition_id = v_id AND c.consumer_group = p_group)
-               AND pg_try_advisory_xact_lock(queen.log_cursor_lock_key(v_id, p_group)) THEN
+            CONTINUE WHEN EXISTS (SELECT 1 FROM queen.log_consumers c
+                                   WHERE c.partition_id = v_id AND c.consumer_group = p_group);
+            IF pg_try_advisory_xact_lock(queen.log_cursor_lock_key(v_id, p_group)) THEN
                 v_pos := queen.log_seed_position_v1(v_id, p_qid, p_group, p_sub_mode, p_sub_from);
                 INSERT INTO queen.log_consumers (partition_id, consumer_group, committed)
                 VALUES (v_id, p_group, v_pos)

@@ -349,6 +349,12 @@ DECLARE
     v_purged    integer := 0;
     v_by_time   bigint;
     v_name      text;
+    v_ids       uuid[];
+    v_id        uuid;
+    v_q         record;
+    v_groups    text[];
+    v_have      text[];
+    v_g         text;
 BEGIN
     o_skipped := false; o_partitions := 0; o_segments := 0; o_messages := 0;
     o_txn_rows := 0; o_more := false; o_by_queue := '{}'::jsonb;
@@ -358,33 +364,68 @@ BEGIN
         RETURN;
     END IF;
 
-    -- 1. Segments.
-    FOR v_part IN
-        SELECT p.id, p.queue_id, queen.queue_key_v1(q.tenant_id, q.name) AS queue_name, q.retention_seconds,
-               q.completed_retention_seconds
-          FROM queen.queues q
-          CROSS JOIN LATERAL (
-              SELECT p.id, p.queue_id
-                FROM queen.log_partitions p
-               WHERE p.queue_id = q.id
-                 AND p.oldest_live_at IS NOT NULL
-                 AND p.oldest_live_at < v_now - make_interval(secs => least(
-                         CASE WHEN q.retention_seconds > 0 THEN q.retention_seconds END,
-                         CASE WHEN q.completed_retention_seconds > 0
-                              THEN q.completed_retention_seconds END))
-               ORDER BY p.oldest_live_at
-               LIMIT p_max_partitions) p
-         WHERE q.retention_enabled
-           AND (q.retention_seconds > 0 OR q.completed_retention_seconds > 0)
-         LIMIT p_max_partitions
+    -- 1. Segments. The partitions due, oldest first, at most p_max_partitions
+    --    of each queue and in all: on PostgreSQL one statement over the
+    --    queues with a lateral probe of each queue's work-list; on Citus
+    --    (queen.citus = 'on') a statement per queue with retention (Citus
+    --    plans no LIMIT in a subquery that names the outer query's columns).
+    --    Then each partition, locked, with its queue's settings.
+    IF current_setting('queen.citus', true) IS NOT DISTINCT FROM 'on' THEN
+        v_ids := '{}';
+        FOR v_q IN
+            SELECT q.id,
+                   v_now - make_interval(secs => least(
+                       CASE WHEN q.retention_seconds > 0 THEN q.retention_seconds END,
+                       CASE WHEN q.completed_retention_seconds > 0
+                            THEN q.completed_retention_seconds END)) AS due
+              FROM queen.queues q
+             WHERE q.retention_enabled
+               AND (q.retention_seconds > 0 OR q.completed_retention_seconds > 0)
+        LOOP
+            EXIT WHEN cardinality(v_ids) >= p_max_partitions;
+            v_ids := v_ids || ARRAY(
+                SELECT p.id
+                  FROM queen.log_partitions p
+                 WHERE p.queue_id = v_q.id
+                   AND p.oldest_live_at IS NOT NULL
+                   AND p.oldest_live_at < v_q.due
+                 ORDER BY p.oldest_live_at
+                 LIMIT p_max_partitions - cardinality(v_ids));
+        END LOOP;
+    ELSE
+        v_ids := ARRAY(
+            SELECT p.id
+              FROM queen.queues q
+              CROSS JOIN LATERAL (
+                  SELECT p.id, p.queue_id
+                    FROM queen.log_partitions p
+                   WHERE p.queue_id = q.id
+                     AND p.oldest_live_at IS NOT NULL
+                     AND p.oldest_live_at < v_now - make_interval(secs => least(
+                             CASE WHEN q.retention_seconds > 0 THEN q.retention_seconds END,
+                             CASE WHEN q.completed_retention_seconds > 0
+                                  THEN q.completed_retention_seconds END))
+                   ORDER BY p.oldest_live_at
+                   LIMIT p_max_partitions) p
+             WHERE q.retention_enabled
+               AND (q.retention_seconds > 0 OR q.completed_retention_seconds > 0)
+             LIMIT p_max_partitions);
+    END IF;
+    FOREACH v_id IN ARRAY v_ids
     LOOP
         PERFORM 1
           FROM queen.log_partitions p
-         WHERE p.id = v_part.id
+         WHERE p.id = v_id
            FOR UPDATE SKIP LOCKED;
         IF NOT FOUND THEN
             CONTINUE;  -- a push holds it: next pass
         END IF;
+        SELECT p.id, p.queue_id, queen.queue_key_v1(q.tenant_id, q.name) AS queue_name,
+               q.retention_seconds, q.completed_retention_seconds
+          INTO v_part
+          FROM queen.log_partitions p
+          JOIN queen.queues q ON q.id = p.queue_id
+         WHERE p.id = v_id;
         v_cut_time := CASE WHEN v_part.retention_seconds > 0
                            THEN v_now - make_interval(secs => v_part.retention_seconds)
                            ELSE '-infinity' END;
@@ -396,20 +437,31 @@ BEGIN
         -- appear when a group first touches a partition), where its cursor
         -- would start (log_seed_position_v1: a 'new' or from-timestamp group
         -- has passed what came before its moment, an 'all' group nothing).
+        --
+        -- In steps, each a statement Citus runs (it plans no correlated
+        -- subquery beside the groups reference table): the least cursor
+        -- here, the registered groups, which of them have a cursor here,
+        -- and where each one without would start. LEAST skips NULLs, as
+        -- min() over their union did.
         v_consumed := NULL;
         IF v_cut_done > '-infinity' THEN
-            SELECT min(x.pos) INTO v_consumed
-              FROM (SELECT c.committed AS pos
-                      FROM queen.log_consumers c
-                     WHERE c.partition_id = v_part.id
-                    UNION ALL
-                    SELECT queen.log_seed_position_v1(v_part.id, v_part.queue_id,
-                                                      m.consumer_group, 'all', NULL)
-                      FROM queen.consumer_groups_metadata m
-                     WHERE m.queue_id = v_part.queue_id
-                       AND NOT EXISTS (SELECT 1 FROM queen.log_consumers c
-                                        WHERE c.partition_id = v_part.id
-                                          AND c.consumer_group = m.consumer_group)) x;
+            SELECT min(c.committed) INTO v_consumed
+              FROM queen.log_consumers c
+             WHERE c.partition_id = v_part.id;
+            SELECT array_agg(m.consumer_group) INTO v_groups
+              FROM queen.consumer_groups_metadata m
+             WHERE m.queue_id = v_part.queue_id;
+            IF v_groups IS NOT NULL THEN
+                SELECT array_agg(c.consumer_group) INTO v_have
+                  FROM queen.log_consumers c
+                 WHERE c.partition_id = v_part.id AND c.consumer_group = ANY (v_groups);
+                FOREACH v_g IN ARRAY v_groups LOOP
+                    IF NOT (v_g = ANY (coalesce(v_have, '{}'))) THEN
+                        v_consumed := least(v_consumed,
+                            queen.log_seed_position_v1(v_part.id, v_part.queue_id, v_g, 'all', NULL));
+                    END IF;
+                END LOOP;
+            END IF;
         END IF;
         SELECT d.o_segments, d.o_messages, d.o_more, d.o_time_messages
           INTO v_gone_n, v_gone_msgs, v_more, v_by_time
@@ -519,6 +571,9 @@ DECLARE
     v_now  timestamptz := clock_timestamp();
     v_part record;
     v_drop record;
+    v_ids  uuid[];
+    v_id   uuid;
+    v_q    record;
 BEGIN
     o_skipped := false; o_partitions := 0; o_segments := 0; o_messages := 0; o_more := false;
     o_by_queue := '{}'::jsonb;
@@ -527,25 +582,52 @@ BEGIN
         RETURN NEXT;
         RETURN;
     END IF;
-    FOR v_part IN
-        SELECT p.id, queen.queue_key_v1(q.tenant_id, q.name) AS queue_name,
-               v_now - make_interval(secs => q.max_wait_time_seconds) AS cutoff
-          FROM queen.queues q
-          CROSS JOIN LATERAL (
-              SELECT p.id
-                FROM queen.log_partitions p
-               WHERE p.queue_id = q.id
-                 AND p.oldest_live_at IS NOT NULL
-                 AND p.oldest_live_at < v_now - make_interval(secs => q.max_wait_time_seconds)
-               ORDER BY p.oldest_live_at
-               LIMIT p_max_partitions) p
-         WHERE q.max_wait_time_seconds > 0
-         LIMIT p_max_partitions
+    -- The partitions due, as log_retention_step_v3 finds them: on Citus
+    -- (queen.citus = 'on') a statement per queue with maxWaitTimeSeconds.
+    IF current_setting('queen.citus', true) IS NOT DISTINCT FROM 'on' THEN
+        v_ids := '{}';
+        FOR v_q IN
+            SELECT q.id, v_now - make_interval(secs => q.max_wait_time_seconds) AS due
+              FROM queen.queues q
+             WHERE q.max_wait_time_seconds > 0
+        LOOP
+            EXIT WHEN cardinality(v_ids) >= p_max_partitions;
+            v_ids := v_ids || ARRAY(
+                SELECT p.id
+                  FROM queen.log_partitions p
+                 WHERE p.queue_id = v_q.id
+                   AND p.oldest_live_at IS NOT NULL
+                   AND p.oldest_live_at < v_q.due
+                 ORDER BY p.oldest_live_at
+                 LIMIT p_max_partitions - cardinality(v_ids));
+        END LOOP;
+    ELSE
+        v_ids := ARRAY(
+            SELECT p.id
+              FROM queen.queues q
+              CROSS JOIN LATERAL (
+                  SELECT p.id
+                    FROM queen.log_partitions p
+                   WHERE p.queue_id = q.id
+                     AND p.oldest_live_at IS NOT NULL
+                     AND p.oldest_live_at < v_now - make_interval(secs => q.max_wait_time_seconds)
+                   ORDER BY p.oldest_live_at
+                   LIMIT p_max_partitions) p
+             WHERE q.max_wait_time_seconds > 0
+             LIMIT p_max_partitions);
+    END IF;
+    FOREACH v_id IN ARRAY v_ids
     LOOP
-        PERFORM 1 FROM queen.log_partitions p WHERE p.id = v_part.id FOR UPDATE SKIP LOCKED;
+        PERFORM 1 FROM queen.log_partitions p WHERE p.id = v_id FOR UPDATE SKIP LOCKED;
         IF NOT FOUND THEN
             CONTINUE;
         END IF;
+        SELECT p.id, queen.queue_key_v1(q.tenant_id, q.name) AS queue_name,
+               v_now - make_interval(secs => q.max_wait_time_seconds) AS cutoff
+          INTO v_part
+          FROM queen.log_partitions p
+          JOIN queen.queues q ON q.id = p.queue_id
+         WHERE p.id = v_id;
         SELECT * INTO v_drop
           FROM queen.log_drop_prefix_v2(v_part.id, v_part.cutoff, '-infinity', NULL,
                                         p_max_segments);

@@ -19,17 +19,25 @@ STABLE
 AS $$
 BEGIN
     RETURN QUERY
+    -- Partitions and messages, and dead letters, each grouped by queue in a
+    -- subquery of its own (Citus plans no correlated subquery beside the
+    -- queues reference table; it plans these one query per shard).
     SELECT 'queue'::text, q.name, NULL::text,
-           count(p.id)::bigint,
-           COALESCE(sum(greatest(p.last_offset - p.log_start + 1, 0)), 0)::bigint,
-           (SELECT count(*)
-              FROM queen.log_dlq d
-             WHERE d.partition_id IN (SELECT p2.id FROM queen.log_partitions p2
-                                       WHERE p2.queue_id = q.id))::bigint
+           COALESCE(pp.n, 0)::bigint,
+           COALESCE(pp.total, 0)::bigint,
+           COALESCE(dd.dead, 0)::bigint
       FROM queen.queues q
-      LEFT JOIN queen.log_partitions p ON p.queue_id = q.id
-     WHERE q.tenant_id = p_tenant
-     GROUP BY q.id, q.name;
+      LEFT JOIN (SELECT p.queue_id, count(*) AS n,
+                        sum(greatest(p.last_offset - p.log_start + 1, 0)) AS total
+                   FROM queen.log_partitions p
+                  WHERE p.queue_id IN (SELECT q2.id FROM queen.queues q2 WHERE q2.tenant_id = p_tenant)
+                  GROUP BY p.queue_id) pp ON pp.queue_id = q.id
+      LEFT JOIN (SELECT p.queue_id, count(*) AS dead
+                   FROM queen.log_dlq d
+                   JOIN queen.log_partitions p ON p.id = d.partition_id
+                  WHERE p.queue_id IN (SELECT q2.id FROM queen.queues q2 WHERE q2.tenant_id = p_tenant)
+                  GROUP BY p.queue_id) dd ON dd.queue_id = q.id
+     WHERE q.tenant_id = p_tenant;
 
     RETURN QUERY
     SELECT 'group'::text, c.o_queue, c.o_group,
@@ -121,7 +129,29 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_rows integer;
+    v_tenants text[];
+    v_names   text[];
+    v_counts  integer[];
+    v_created integer[];
 BEGIN
+    -- The partitions of each queue named, and those created in the minute:
+    -- one grouped statement ahead of the insert, which joins its answer.
+    -- (Citus plans no lateral outer join to a distributed table from a
+    -- set-returning function; it does plan this as one query per shard.)
+    SELECT array_agg(q.tenant_id), array_agg(q.name), array_agg(c.n), array_agg(c.created)
+      INTO v_tenants, v_names, v_counts, v_created
+      FROM (SELECT p.queue_id, count(*)::integer AS n,
+                   (count(*) FILTER (WHERE p.created_at >= p_bucket
+                                       AND p.created_at < p_bucket + interval '1 minute'))::integer AS created
+              FROM queen.log_partitions p
+             WHERE p.queue_id IN (SELECT q.id
+                                    FROM jsonb_to_recordset(p_queues) AS r (tenant_id text, queue_name text)
+                                    JOIN queen.queues q
+                                      ON q.tenant_id = COALESCE(r.tenant_id, p_tenant)
+                                     AND q.name = r.queue_name)
+             GROUP BY p.queue_id) c
+      JOIN queen.queues q ON q.id = c.queue_id;
+
     INSERT INTO queen.stats_broker_minute AS s (
         bucket, broker, hostname, port, pid, cpu_user_us, cpu_system_us, rss_bytes,
         pool_size, pool_idle, pool_waiting, limiter_limit, limiter_in_flight,
@@ -199,14 +229,8 @@ BEGIN
                transactions bigint, parked integer, lag_messages bigint, lag_seconds bigint,
                retention_msgs bigint, completed_retention_msgs bigint, eviction_msgs bigint,
                partitions_deleted bigint, ack_requests bigint, ack_messages bigint)
-      LEFT JOIN LATERAL (
-          SELECT count(*)::integer AS partitions,
-                 (count(*) FILTER (WHERE p.created_at >= p_bucket
-                                     AND p.created_at < p_bucket + interval '1 minute'))::integer AS created
-            FROM queen.queues q
-            JOIN queen.log_partitions p ON p.queue_id = q.id
-           WHERE q.tenant_id = COALESCE(r.tenant_id, p_tenant) AND q.name = r.queue_name
-      ) AS pc ON true
+      LEFT JOIN unnest(v_tenants, v_names, v_counts, v_created) AS pc (tenant_id, queue_name, partitions, created)
+        ON pc.tenant_id = COALESCE(r.tenant_id, p_tenant) AND pc.queue_name = r.queue_name
      WHERE r.queue_name IS NOT NULL
     ON CONFLICT (bucket, broker, tenant_id, queue_name) DO UPDATE SET
         push_requests = s.push_requests + EXCLUDED.push_requests,

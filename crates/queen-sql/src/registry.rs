@@ -52,6 +52,7 @@ macro_rules! sql_file {
 pub const FILES: &[SqlFile] = &[
     sql_file!("schema/000_queen.sql", Transactional),
     sql_file!("schema/001_log_schema.sql", Transactional),
+    sql_file!("schema/002_citus_switch.sql", Transactional),
     sql_file!("schema/005_log_ack.sql", Transactional),
     sql_file!("schema/006_traces.sql", Transactional),
     sql_file!("schema/007_system_state.sql", Transactional),
