@@ -17,8 +17,15 @@
 //! The cluster runs with `fsync=off` and friends: it is thrown away after the run.
 //! PostgreSQL binaries are required; without them every test fails with the
 //! one clear error of `queen_pg::cluster::PgBinaries::locate`.
+//!
+//! With [`CITUS_VAR`] set, the databases are made on that Citus cluster
+//! instead, distributed (the [`citus`] module).
 
+mod citus;
 pub mod http;
+
+use citus::CitusNodes;
+pub use citus::CITUS_VAR;
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -39,9 +46,33 @@ const TEMPLATE: &str = "queen_template";
 pub const PASSWORD_GROUP: &str = "queen_pw";
 
 /// Process-wide cluster state.
-struct Shared {
+enum Shared {
     /// Kept alive for the life of the process; the watchdog stops the server.
-    cluster: Cluster,
+    Local(Cluster),
+    /// The Citus cluster [`CITUS_VAR`] names.
+    Citus(CitusNodes),
+}
+
+impl Shared {
+    fn connect_config(&self, dbname: &str) -> tokio_postgres::Config {
+        match self {
+            Shared::Local(cluster) => cluster.connect_config(dbname),
+            Shared::Citus(nodes) => nodes.config(0, dbname),
+        }
+    }
+
+    /// The name of the database the schema is applied to once and cloned.
+    fn template(&self) -> String {
+        match self {
+            Shared::Local(_) => TEMPLATE.to_owned(),
+            Shared::Citus(_) => format!("{}template", db_prefix()),
+        }
+    }
+}
+
+/// Every database name of this test binary starts with this.
+fn db_prefix() -> String {
+    format!("t_{}_", std::process::id())
 }
 
 static SHARED: OnceCell<Shared> = OnceCell::const_new();
@@ -61,13 +92,14 @@ pub struct TestDb {
 #[derive(Debug)]
 struct DropDatabase {
     name: String,
-    admin: tokio_postgres::Config,
+    /// The `postgres` database of each node that has it.
+    admins: Vec<tokio_postgres::Config>,
 }
 
 impl Drop for DropDatabase {
     fn drop(&mut self) {
         let statement = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
-        let admin = self.admin.clone();
+        let admins = self.admins.clone();
         // Best effort: the watchdog removes the whole cluster at exit anyway.
         let _ = std::thread::spawn(move || {
             let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
@@ -77,8 +109,10 @@ impl Drop for DropDatabase {
                 return;
             };
             runtime.block_on(async {
-                if let Ok(client) = queen_sql::connect::connect_one(&admin).await {
-                    let _ = client.batch_execute(&statement).await;
+                for admin in &admins {
+                    if let Ok(client) = queen_sql::connect::connect_one(admin).await {
+                        let _ = client.batch_execute(&statement).await;
+                    }
                 }
             });
         })
@@ -143,45 +177,65 @@ impl TestDb {
 
     async fn create(template: &str) -> TestDb {
         let shared = SHARED.get_or_init(start_shared).await;
-        let name = format!(
-            "t_{}_{}",
-            std::process::id(),
-            NEXT_DB.fetch_add(1, Ordering::Relaxed)
-        );
-        let admin = queen_sql::connect::connect_one(&shared.cluster.connect_config("postgres"))
-            .await
-            .expect("connect to test cluster");
-        let statement = format!("CREATE DATABASE {name} TEMPLATE {template}");
-        // CREATE DATABASE refuses a template that another session is connected to
-        // (SQLSTATE 55006); nothing stays connected to ours, but retry briefly in
-        // case a session is still closing.
-        let mut attempts = 0;
-        loop {
-            match admin.batch_execute(&statement).await {
-                Ok(()) => break,
-                Err(error)
-                    if attempts < 50
-                        && error.code()
-                            == Some(&tokio_postgres::error::SqlState::OBJECT_IN_USE) =>
-                {
-                    attempts += 1;
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                Err(error) => panic!("{statement}: {}", queen_sql::error_chain(&error)),
+        let template = if template == TEMPLATE {
+            shared.template()
+        } else {
+            template.to_owned()
+        };
+        let name = format!("{}{}", db_prefix(), NEXT_DB.fetch_add(1, Ordering::Relaxed));
+        let admins = match shared {
+            Shared::Local(cluster) => {
+                let admin = queen_sql::connect::connect_one(&cluster.connect_config("postgres"))
+                    .await
+                    .expect("connect to test cluster");
+                retry_in_use(
+                    &admin,
+                    &format!("CREATE DATABASE {name} TEMPLATE {template}"),
+                )
+                .await;
+                vec![cluster.connect_config("postgres")]
             }
-        }
+            Shared::Citus(nodes) => {
+                nodes.create(&name, &template).await;
+                nodes.admins().collect()
+            }
+        };
         TestDb {
-            config: shared.cluster.connect_config(&name),
+            config: shared.connect_config(&name),
             _guard: Arc::new(DropDatabase {
                 name: name.clone(),
-                admin: shared.cluster.connect_config("postgres"),
+                admins,
             }),
             name,
         }
     }
 }
 
+/// Run `statement` (a `CREATE DATABASE ... TEMPLATE`) on `admin`.
+/// CREATE DATABASE refuses a template that another session is connected to
+/// (SQLSTATE 55006); nothing stays connected to ours, but retry briefly in
+/// case a session is still closing.
+async fn retry_in_use(admin: &tokio_postgres::Client, statement: &str) {
+    let mut attempts = 0;
+    loop {
+        match admin.batch_execute(statement).await {
+            Ok(()) => return,
+            Err(error)
+                if attempts < 50
+                    && error.code() == Some(&tokio_postgres::error::SqlState::OBJECT_IN_USE) =>
+            {
+                attempts += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(error) => panic!("{statement}: {}", queen_sql::error_chain(&error)),
+        }
+    }
+}
+
 async fn start_shared() -> Shared {
+    if let Some(nodes) = CitusNodes::from_env() {
+        return start_citus(nodes).await;
+    }
     let dir = test_cluster_dir();
     let cluster = tokio::task::spawn_blocking(move || {
         let mut cluster = Cluster::init_or_reuse(ClusterOptions::throwaway(&dir))
@@ -207,19 +261,7 @@ async fn start_shared() -> Shared {
         .batch_execute(&format!("CREATE DATABASE {TEMPLATE}"))
         .await
         .expect("create template database");
-    {
-        let template = queen_sql::connect::connect_one(&cluster.connect_config(TEMPLATE))
-            .await
-            .expect("connect to template database");
-        queen_sql::apply_schema(&template)
-            .await
-            .unwrap_or_else(|error| {
-                panic!(
-                    "apply schema to template: {}",
-                    queen_sql::error_chain(&error)
-                )
-            });
-    }
+    apply_template_schema(&cluster.connect_config(TEMPLATE)).await;
     // The template session must be gone before the first clone.
     admin
         .batch_execute(&format!(
@@ -228,7 +270,42 @@ async fn start_shared() -> Shared {
         ))
         .await
         .expect("close template sessions");
-    Shared { cluster }
+    Shared::Local(cluster)
+}
+
+/// The template on the Citus cluster: made distributed on every node, the
+/// schema applied (which distributes the tables), closed to connections.
+async fn start_citus(nodes: CitusNodes) -> Shared {
+    nodes.spawn_watchdog(&db_prefix());
+    let shared = Shared::Citus(nodes);
+    let template = shared.template();
+    let Shared::Citus(nodes) = &shared else {
+        unreachable!("just made")
+    };
+    nodes
+        .on_every_node(&format!(
+            "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{PASSWORD_GROUP}') \
+             THEN CREATE ROLE {PASSWORD_GROUP} NOLOGIN; END IF; END $$"
+        ))
+        .await;
+    nodes.create(&template, "template0").await;
+    apply_template_schema(&nodes.config(0, &template)).await;
+    nodes.close(&template).await;
+    shared
+}
+
+async fn apply_template_schema(config: &tokio_postgres::Config) {
+    let template = queen_sql::connect::connect_one(config)
+        .await
+        .expect("connect to template database");
+    queen_sql::apply_schema(&template)
+        .await
+        .unwrap_or_else(|error| {
+            panic!(
+                "apply schema to template: {}",
+                queen_sql::error_chain(&error)
+            )
+        });
 }
 
 /// Put the rule for [`PASSWORD_GROUP`] first in the cluster's `pg_hba.conf`,
