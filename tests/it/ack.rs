@@ -702,9 +702,11 @@ async fn acks_on_another_broker_after_the_sidecar_purge_complete_each_message_on
     assert_eq!(data(&popped).len(), 5);
     // The sidecar ages past its window and the real retention pass purges it.
     let sql = broker.sql().await;
+    // (Backdated in UTC: an immutable expression, which Citus takes in an
+    // UPDATE; `created_at - interval` it refuses.)
     sql.batch_execute(
-        "UPDATE queen.log_txns SET created_at = created_at - interval '1 hour';
-         UPDATE queen.log_partitions SET oldest_txn_at = oldest_txn_at - interval '1 hour';",
+        "UPDATE queen.log_txns SET created_at = timezone('UTC', timezone('UTC', created_at) - interval '1 hour');
+         UPDATE queen.log_partitions SET oldest_txn_at = timezone('UTC', timezone('UTC', oldest_txn_at) - interval '1 hour');",
     )
     .await
     .unwrap();

@@ -29,13 +29,16 @@ async fn a_pop_never_waits_for_a_lock_another_transaction_holds() {
     .unwrap();
     // Another transaction holds the 'held' cursor row.
     let holder = broker.sql().await;
-    holder
-        .batch_execute(
-            "BEGIN; SELECT 1 FROM queen.log_consumers c JOIN queen.log_partitions p ON p.id = c.partition_id \
-             WHERE p.name = 'held' AND c.consumer_group = 'g' FOR UPDATE OF c;",
-        )
-        .await
-        .unwrap();
+    holder.batch_execute("BEGIN").await.unwrap();
+    let held = crate::support::partition_ids(&holder, "locks", Some("held")).await;
+    crate::support::lock_each(
+        &holder,
+        "queen.log_consumers",
+        "partition_id",
+        &held,
+        "AND consumer_group = 'g'",
+    )
+    .await;
     let started = Instant::now();
     let got = tokio::time::timeout(
         Duration::from_secs(5),
@@ -57,14 +60,23 @@ async fn a_pop_never_waits_for_a_lock_another_transaction_holds() {
     // A cursor row being created by another transaction (which holds the
     // creation try-lock, as every creator does): skipped, not waited for.
     push(&broker, "locks", "creating", &[json!("c")]).await;
+    // (The lock in a statement of its own, as the broker takes it: beside a
+    // read of log_partitions, Citus would take it on a worker.)
     let creator = broker.sql().await;
+    let creating = crate::support::partition_ids(&creator, "locks", Some("creating")).await;
+    creator.batch_execute("BEGIN").await.unwrap();
     creator
-        .batch_execute(
-            "BEGIN; \
-             SELECT pg_advisory_xact_lock(hashtextextended(p.id::text || '/' || 'g', 42)) \
-               FROM queen.log_partitions p WHERE p.name = 'creating'; \
-             INSERT INTO queen.log_consumers (partition_id, consumer_group, committed) \
-             SELECT id, 'g', -1 FROM queen.log_partitions WHERE name = 'creating';",
+        .execute(
+            "SELECT pg_advisory_xact_lock(queen.log_cursor_lock_key($1, 'g'))",
+            &[&creating[0]],
+        )
+        .await
+        .unwrap();
+    creator
+        .execute(
+            "INSERT INTO queen.log_consumers (partition_id, consumer_group, committed) \
+             VALUES ($1, 'g', -1)",
+            &[&creating[0]],
         )
         .await
         .unwrap();

@@ -495,10 +495,8 @@ async fn small_pushes_arriving_during_a_flush_share_the_next_round_trip() {
     // A flush of p0 that cannot commit: its partition row is locked.
     let blocker = broker.db.client().await;
     blocker.batch_execute("BEGIN").await.unwrap();
-    blocker
-        .batch_execute("SELECT 1 FROM queen.log_partitions WHERE name = 'p0' FOR UPDATE")
-        .await
-        .unwrap();
+    let p0 = crate::support::partition_ids(&blocker, "trickle", Some("p0")).await;
+    crate::support::lock_each(&blocker, "queen.log_partitions", "id", &p0, "").await;
     let stuck = {
         let client = broker.client.clone();
         tokio::spawn(async move {

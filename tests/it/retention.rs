@@ -208,10 +208,12 @@ async fn the_sidecar_is_purged_on_its_own_clock_whatever_the_retention() {
     }
     let sql = broker.sql().await;
     // Two rows an hour old (past max(dedup window, 900 s)).
+    // (Backdated in UTC: an immutable expression, which Citus takes in an
+    // UPDATE; `created_at - interval` it refuses.)
     sql.batch_execute(
-        "UPDATE queen.log_txns SET created_at = created_at - interval '1 hour'
+        "UPDATE queen.log_txns SET created_at = timezone('UTC', timezone('UTC', created_at) - interval '1 hour')
           WHERE base_offset < 2;
-         UPDATE queen.log_partitions SET oldest_txn_at = oldest_txn_at - interval '1 hour';",
+         UPDATE queen.log_partitions SET oldest_txn_at = timezone('UTC', timezone('UTC', oldest_txn_at) - interval '1 hour');",
     )
     .await
     .unwrap();
@@ -308,10 +310,10 @@ async fn a_step_reads_what_it_deletes_not_the_partition_count() {
     // proportion to them.
     sql.batch_execute(
         "WITH ten AS (SELECT id FROM queen.log_partitions WHERE name <> 'Default' ORDER BY name LIMIT 10)
-         UPDATE queen.log_segments s SET created_at = created_at - interval '2 hours'
+         UPDATE queen.log_segments s SET created_at = timezone('UTC', timezone('UTC', created_at) - interval '2 hours')
            FROM ten WHERE s.partition_id = ten.id;
          WITH ten AS (SELECT id FROM queen.log_partitions WHERE name <> 'Default' ORDER BY name LIMIT 10)
-         UPDATE queen.log_partitions p SET oldest_live_at = oldest_live_at - interval '2 hours'
+         UPDATE queen.log_partitions p SET oldest_live_at = timezone('UTC', timezone('UTC', oldest_live_at) - interval '2 hours')
            FROM ten WHERE p.id = ten.id;",
     )
     .await

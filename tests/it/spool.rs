@@ -80,16 +80,9 @@ fn numbers(from: usize, to: usize) -> Vec<Value> {
 async fn purge_sidecar(broker: &TestBroker, queue: &str) {
     let mut sql = broker.sql().await;
     let tx = sql.transaction().await.unwrap();
-    let rows = tx
-        .query(
-            "SELECT p.id FROM queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id \
-              WHERE q.name = $1 FOR UPDATE OF p",
-            &[&queue],
-        )
-        .await
-        .unwrap();
-    for row in rows {
-        let pid: uuid::Uuid = row.get(0);
+    let pids = crate::support::partition_ids(&tx, queue, None).await;
+    crate::support::lock_each(&tx, "queen.log_partitions", "id", &pids, "").await;
+    for pid in pids {
         tx.execute(
             "SELECT * FROM queen.log_purge_txns_v1($1, now() + interval '1 minute', 1000)",
             &[&pid],
@@ -179,13 +172,8 @@ async fn a_timed_out_push_that_committed_later_is_not_stored_again_by_the_drain(
     // Hold the partition's row lock: the next push's flush waits for it.
     let mut sql = broker.sql().await;
     let lock = sql.transaction().await.unwrap();
-    lock.execute(
-        "SELECT 1 FROM queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id \
-          WHERE q.name = 'slow' FOR UPDATE OF p",
-        &[],
-    )
-    .await
-    .unwrap();
+    let slow = crate::support::partition_ids(&lock, "slow", None).await;
+    crate::support::lock_each(&lock, "queen.log_partitions", "id", &slow, "").await;
     // Maintenance goes on while the attempt waits, so the drain waits too.
     let (results, ()) = tokio::join!(push_items(&broker, items("slow", 1, 2)), async {
         tokio::time::sleep(Duration::from_millis(100)).await;

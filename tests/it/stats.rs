@@ -309,10 +309,12 @@ async fn retention_eviction_and_cleanup_are_counted_per_queue() {
     assert_eq!(popped["messages"].as_array().unwrap().len(), 1);
     push(&broker, "evict", "p", &[json!(1), json!(2)]).await;
     let db = broker.db.client().await;
+    // (Backdated in UTC: an immutable expression, which Citus takes in an
+    // UPDATE; `created_at - interval` it refuses.)
     db.batch_execute(
-        "UPDATE queen.log_segments SET created_at = created_at - interval '2 hours';
-         UPDATE queen.log_partitions SET oldest_live_at = oldest_live_at - interval '2 hours',
-                                         last_write_at = last_write_at - interval '2 hours';",
+        "UPDATE queen.log_segments SET created_at = timezone('UTC', timezone('UTC', created_at) - interval '2 hours');
+         UPDATE queen.log_partitions SET oldest_live_at = timezone('UTC', timezone('UTC', oldest_live_at) - interval '2 hours'),
+                                         last_write_at = timezone('UTC', timezone('UTC', last_write_at) - interval '2 hours');",
     )
     .await
     .unwrap();

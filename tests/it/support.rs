@@ -167,6 +167,42 @@ pub(crate) async fn select_i64(sql: &tokio_postgres::Client, query: &str) -> i64
     sql.query_one(query, &[]).await.unwrap().get(0)
 }
 
+/// The ids of `queue`'s partitions (only the one named `name`, when given).
+pub(crate) async fn partition_ids(
+    sql: &impl tokio_postgres::GenericClient,
+    queue: &str,
+    name: Option<&str>,
+) -> Vec<uuid::Uuid> {
+    sql.query(
+        "SELECT p.id FROM queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id \
+          WHERE q.name = $1 AND ($2::text IS NULL OR p.name = $2) ORDER BY p.name",
+        &[&queue, &name],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|row| row.get(0))
+    .collect()
+}
+
+/// Lock `table`'s rows whose `column` is one of `ids` (and that meet
+/// `and`, SQL or empty) FOR UPDATE, in the transaction `sql` has open: a
+/// statement for each id, as Citus runs no FOR UPDATE that reads several
+/// shards (`cargo xtask citus test`).
+pub(crate) async fn lock_each(
+    sql: &impl tokio_postgres::GenericClient,
+    table: &str,
+    column: &str,
+    ids: &[uuid::Uuid],
+    and: &str,
+) {
+    assert!(!ids.is_empty(), "nothing to lock in {table}");
+    let statement = format!("SELECT 1 FROM {table} WHERE {column} = $1 {and} FOR UPDATE");
+    for id in ids {
+        sql.execute(&statement, &[id]).await.unwrap();
+    }
+}
+
 /// Messages stored in `queue`'s segments.
 pub(crate) async fn stored(broker: &TestBroker, queue: &str) -> i64 {
     select_i64(

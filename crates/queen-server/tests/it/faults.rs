@@ -260,13 +260,41 @@ async fn until(progress: &AtomicUsize, count: usize) {
     }
 }
 
+/// What goes down past half-way through [`survive_faults`].
+enum Outage {
+    /// The test's own PostgreSQL, stopped for two seconds (stopped for good
+    /// at the end).
+    Postgres(Cluster),
+    /// A worker of the Citus cluster under test (its data directory),
+    /// stopped for two seconds.
+    CitusWorker(std::path::PathBuf),
+}
+
+/// With `queen_testkit::CITUS_VAR` set (`cargo xtask citus test`), on
+/// Citus: the database a distributed one on that cluster, and the worker
+/// whose data directory `QUEEN_TEST_CITUS_WORKER_DIR` names is what is
+/// stopped and started.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pushes_pops_and_acks_survive_a_broker_sigkill_and_a_postgres_restart() {
+    let scratch = scratch();
+    if std::env::var_os(queen_testkit::CITUS_VAR).is_some() {
+        let worker = std::env::var_os("QUEEN_TEST_CITUS_WORKER_DIR")
+            .expect("QUEEN_TEST_CITUS_WORKER_DIR: a Citus worker's data directory");
+        let db = queen_testkit::TestDb::new().await;
+        survive_faults(&scratch, db.url(), Outage::CitusWorker(worker.into())).await;
+        return;
+    }
+    let (cluster, url) = own_cluster(scratch.path()).await;
+    survive_faults(&scratch, url, Outage::Postgres(cluster)).await;
+}
+
+/// Producers and a consumer through a broker SIGKILL (a quarter in) and
+/// `outage` (past half): every acknowledged message stored once, delivered,
+/// in order per partition.
+async fn survive_faults(scratch: &tempfile::TempDir, url: String, outage: Outage) {
     const PRODUCERS: u64 = 4;
     const BATCHES: u64 = 60;
     let total = usize::try_from(PRODUCERS * BATCHES).unwrap() * BATCH;
-    let scratch = scratch();
-    let (cluster, url) = own_cluster(scratch.path()).await;
     let vars = [("QUEEN_DATABASE_URL", url.as_str())];
     let broker = Broker::start(scratch.path(), &vars).await;
     let port = broker.port();
@@ -305,10 +333,18 @@ async fn pushes_pops_and_acks_survive_a_broker_sigkill_and_a_postgres_restart() 
     tokio::time::sleep(Duration::from_millis(300)).await;
     let broker = Broker::start_at(port, None, scratch.path(), &vars).await;
 
-    // Past half: stop PostgreSQL (fast: sessions cut, transactions rolled
-    // back) for two seconds, then start it again.
+    // Past half: stop PostgreSQL or the Citus worker (fast: sessions cut,
+    // transactions rolled back) for two seconds, then start it again.
     until(&progress, total * 6 / 10).await;
-    let mut cluster = restart_postgres(cluster, Duration::from_secs(2)).await;
+    let cluster = match outage {
+        Outage::Postgres(cluster) => Some(restart_postgres(cluster, Duration::from_secs(2)).await),
+        Outage::CitusWorker(dir) => {
+            tokio::task::spawn_blocking(move || restart_data_dir(&dir, Duration::from_secs(2)))
+                .await
+                .unwrap();
+            None
+        }
+    };
 
     let mut retried = 0;
     for producer in producers {
@@ -333,10 +369,38 @@ async fn pushes_pops_and_acks_survive_a_broker_sigkill_and_a_postgres_restart() 
         .await
         .unwrap();
     assert!(status.success(), "{log}");
-    tokio::task::spawn_blocking(move || cluster.stop())
-        .await
-        .unwrap()
-        .unwrap();
+    if let Some(mut cluster) = cluster {
+        tokio::task::spawn_blocking(move || cluster.stop())
+            .await
+            .unwrap()
+            .unwrap();
+    }
+}
+
+/// Stop the PostgreSQL instance of data directory `dir` (fast), wait
+/// `down`, start it again: `pg_ctl`, as `postgres` when this is root.
+fn restart_data_dir(dir: &std::path::Path, down: Duration) {
+    let pg_ctl = queen_pg::cluster::locate_program(None, "pg_ctl").expect("pg_ctl");
+    let run = |args: &[&str]| {
+        let mut cmd = if nix::unistd::Uid::effective().is_root() {
+            let mut cmd = std::process::Command::new("runuser");
+            cmd.args(["-u", "postgres", "--"]).arg(&pg_ctl);
+            cmd
+        } else {
+            std::process::Command::new(&pg_ctl)
+        };
+        let status = cmd
+            .args(args)
+            .arg("-D")
+            .arg(dir)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("run pg_ctl");
+        assert!(status.success(), "pg_ctl {args:?} -D {}", dir.display());
+    };
+    run(&["stop", "-w", "-m", "fast"]);
+    std::thread::sleep(down);
+    run(&["start", "-w", "-l", &dir.join("log").display().to_string()]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
