@@ -1,9 +1,11 @@
-//! `cargo xtask citus up|down|status`: a local Citus cluster for trying
+//! `cargo xtask citus up|down|status|test`: a local Citus cluster for trying
 //! Queen on Citus (issue "Past one PostgreSQL"): one coordinator and two
 //! workers, each its own PostgreSQL instance under `target/citus/`, on
 //! loopback ports 9700 (coordinator), 9701 and 9702, with the `citus`
 //! extension created in a database `queen` on each and the workers added to
-//! the coordinator.
+//! the coordinator. `test` brings it up and runs the integration suite, the
+//! official Python client's end-to-end test and the fault test against it
+//! (the test kit's Citus mode, `queen_testkit::CITUS_VAR`).
 //!
 //! The Citus extension must already be installed into the PostgreSQL the
 //! cluster runs (`citus.so` in `pg_config --pkglibdir`); `up` says so and
@@ -27,7 +29,7 @@ const NODES: [(&str, u16); 3] = [("coordinator", 9700), ("worker1", 9701), ("wor
 const DATABASE: &str = "queen";
 
 /// What `cargo xtask citus help` prints.
-const USAGE: &str = "usage: cargo xtask citus <up|down|status>
+const USAGE: &str = "usage: cargo xtask citus <up|down|status|test [FILTER]>
 
   up      initialise (once) and start a coordinator (port 9700) and two workers
           (9701, 9702) under target/citus/, create the citus extension in the
@@ -35,6 +37,10 @@ const USAGE: &str = "usage: cargo xtask citus <up|down|status>
           needs Citus installed into this PostgreSQL
   down    stop the three nodes (their data stays; rm -rf target/citus removes it)
   status  which nodes are running, and the coordinator's view of its workers
+  test    `up`, then against the cluster, each test's database distributed on it:
+          tests/it (only the tests FILTER names, when given), the official Python
+          client's end-to-end test and the fault test (a worker restarted mid-run);
+          ends with a line `N passed, M failed`
 ";
 
 /// Entry point: `args` are what follows `citus`.
@@ -44,6 +50,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         Some("up") => up(&root),
         Some("down") => down(&root),
         Some("status") => status(&root),
+        Some("test") => test(&root, args.get(1).map(String::as_str)),
         Some("-h" | "--help" | "help") | None => {
             print!("{USAGE}");
             Ok(())
@@ -271,6 +278,172 @@ fn status(root: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Tests of the integration suite `citus test` leaves out, and why: each
+/// asserts a mechanism of a single PostgreSQL, or is built on one, that a
+/// distributed database does not have (the README's *Queen on Citus* says
+/// what is not distributed). A name is a substring of the tests' names, as
+/// libtest's `--skip` takes it. Everything else must pass.
+const NOT_ON_CITUS: &[(&str, &str)] = &[
+    (
+        "figures::",
+        "the kept figures are off on Citus (no triggers on distributed tables): the views scan",
+    ),
+    (
+        "queue_options::max_size_counts_a_consumption_once_its_broker_marked_it",
+        "asserts the kept figures' lag (off on Citus: the depth is counted exactly, at once)",
+    ),
+    (
+        "admin::the_status_and_analytics_views_read_the_statistics_rows",
+        "asserts the log tables in the coordinator's buffer cache; their shards are on the workers",
+    ),
+    (
+        "partition_ids::a_partition_with_a_drawn_id_keeps_it",
+        "drawn partition ids: a distributed database holds derived ids only",
+    ),
+    (
+        "partition_ids::the_citus_switch_routes_every_slot_alone_with_the_same_answers",
+        "runs the Citus branches on plain PostgreSQL by turning the switch off and on",
+    ),
+    (
+        "migration::",
+        "builds its target on the test kit's local cluster (a Unix socket); a migration off Citus is not examined",
+    ),
+    (
+        "pop_mechanics::ten_thousand_caught_up_partitions_cost_no_scan",
+        "counts scans in the coordinator's table statistics; the shards' are on the workers",
+    ),
+    (
+        "wide_queues::a_reseed_reads_what_was_written_and_one_page_not_the_queue",
+        "counts reads in the coordinator's table statistics; the shards' are on the workers",
+    ),
+    (
+        "retention::a_step_reads_what_it_deletes_not_the_partition_count",
+        "counts reads in the coordinator's table statistics; the shards' are on the workers",
+    ),
+    (
+        "retention::cleanup_",
+        "drives the previous version's cleanup step (v1, kept for rolling upgrades), which Citus does not plan",
+    ),
+];
+
+/// The test runs of `citus test`: package, test binary, filter (`--exact`
+/// when it names one test). The integration suite's filter is the
+/// command's. The fault test restarts a worker where it restarts
+/// PostgreSQL elsewhere (`QUEEN_TEST_CITUS_WORKER_DIR`).
+fn suites(filter: Option<&str>) -> [(&'static str, &str, &str); 3] {
+    [
+        ("queen-tests", "it", filter.unwrap_or("")),
+        (
+            "queen-server",
+            "it",
+            "sdk::the_official_python_sdk_pushes_consumes_acks_dead_letters_renews_and_commits",
+        ),
+        (
+            "queen-server",
+            "it",
+            "faults::pushes_pops_and_acks_survive_a_broker_sigkill_and_a_postgres_restart",
+        ),
+    ]
+}
+
+fn test(root: &Path, filter: Option<&str>) -> Result<(), String> {
+    up(root)?;
+    let nodes: Vec<String> = NODES
+        .iter()
+        .map(|(_, port)| format!("127.0.0.1:{port}"))
+        .collect();
+    let worker = data_dir(root, NODES[1].0);
+    let mut totals = Counts::default();
+    let mut failures = Vec::new();
+    for (package, binary, filter) in suites(filter) {
+        let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        cmd.args([
+            "test",
+            "-p",
+            package,
+            "--test",
+            binary,
+            "--",
+            "--test-threads=2",
+        ])
+        .env("QUEEN_TEST_CITUS", nodes.join(","))
+        .env("QUEEN_TEST_CITUS_WORKER_DIR", &worker)
+        .stdout(std::process::Stdio::piped());
+        if !filter.is_empty() {
+            cmd.arg(filter);
+        }
+        if package == "queen-tests" {
+            for (name, _) in NOT_ON_CITUS {
+                cmd.args(["--skip", name]);
+            }
+        }
+        eprintln!("xtask citus test: {package} --test {binary} {filter}");
+        let mut child = cmd.spawn().map_err(|e| format!("cargo test: {e}"))?;
+        let stdout = child.stdout.take().ok_or("cargo test: no stdout")?;
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+            let line = line.map_err(|e| format!("cargo test output: {e}"))?;
+            println!("{line}");
+            if let Some(counts) = Counts::parse(&line) {
+                totals.passed += counts.passed;
+                totals.failed += counts.failed;
+            }
+            if let Some(name) = line.strip_suffix(" ... FAILED") {
+                failures.push(name.trim_start_matches("test ").to_owned());
+            }
+        }
+        let status = child.wait().map_err(|e| format!("cargo test: {e}"))?;
+        if !status.success() && totals.failed == 0 {
+            // Failed before any test result (a build error).
+            return Err(format!(
+                "{package} --test {binary}: cargo test failed with {status}"
+            ));
+        }
+    }
+    println!(
+        "left out as PostgreSQL-only ({} names, xtask/src/citus.rs):",
+        NOT_ON_CITUS.len()
+    );
+    for (name, why) in NOT_ON_CITUS {
+        println!("  {name}: {why}");
+    }
+    for name in &failures {
+        println!("failed: {name}");
+    }
+    println!("{} passed, {} failed", totals.passed, totals.failed);
+    if totals.failed == 0 {
+        Ok(())
+    } else {
+        Err(format!("{} tests failed on Citus", totals.failed))
+    }
+}
+
+/// Passed and failed tests, from libtest's `test result:` lines.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Counts {
+    passed: u64,
+    failed: u64,
+}
+
+impl Counts {
+    /// `test result: ok. 23 passed; 1 failed; 0 ignored; ...` counted.
+    fn parse(line: &str) -> Option<Counts> {
+        let rest = line.strip_prefix("test result: ")?;
+        let number = |label: &str| {
+            rest.split(';').find_map(|part| {
+                part.trim()
+                    .trim_start_matches("ok. ")
+                    .trim_start_matches("FAILED. ")
+                    .strip_suffix(label)
+                    .and_then(|n| n.trim().parse().ok())
+            })
+        };
+        Some(Counts {
+            passed: number(" passed")?,
+            failed: number(" failed")?,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -290,6 +463,24 @@ mod tests {
         );
         let ports: Vec<u16> = NODES.iter().map(|(_, port)| *port).collect();
         assert_eq!(ports, [9700, 9701, 9702]);
+    }
+
+    #[test]
+    fn test_results_are_counted_from_libtest_lines() {
+        assert_eq!(
+            Counts::parse(
+                "test result: FAILED. 23 passed; 1 failed; 0 ignored; 0 measured; 273 filtered out; finished in 51.92s"
+            ),
+            Some(Counts { passed: 23, failed: 1 })
+        );
+        assert_eq!(
+            Counts::parse("test result: ok. 8 passed; 0 failed; 2 ignored; 0 measured"),
+            Some(Counts {
+                passed: 8,
+                failed: 0
+            })
+        );
+        assert_eq!(Counts::parse("running 8 tests"), None);
     }
 
     #[test]

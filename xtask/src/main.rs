@@ -40,8 +40,9 @@ commands:
           of them (`cargo xtask bench help`)
   fuzz    [--seconds N] [target...]: each cargo-fuzz target for N seconds (default 60);
           needs nightly and `cargo install cargo-fuzz`
-  citus   up|down|status: a local Citus cluster (coordinator and two workers) under
-          target/citus/; needs the citus extension installed (`cargo xtask citus help`)
+  citus   up|down|status|test: a local Citus cluster (coordinator and two workers) under
+          target/citus/, and the tests against it; needs the citus extension installed
+          (`cargo xtask citus help`)
 ";
 
 fn main() -> ExitCode {
