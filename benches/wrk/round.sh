@@ -5,23 +5,21 @@
 # message (from /proc; PostgreSQL is every process of user postgres, so run
 # nothing else on that cluster). PGHOST/PGPORT/PGUSER name a PostgreSQL the
 # script may create and drop databases on (defaults: 127.0.0.1, 5432,
-# postgres). Alternate builds round by round to compare them:
+# postgres); CITUS_WORKERS="9701 9702" makes PGPORT a Citus coordinator
+# (benches/wrk/db.sh). Alternate builds round by round to compare them:
 #   for r in 1 2 3; do for b in old new; do benches/wrk/round.sh bin/$b 100 15; done; done
 set -euo pipefail
 BIN=$1; PARTS=$2; DUR=${3:-10}; CONNS=${4:-50}
 PORT=${PORT:-6700}
-HOST=${PGHOST:-127.0.0.1}; PGP=${PGPORT:-5432}; USER_=${PGUSER:-postgres}
 HERE=$(cd "$(dirname "$0")" && pwd)
-DB=r$RANDOM$RANDOM
-PSQL="psql -h $HOST -p $PGP -U $USER_ -qAt"
-$PSQL -c "create database $DB" >/dev/null
-QUEEN_DATABASE_URL="postgres://$USER_@$HOST:$PGP/$DB" FILE_BUFFER_DIR=/tmp/qb-$DB PORT=$PORT RUST_LOG=warn "$BIN" >/tmp/broker-$DB.log 2>&1 &
+. "$HERE/db.sh"
+create_db
+QUEEN_DATABASE_URL="$(database_url)" FILE_BUFFER_DIR=/tmp/qb-$DB PORT=$PORT RUST_LOG=warn "$BIN" >/tmp/broker-$DB.log 2>&1 &
 BPID=$!
 trap 'kill -INT $BPID 2>/dev/null || true' EXIT
 for _ in $(seq 1 100); do curl -sf "localhost:$PORT/health" >/dev/null && break; sleep 0.2; done
 # Warm-up: creates the queue and its partitions.
 QUEUE=w$PARTS PARTS=$PARTS wrk -t2 -c"$CONNS" -d2s -s "$HERE/push.lua" "http://127.0.0.1:$PORT" >/dev/null
-pgcpu() { local t=0 s; for p in $(pgrep -u postgres postgres); do s=$(awk '{print $14+$15}' "/proc/$p/stat" 2>/dev/null || echo 0); t=$((t+s)); done; echo $t; }
 bcpu() { awk '{print $14+$15}' "/proc/$BPID/stat"; }
 p0=$(pgcpu); b0=$(bcpu)
 out=$(QUEUE=w$PARTS PARTS=$PARTS wrk -t2 -c"$CONNS" -d"${DUR}s" --latency -s "$HERE/push.lua" "http://127.0.0.1:$PORT")
@@ -30,7 +28,7 @@ reqs=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
 p99=$(echo "$out" | awk '$1=="99%" {print $2}')
 kill -INT $BPID; wait $BPID 2>/dev/null || true
 trap - EXIT
-$PSQL -c "drop database $DB with (force)" >/dev/null
+drop_db
 awk -v b="$BIN" -v parts="$PARTS" -v r="$reqs" -v p99="$p99" -v dp=$((p1-p0)) -v db=$((b1-b0)) \
     -v t="$(getconf CLK_TCK)" -v d="$DUR" \
     'BEGIN{m=r*d; printf "%s p%s %.0f msg/s p99 %s pg %.1f us/msg broker %.1f us/msg\n", b, parts, r, p99, dp/t*1e6/m, db/t*1e6/m}'
