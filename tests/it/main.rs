@@ -19,6 +19,7 @@ mod mesh;
 mod message_delete;
 mod migration;
 mod names;
+mod on_citus;
 mod partition_ids;
 mod pop;
 mod pop_early;
