@@ -11,15 +11,12 @@
 # target/sdk-venv/bin/python (built by the test suite's SDK test).
 set -euo pipefail
 BIN=$1; MESSAGES=${2:-30000}
-PORT=${PORT:-6700}
 HERE=$(cd "$(dirname "$0")" && pwd)
 PY=${PYTHON:-$HERE/../../target/sdk-venv/bin/python}
 . "$HERE/../wrk/db.sh"
 create_db
-QUEEN_DATABASE_URL="$(database_url)" FILE_BUFFER_DIR=/tmp/qb-$DB PORT=$PORT RUST_LOG=warn "$BIN" >/tmp/broker-$DB.log 2>&1 &
-BPID=$!
+start_broker "$BIN"
 trap 'kill -INT $BPID 2>/dev/null || true' EXIT
-for _ in $(seq 1 100); do curl -sf "localhost:$PORT/health" >/dev/null && break; sleep 0.2; done
 "$PY" "$HERE/consume.py" --url "http://127.0.0.1:$PORT" --messages "$MESSAGES" --partitions 100 \
     --processes 5 --consumers 2 --batch 10 --broker-pid "$BPID"
 "$PY" "$HERE/latency.py" --url "http://127.0.0.1:$PORT" --rate 50 --partitions 10 --consumers 4 --seconds 20

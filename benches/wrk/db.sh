@@ -1,4 +1,5 @@
-# Sourced by the round scripts: a fresh database for one round, and its drop.
+# Sourced by the round scripts: a fresh database for one round, its broker,
+# and the database's drop.
 # PGHOST/PGPORT/PGUSER name the PostgreSQL (defaults 127.0.0.1, 5432,
 # postgres). With CITUS_WORKERS="PORT PORT" (workers on PGHOST) PGPORT is a
 # Citus coordinator: the database is created on it and on each worker, with
@@ -25,5 +26,13 @@ drop_db() {
   for w in ${CITUS_WORKERS:-}; do psql_on "$w" -c "drop database $DB with (force)" >/dev/null; done
 }
 database_url() { echo "postgres://$USER_@$HOST:$PGP/$DB"; }
+PORT=${PORT:-6700}
+# Start broker binary $1 on the round's database and port (its log in
+# /tmp/broker-DB.log), set BPID, and wait up to 20 s for /health.
+start_broker() {
+  QUEEN_DATABASE_URL="$(database_url)" FILE_BUFFER_DIR=/tmp/qb-$DB PORT=$PORT RUST_LOG=warn "$1" >/tmp/broker-$DB.log 2>&1 &
+  BPID=$!
+  for _ in $(seq 1 100); do curl -sf "localhost:$PORT/health" >/dev/null && break; sleep 0.2; done
+}
 # CPU clock ticks of every process of user postgres (all nodes of a local cluster).
 pgcpu() { local t=0 s; for p in $(pgrep -u postgres postgres); do s=$(awk '{print $14+$15}' "/proc/$p/stat" 2>/dev/null || echo 0); t=$((t+s)); done; echo $t; }

@@ -10,14 +10,11 @@
 #   for r in 1 2 3; do for b in old new; do benches/wrk/round.sh bin/$b 100 15; done; done
 set -euo pipefail
 BIN=$1; PARTS=$2; DUR=${3:-10}; CONNS=${4:-50}
-PORT=${PORT:-6700}
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/db.sh"
 create_db
-QUEEN_DATABASE_URL="$(database_url)" FILE_BUFFER_DIR=/tmp/qb-$DB PORT=$PORT RUST_LOG=warn "$BIN" >/tmp/broker-$DB.log 2>&1 &
-BPID=$!
+start_broker "$BIN"
 trap 'kill -INT $BPID 2>/dev/null || true' EXIT
-for _ in $(seq 1 100); do curl -sf "localhost:$PORT/health" >/dev/null && break; sleep 0.2; done
 # Warm-up: creates the queue and its partitions.
 QUEUE=w$PARTS PARTS=$PARTS wrk -t2 -c"$CONNS" -d2s -s "$HERE/push.lua" "http://127.0.0.1:$PORT" >/dev/null
 bcpu() { awk '{print $14+$15}' "/proc/$BPID/stat"; }

@@ -315,6 +315,27 @@ BEGIN
 END;
 $$;
 
+-- The ids of at most p_limit partitions of queue p_qid holding a live
+-- message older than p_due, oldest first: the work list of retention and
+-- eviction on Citus, a queue at a time (Citus plans no LIMIT in a lateral
+-- subquery naming the queue, so the two steps ask per queue).
+CREATE OR REPLACE FUNCTION queen.log_due_partitions_v1(p_qid uuid, p_due timestamptz, p_limit integer)
+RETURNS uuid[]
+LANGUAGE plpgsql
+STABLE
+AS $$
+BEGIN
+    RETURN ARRAY(
+        SELECT p.id
+          FROM queen.log_partitions p
+         WHERE p.queue_id = p_qid
+           AND p.oldest_live_at IS NOT NULL
+           AND p.oldest_live_at < p_due
+         ORDER BY p.oldest_live_at
+         LIMIT p_limit);
+END;
+$$;
+
 -- v3: v2, with a registered group that has no cursor on a partition yet
 -- counted at the position its cursor would start from, not as having
 -- consumed nothing: the hot-list path no longer seeds every cursor at a
@@ -383,14 +404,8 @@ BEGIN
                AND (q.retention_seconds > 0 OR q.completed_retention_seconds > 0)
         LOOP
             EXIT WHEN cardinality(v_ids) >= p_max_partitions;
-            v_ids := v_ids || ARRAY(
-                SELECT p.id
-                  FROM queen.log_partitions p
-                 WHERE p.queue_id = v_q.id
-                   AND p.oldest_live_at IS NOT NULL
-                   AND p.oldest_live_at < v_q.due
-                 ORDER BY p.oldest_live_at
-                 LIMIT p_max_partitions - cardinality(v_ids));
+            v_ids := v_ids || queen.log_due_partitions_v1(v_q.id, v_q.due,
+                                                          p_max_partitions - cardinality(v_ids));
         END LOOP;
     ELSE
         v_ids := ARRAY(
@@ -592,14 +607,8 @@ BEGIN
              WHERE q.max_wait_time_seconds > 0
         LOOP
             EXIT WHEN cardinality(v_ids) >= p_max_partitions;
-            v_ids := v_ids || ARRAY(
-                SELECT p.id
-                  FROM queen.log_partitions p
-                 WHERE p.queue_id = v_q.id
-                   AND p.oldest_live_at IS NOT NULL
-                   AND p.oldest_live_at < v_q.due
-                 ORDER BY p.oldest_live_at
-                 LIMIT p_max_partitions - cardinality(v_ids));
+            v_ids := v_ids || queen.log_due_partitions_v1(v_q.id, v_q.due,
+                                                          p_max_partitions - cardinality(v_ids));
         END LOOP;
     ELSE
         v_ids := ARRAY(
