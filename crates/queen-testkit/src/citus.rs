@@ -14,8 +14,6 @@
 //! database again. The nodes are shared by every test binary, so the names
 //! carry the process id, and a watchdog drops them when the binary exits.
 
-use std::process::{Command, Stdio};
-
 /// The environment variable naming the Citus nodes: `host:port` each,
 /// comma-separated, coordinator first.
 pub const CITUS_VAR: &str = "QUEEN_TEST_CITUS";
@@ -177,16 +175,7 @@ impl CitusNodes {
                 psql = psql.display()
             ));
         }
-        let script = format!(
-            "( while kill -0 {pid} 2>/dev/null; do sleep 0.5; done; {drops} ) >/dev/null 2>&1 &",
-            pid = std::process::id()
-        );
-        let _ = Command::new("sh")
-            .arg("-c")
-            .arg(script)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+        // Best effort, like the drops: a database left behind holds nothing.
+        let _ = crate::after_exit(&drops);
     }
 }

@@ -65,9 +65,15 @@ impl Shared {
     fn template(&self) -> String {
         match self {
             Shared::Local(_) => TEMPLATE.to_owned(),
-            Shared::Citus(_) => format!("{}template", db_prefix()),
+            Shared::Citus(_) => citus_template(),
         }
     }
+}
+
+/// The template's name on a Citus cluster, which every test binary shares:
+/// this binary's prefix, so the watchdog drops it too.
+fn citus_template() -> String {
+    format!("{}template", db_prefix())
 }
 
 /// Every database name of this test binary starts with this.
@@ -277,11 +283,7 @@ async fn start_shared() -> Shared {
 /// schema applied (which distributes the tables), closed to connections.
 async fn start_citus(nodes: CitusNodes) -> Shared {
     nodes.spawn_watchdog(&db_prefix());
-    let shared = Shared::Citus(nodes);
-    let template = shared.template();
-    let Shared::Citus(nodes) = &shared else {
-        unreachable!("just made")
-    };
+    let template = citus_template();
     nodes
         .on_every_node(&format!(
             "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{PASSWORD_GROUP}') \
@@ -291,7 +293,7 @@ async fn start_citus(nodes: CitusNodes) -> Shared {
     nodes.create(&template, "template0").await;
     apply_template_schema(&nodes.config(0, &template)).await;
     nodes.close(&template).await;
-    shared
+    Shared::Citus(nodes)
 }
 
 async fn apply_template_schema(config: &tokio_postgres::Config) {
@@ -338,23 +340,31 @@ fn test_cluster_dir() -> PathBuf {
 /// the cluster and removes its directory. A `static` is never dropped, so this is
 /// what cleans up even when a test panics or the binary is killed.
 fn spawn_watchdog(cluster: &Cluster, dir: &std::path::Path) {
-    // The outer shell backgrounds the loop and exits at once, so it can be reaped
-    // here and the loop lives on, reparented, after this process is gone.
-    let script = format!(
-        "( while kill -0 {pid} 2>/dev/null; do sleep 0.5; done; {stop} >/dev/null 2>&1; rm -rf '{dir}' ) &",
-        pid = std::process::id(),
+    let cleanup = format!(
+        "{stop} >/dev/null 2>&1; rm -rf '{dir}'",
         stop = cluster.stop_command_line(),
         dir = dir.display(),
     );
-    let status = Command::new("sh")
+    let status = after_exit(&cleanup).expect("spawn test cluster watchdog");
+    assert!(status.success(), "test cluster watchdog did not start");
+}
+
+/// Run the shell commands `cleanup` in a detached process once this test
+/// binary has exited. The outer shell backgrounds the loop and exits at
+/// once, so it can be reaped here and the loop lives on, reparented, after
+/// this process is gone.
+fn after_exit(cleanup: &str) -> std::io::Result<std::process::ExitStatus> {
+    let script = format!(
+        "( while kill -0 {pid} 2>/dev/null; do sleep 0.5; done; {cleanup} ) >/dev/null 2>&1 &",
+        pid = std::process::id(),
+    );
+    Command::new("sh")
         .arg("-c")
         .arg(script)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
-        .expect("spawn test cluster watchdog");
-    assert!(status.success(), "test cluster watchdog did not start");
 }
 
 /// `config` as a libpq key=value string (host, port, user, database), for
