@@ -196,6 +196,36 @@ fn fallback_name(holder: &Path, absolute: &Path) -> String {
     }
 }
 
+/// A command for PostgreSQL server binary `program` (`pg_ctl`, `initdb`,
+/// ...), run as the `postgres` user through `runuser` when this process is
+/// root (the server binaries refuse root), with stdin closed: for an
+/// instance this crate does not manage, such as a test's Citus worker.
+pub fn service_command(program: &Path) -> Command {
+    command_as(run_as(), program)
+}
+
+/// The user the server binaries run as: the service user when this process
+/// is root, else this process's own (`None`).
+fn run_as() -> Option<&'static str> {
+    nix::unistd::Uid::effective()
+        .is_root()
+        .then_some(SERVICE_USER)
+}
+
+/// `program` run as `user` through `runuser` when given, stdin closed.
+fn command_as(user: Option<&str>, program: &Path) -> Command {
+    let mut cmd = match user {
+        Some(user) => {
+            let mut cmd = Command::new("runuser");
+            cmd.args(["-u", user, "--"]).arg(program);
+            cmd
+        }
+        None => Command::new(program),
+    };
+    cmd.stdin(Stdio::null());
+    cmd
+}
+
 /// True when `test <flag> <path>` succeeds as the service user.
 fn service_user_passes(flag: &str, path: &Path) -> bool {
     Command::new("runuser")
@@ -265,9 +295,7 @@ impl Cluster {
     /// Make sure `options.data_dir` holds a cluster: `initdb` on first use, reuse after.
     pub fn init_or_reuse(options: ClusterOptions) -> Result<Cluster, PgError> {
         let binaries = PgBinaries::locate(options.bin_dir.as_deref())?;
-        let run_as = nix::unistd::Uid::effective()
-            .is_root()
-            .then_some(SERVICE_USER);
+        let run_as = run_as();
         fs::create_dir_all(&options.data_dir).map_err(|source| PgError::Io {
             path: options.data_dir.clone(),
             source,
@@ -469,16 +497,7 @@ impl Cluster {
 
     /// A command for a server binary, wrapped in `runuser` when root.
     fn command(&self, program: &Path) -> Command {
-        let mut cmd = match self.run_as {
-            Some(user) => {
-                let mut cmd = Command::new("runuser");
-                cmd.args(["-u", user, "--"]).arg(program);
-                cmd
-            }
-            None => Command::new(program),
-        };
-        cmd.stdin(Stdio::null());
-        cmd
+        command_as(self.run_as, program)
     }
 
     /// Run a management command, turning failure into [`PgError::Command`] with

@@ -382,14 +382,7 @@ async fn survive_faults(scratch: &tempfile::TempDir, url: String, outage: Outage
 fn restart_data_dir(dir: &std::path::Path, down: Duration) {
     let pg_ctl = queen_pg::cluster::locate_program(None, "pg_ctl").expect("pg_ctl");
     let run = |args: &[&str]| {
-        let mut cmd = if nix::unistd::Uid::effective().is_root() {
-            let mut cmd = std::process::Command::new("runuser");
-            cmd.args(["-u", "postgres", "--"]).arg(&pg_ctl);
-            cmd
-        } else {
-            std::process::Command::new(&pg_ctl)
-        };
-        let status = cmd
+        let status = queen_pg::cluster::service_command(&pg_ctl)
             .args(args)
             .arg("-D")
             .arg(dir)
