@@ -326,10 +326,10 @@ const NOT_ON_CITUS: &[(&str, &str)] = &[
     ),
 ];
 
-/// The test runs of `citus test`: package, test binary, filter (`--exact`
-/// when it names one test). The integration suite's filter is the
-/// command's. The fault test restarts a worker where it restarts
-/// PostgreSQL elsewhere (`QUEEN_TEST_CITUS_WORKER_DIR`).
+/// The test runs of `citus test`: package, test binary, name filter. The
+/// integration suite's filter is the command's. The fault test restarts a
+/// worker where it restarts PostgreSQL elsewhere
+/// (`QUEEN_TEST_CITUS_WORKER_DIR`).
 fn suites(filter: Option<&str>) -> [(&'static str, &str, &str); 3] {
     [
         ("queen-tests", "it", filter.unwrap_or("")),
@@ -356,6 +356,7 @@ fn test(root: &Path, filter: Option<&str>) -> Result<(), String> {
     let mut totals = Counts::default();
     let mut failures = Vec::new();
     for (package, binary, filter) in suites(filter) {
+        let failed_before = totals.failed;
         let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
         cmd.args([
             "test",
@@ -392,8 +393,8 @@ fn test(root: &Path, filter: Option<&str>) -> Result<(), String> {
             }
         }
         let status = child.wait().map_err(|e| format!("cargo test: {e}"))?;
-        if !status.success() && totals.failed == 0 {
-            // Failed before any test result (a build error).
+        if !status.success() && totals.failed == failed_before {
+            // Failed with no failed test of its own (a build error).
             return Err(format!(
                 "{package} --test {binary}: cargo test failed with {status}"
             ));
