@@ -9,7 +9,7 @@ use queen_tests::TestBroker;
 use serde_json::{json, Value};
 
 use crate::support::{
-    ack_all, configure, data, expect_status, messages, pop, push_items, select_i64,
+    ack_all, ack_one, configure, data, expect_status, messages, pop, push_items, select_i64,
 };
 
 /// Push `payloads` to one partition, each with its own unique transaction id.
@@ -23,20 +23,6 @@ async fn push(broker: &TestBroker, queue: &str, partition: &str, payloads: &[Val
         })
         .collect();
     push_items(broker, items).await;
-}
-
-/// Ack one message with `status` (and `error`, when given); returns its result.
-async fn ack_one(broker: &TestBroker, message: &Value, status: &str, error: Option<&str>) -> Value {
-    let mut body = json!({"transactionId": message["transactionId"], "partitionId": message["partitionId"],
-                          "leaseId": message["leaseId"], "status": status});
-    if let Some(error) = error {
-        body["error"] = json!(error);
-    }
-    let reply = broker.client.post_json("/api/v1/ack", &body).await;
-    expect_status(&reply, 200);
-    let results = reply.json();
-    assert_eq!(results.as_array().unwrap().len(), 1);
-    results[0].clone()
 }
 
 /// (committed, worker_id, batch_retry_count, attempt_count) of the queue-mode

@@ -9,9 +9,9 @@
 use queen_engine::EngineConfig;
 use queen_testkit::TestDb;
 use queen_tests::TestBroker;
-use serde_json::{json, Value};
+use serde_json::json;
 
-use crate::support::{ack_all, data, expect_status, messages, pop, push, push_items};
+use crate::support::{ack_all, ack_one, data, expect_status, messages, pop, push, push_items};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn push_pop_ack_and_lease_extension_route_to_one_shard() {
@@ -88,23 +88,8 @@ async fn push_pop_ack_and_lease_extension_route_to_one_shard() {
         .await
         .expect("the failed message comes back");
     assert_eq!(data(&again), [json!(2)]);
-    let message: Value = messages(&again)[0].clone();
-    let reply = broker
-        .client
-        .post_json(
-            "/api/v1/ack",
-            &json!({"transactionId": message["transactionId"],
-                    "partitionId": message["partitionId"],
-                    "leaseId": message["leaseId"], "status": "completed"}),
-        )
-        .await;
-    expect_status(&reply, 200);
-    assert_eq!(
-        reply.json()[0]["success"],
-        json!(true),
-        "{:?}",
-        reply.json()
-    );
+    let acked = ack_one(&broker, &messages(&again)[0], "completed", None).await;
+    assert_eq!(acked["success"], json!(true), "{acked:?}");
 
     // A consumer group's first pop of a named partition (its cursor created)
     // with auto-ack.

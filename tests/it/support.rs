@@ -139,6 +139,25 @@ pub(crate) async fn ack_all(
     reply.json().as_array().unwrap().clone()
 }
 
+/// Ack one message with `status` (and `error`, when given); returns its result.
+pub(crate) async fn ack_one(
+    broker: &TestBroker,
+    message: &Value,
+    status: &str,
+    error: Option<&str>,
+) -> Value {
+    let mut body = json!({"transactionId": message["transactionId"], "partitionId": message["partitionId"],
+                          "leaseId": message["leaseId"], "status": status});
+    if let Some(error) = error {
+        body["error"] = json!(error);
+    }
+    let reply = broker.client.post_json("/api/v1/ack", &body).await;
+    expect_status(&reply, 200);
+    let results = reply.json();
+    assert_eq!(results.as_array().unwrap().len(), 1);
+    results[0].clone()
+}
+
 /// The database's clock, as an ISO-8601 UTC string with microseconds.
 pub(crate) async fn db_now(broker: &TestBroker) -> String {
     broker
